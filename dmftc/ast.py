@@ -1,0 +1,217 @@
+"""Syntax tree of a .dmft specification: frozen dataclasses with source positions.
+
+The parser (:mod:`dmftc.parse`) builds these nodes; the checker
+(:mod:`dmftc.check`) resolves names and validates them; nothing here knows about
+SymPy or numerics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Pos
+
+# ----------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Expr:
+    pos: Pos = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Num(Expr):
+    value: float
+
+
+@dataclass(frozen=True)
+class Name(Expr):
+    name: str
+
+
+@dataclass(frozen=True)
+class Indexed(Expr):
+    """``Kx[mu, nu]``: an indexed parameter (no time argument)."""
+
+    name: str
+    indices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """``f[idx](args)``: a function call, or an order parameter/field at a time."""
+
+    name: str
+    indices: tuple[str, ...]
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class PrimeCall(Expr):
+    """``phi'(x)``: derivative of an activation."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Hat(Expr):
+    """``hat K[mu,nu](t)``: the dual of an order parameter."""
+
+    name: str
+    indices: tuple[str, ...]
+    time: str
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    op: str  # one of + - * / ^
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Neg(Expr):
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Integral(Expr):
+    """``integral(body, s < t)`` (causal, eta * sum_{s<t}) or ``integral(body, t)``."""
+
+    body: Expr
+    var: str
+    cmp: str | None
+    upper: str | None
+
+
+@dataclass(frozen=True)
+class IndexSum(Expr):
+    indices: tuple[str, ...]
+    body: Expr
+
+
+@dataclass(frozen=True)
+class Expectation(Expr):
+    """``E[body]`` over the single-site process; ``log E[...]`` when ``log`` is set."""
+
+    body: Expr
+    log: bool
+
+
+@dataclass(frozen=True)
+class Matrix(Expr):
+    rows: tuple[Expr, ...]
+
+
+# ----------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Stmt:
+    pos: Pos = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ModelDecl(Stmt):
+    name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class ParamDecl(Stmt):
+    name: str
+    dims: tuple[str, ...]
+    default: Expr
+    description: str
+
+
+@dataclass(frozen=True)
+class TimeDecl(Stmt):
+    var: str
+    steps_name: str
+    steps: int
+    step_name: str
+    step: Expr
+
+
+@dataclass(frozen=True)
+class IndexDecl(Stmt):
+    names: tuple[str, ...]
+    start: int
+    size: str
+
+
+@dataclass(frozen=True)
+class ActivationDecl(Stmt):
+    name: str
+    arg: str
+    body: Expr
+
+
+@dataclass(frozen=True)
+class OrderDecl(Stmt):
+    name: str
+    indices: tuple[str, ...]
+    time: str
+
+
+@dataclass(frozen=True)
+class SourceTarget(Stmt):
+    name: str
+    indices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SourceDecl(Stmt):
+    targets: tuple[SourceTarget, ...]
+    mean: Expr
+    cov: Expr
+
+
+@dataclass(frozen=True)
+class FieldDecl(Stmt):
+    name: str
+    indices: tuple[str, ...]
+    time: str
+    body: Expr
+
+
+@dataclass(frozen=True)
+class ActionDecl(Stmt):
+    body: Expr
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed specification, statements in source order."""
+
+    filename: str
+    source: str
+    model: ModelDecl
+    params: tuple[ParamDecl, ...]
+    time: TimeDecl | None
+    indices: tuple[IndexDecl, ...]
+    activations: tuple[ActivationDecl, ...]
+    orders: tuple[OrderDecl, ...]
+    sources: tuple[SourceDecl, ...]
+    fields: tuple[FieldDecl, ...]
+    actions: tuple[ActionDecl, ...]
+    process_pos: Pos | None = None
+
+
+def walk(expr: Expr):
+    """Yield ``expr`` and all sub-expressions, depth first, in source order."""
+    yield expr
+    if isinstance(expr, (Call, PrimeCall)):
+        for a in expr.args:
+            yield from walk(a)
+    elif isinstance(expr, BinOp):
+        yield from walk(expr.left)
+        yield from walk(expr.right)
+    elif isinstance(expr, Neg):
+        yield from walk(expr.operand)
+    elif isinstance(expr, (Integral, IndexSum, Expectation)):
+        yield from walk(expr.body)
+    elif isinstance(expr, Matrix):
+        for r in expr.rows:
+            yield from walk(r)
