@@ -1,0 +1,410 @@
+"""Stage 2: semantic checks on the syntax tree.
+
+Resolves every name, checks index and argument arity, rejects duplicate
+definitions and non-causal field equations, and returns a :class:`Model`: the
+same declarations with a symbol table, ready for symbolic derivation.  Every
+problem is a located :class:`SpecError` with a hint.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from . import ast
+from .errors import CausalitySpecError, NameSpecError, Pos, ShapeSpecError, SpecError, StructureSpecError
+
+BUILTIN_FUNCTIONS = {"tanh": 1, "relu": 1, "linear": 1, "erf": 1, "exp": 1, "log": 1, "sqrt": 1,
+                     "abs": 1, "sin": 1, "cos": 1, "sigmoid": 1, "max": 2, "min": 2}
+# Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
+DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
+RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """What a name in the spec denotes."""
+
+    kind: str  # param | size | index | activation | order | source | field | time | builtin
+    name: str
+    indices: tuple[str, ...]
+    pos: Pos | None
+
+
+@dataclass(frozen=True)
+class Model:
+    """A checked specification: declarations plus their symbol table."""
+
+    spec: ast.Spec
+    symbols: dict[str, Symbol]
+    time_var: str
+    index_size: dict[str, str]           # index name -> size parameter name
+    field_order: tuple[str, ...]          # fields in dependency order
+
+    @property
+    def name(self) -> str:
+        return self.spec.model.name
+
+
+def _suggest(name: str, candidates) -> str | None:
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+class _Checker:
+    def __init__(self, spec: ast.Spec):
+        self.spec = spec
+        self.symbols: dict[str, Symbol] = {}
+
+    def err(self, cls, msg, pos, hint=None):
+        return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
+
+    # ------------------------------------------------------------ declarations
+    def declare(self, kind, name, indices, pos):
+        if name in self.symbols:
+            prev = self.symbols[name]
+            where = f" at line {prev.pos.line}" if prev.pos else ""
+            raise self.err(NameSpecError, f"'{name}' is already defined as a {prev.kind}{where}", pos,
+                           hint="every name (parameter, index, order parameter, source, field) must be unique")
+        if name in RESERVED:
+            raise self.err(NameSpecError, f"'{name}' is a built-in name and cannot be redefined", pos,
+                           hint="choose another name")
+        self.symbols[name] = Symbol(kind, name, tuple(indices), pos)
+
+    def run(self) -> Model:
+        s = self.spec
+        if s.time is None:
+            raise self.err(StructureSpecError, "the spec declares no time grid", s.model.pos,
+                           hint="add a line such as 'time t: T = 100 steps of eta = 0.02'")
+        for p in s.params:
+            self.declare("param", p.name, p.dims, p.pos)
+        tm = s.time
+        self.declare("time", tm.var, (), tm.pos)
+        self.declare("param", tm.steps_name, (), tm.pos)
+        self.declare("param", tm.step_name, (), tm.pos)
+        if tm.steps <= 0:
+            raise self.err(SpecError, "the number of time steps must be positive", tm.pos)
+        index_size: dict[str, str] = {}
+        for ix in s.indices:
+            if ix.start != 1:
+                raise self.err(SpecError, "index ranges start at 1", ix.pos, hint="write 'in 1..P'")
+            size = self.symbols.get(ix.size)
+            if size is None or size.kind != "param" or size.indices:
+                raise self.err(NameSpecError, f"index range size '{ix.size}' is not a scalar parameter", ix.pos,
+                               hint=_suggest(ix.size, [n for n, v in self.symbols.items() if v.kind == "param"])
+                               or f"declare it first, e.g. 'param {ix.size} = 4'")
+            for n in ix.names:
+                self.declare("index", n, (), ix.pos)
+                index_size[n] = ix.size
+        self.index_size = index_size
+        for p in s.params:
+            for d in p.dims:
+                sym = self.symbols.get(d)
+                if sym is None or sym.kind != "param":
+                    raise self.err(NameSpecError, f"dimension '{d}' of parameter '{p.name}' is not a parameter",
+                                   p.pos, hint=_suggest(d, [k for k, v in self.symbols.items() if v.kind == "param"]))
+        for a in s.activations:
+            self.declare("activation", a.name, (), a.pos)
+        for o in s.orders:
+            self.check_index_names(o.indices, o.pos)
+            if o.time != tm.var:
+                raise self.err(NameSpecError, f"order parameter '{o.name}' must depend on the time variable '{tm.var}'",
+                               o.pos, hint=f"write {o.name}({tm.var})")
+            self.declare("order", o.name, o.indices, o.pos)
+        for src in s.sources:
+            for tgt in src.targets:
+                self.check_index_names(tgt.indices, tgt.pos)
+                self.declare("source", tgt.name, tgt.indices, tgt.pos)
+        for f in s.fields:
+            self.check_index_names(f.indices, f.pos)
+            if f.time != tm.var:
+                raise self.err(NameSpecError, f"field '{f.name}' must be defined at the time variable '{tm.var}'",
+                               f.pos, hint=f"write {f.name}({tm.var}) = ...")
+            self.declare("field", f.name, f.indices, f.pos)
+        if not s.orders:
+            raise self.err(StructureSpecError, "the spec declares no order parameters", s.model.pos,
+                           hint="add a line such as 'order Delta(t), K(t)'")
+        if not s.actions:
+            raise self.err(StructureSpecError, "the spec has no action", s.model.pos,
+                           hint="add an 'action:' section")
+        # ------------------------------------------------------------ bodies
+        for p in s.params:
+            self.expr(p.default, ctx="default", bound=set())
+        self.expr(tm.step, ctx="default", bound=set())
+        for a in s.activations:
+            self.expr(a.body, ctx="activation", bound=set(), locals_={a.arg})
+        for src in s.sources:
+            self.expr(src.mean, ctx="default", bound=set())
+            self.expr(src.cov, ctx="default", bound=set())
+            if not (isinstance(src.mean, ast.Num) and src.mean.value == 0):
+                raise self.err(StructureSpecError, "Gaussian sources must have mean 0", src.mean.pos,
+                               hint="write normal(0, covariance)")
+        for f in s.fields:
+            self.expr(f.body, ctx="field", bound=set(f.indices), time=tm.var)
+        for act in s.actions:
+            self.expr(act.body, ctx="action", bound=set())
+        order = self.field_dependencies()
+        return Model(s, dict(self.symbols), tm.var, index_size, order)
+
+    def check_index_names(self, indices, pos):
+        for i in indices:
+            if i not in self.index_size:
+                raise self.err(NameSpecError, f"'{i}' is not a declared index", pos,
+                               hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
+        if len(set(indices)) != len(indices):
+            raise self.err(ShapeSpecError, "repeated index in a declaration", pos,
+                           hint="use distinct index names, e.g. K[mu, nu]")
+
+    # ------------------------------------------------------------ expressions
+    def lookup(self, name, pos, locals_=frozenset(), extra=()):
+        if name in locals_:
+            return Symbol("local", name, (), None)
+        sym = self.symbols.get(name)
+        if sym is None:
+            if name in BUILTIN_FUNCTIONS:
+                return Symbol("builtin", name, (), None)
+            if name == "pi":
+                return Symbol("param", "pi", (), None)
+            cands = set(self.symbols) | set(locals_) | set(BUILTIN_FUNCTIONS) | set(extra)
+            raise self.err(NameSpecError, f"undefined name '{name}'", pos, hint=_suggest(name, cands)
+                           or "declare it as a param, order parameter, source or field")
+        return sym
+
+    def expr(self, e, *, ctx, bound, time=None, locals_=frozenset(), integral_var=None, in_log=False):
+        rec = lambda x, **kw: self.expr(x, **({"ctx": ctx, "bound": bound, "time": time, "locals_": locals_,
+                                               "integral_var": integral_var, "in_log": in_log} | kw))
+        if isinstance(e, ast.Num):
+            return
+        if isinstance(e, ast.Name):
+            if ctx in ("field", "action") and e.name in (time, integral_var, self.spec.time.var):
+                raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
+                               hint="time enters only through integrals and time arguments")
+            sym = self.lookup(e.name, e.pos, locals_)
+            if sym.kind in ("order", "field"):
+                raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' needs a time argument", e.pos,
+                               hint=f"write {e.name}{self._idx_text(sym.indices)}({time or self.spec.time.var})")
+            if sym.kind in ("activation", "builtin"):
+                raise self.err(ShapeSpecError, f"function '{e.name}' needs an argument", e.pos,
+                               hint=f"write {e.name}(x)")
+            if sym.kind == "index":
+                raise self.err(SpecError, f"index '{e.name}' cannot be used as a value", e.pos)
+            if sym.kind in ("param", "source") and sym.indices and ctx != "default":
+                raise self.err(ShapeSpecError, f"'{e.name}' has {len(sym.indices)} indices but none were given",
+                               e.pos, hint=f"write {e.name}{self._idx_text(sym.indices)}")
+            if ctx == "default" and sym.kind not in ("param", "local"):
+                raise self.err(SpecError, f"'{e.name}' cannot be used in a parameter value", e.pos)
+            return
+        if isinstance(e, ast.Indexed):
+            sym = self.lookup(e.name, e.pos, locals_)
+            self._check_indices(sym, e.indices, e.pos, bound)
+            if sym.kind in ("order", "field"):
+                raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' needs a time argument", e.pos,
+                               hint=f"write {e.name}{self._idx_text(e.indices)}({time or self.spec.time.var})")
+            return
+        if isinstance(e, ast.Call):
+            if ctx == "default":
+                if e.name not in DEFAULT_FUNCTIONS or e.indices:
+                    raise self.err(SpecError, f"'{e.name}' cannot be used in a parameter value", e.pos,
+                                   hint=f"available: {', '.join(sorted(DEFAULT_FUNCTIONS))}")
+                if len(e.args) != 1:
+                    raise self.err(ShapeSpecError, f"'{e.name}' takes 1 argument, got {len(e.args)}", e.pos)
+                rec(e.args[0])
+                return
+            sym = self.lookup(e.name, e.pos, locals_)
+            if sym.kind in ("order", "field"):
+                self._check_indices(sym, e.indices, e.pos, bound)
+                if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
+                    raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' takes one time argument", e.pos,
+                                   hint=f"write {e.name}(t) or, inside an integral, {e.name}(s)")
+                tv = e.args[0].name
+                allowed = {x for x in (time, integral_var) if x}
+                if ctx == "action" and integral_var is None and time is None:
+                    allowed = set()
+                if tv not in allowed:
+                    raise self.err(SpecError, f"'{tv}' is not a time variable in scope here", e.args[0].pos,
+                                   hint=f"time variables in scope: {', '.join(sorted(allowed)) or 'none'}")
+                if sym.kind == "order" and ctx == "field" and tv != integral_var:
+                    raise self.err(CausalitySpecError,
+                                   f"order parameter '{e.name}' enters field equations only through causal integrals",
+                                   e.pos, hint=f"write integral({e.name}(s) ..., s < {time})")
+                if sym.kind == "field" and ctx == "action" and not in_log:
+                    raise self.err(StructureSpecError, f"field '{e.name}' used outside the single-site average",
+                                   e.pos, hint="fields appear only inside log E[exp(-integral(...))]")
+                if sym.kind == "order" and ctx == "action" and in_log:
+                    raise self.err(StructureSpecError,
+                                   f"order parameter '{e.name}' inside the single-site average", e.pos,
+                                   hint="observables in log E[...] depend on fields and parameters only")
+                return
+            if sym.kind in ("activation", "builtin"):
+                if e.indices:
+                    raise self.err(ShapeSpecError, f"function '{e.name}' takes no indices", e.pos)
+                want = BUILTIN_FUNCTIONS.get(e.name, 1)
+                if len(e.args) != want:
+                    raise self.err(ShapeSpecError, f"'{e.name}' takes {want} argument(s), got {len(e.args)}", e.pos)
+                for a in e.args:
+                    rec(a)
+                return
+            raise self.err(ShapeSpecError, f"'{e.name}' is a {sym.kind}, not a function", e.pos,
+                           hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)
+        if isinstance(e, ast.PrimeCall):
+            sym = self.lookup(e.name, e.pos, locals_)
+            if sym.kind not in ("activation", "builtin") or BUILTIN_FUNCTIONS.get(e.name, 1) != 1:
+                raise self.err(SpecError, f"'{e.name}' is not an activation; only activations have derivatives",
+                               e.pos, hint=_suggest(e.name, [a.name for a in self.spec.activations]))
+            if len(e.args) != 1:
+                raise self.err(ShapeSpecError, f"{e.name}' takes one argument", e.pos)
+            rec(e.args[0])
+            return
+        if isinstance(e, ast.Hat):
+            sym = self.lookup(e.name, e.pos, locals_)
+            if ctx != "action":
+                raise self.err(StructureSpecError, "dual variables (hat ...) appear only in the action", e.pos)
+            if sym.kind != "order":
+                raise self.err(NameSpecError, f"'hat {e.name}': '{e.name}' is not an order parameter", e.pos,
+                               hint=_suggest(e.name, [o.name for o in self.spec.orders]))
+            self._check_indices(sym, e.indices, e.pos, bound)
+            if e.time != time:
+                raise self.err(SpecError, f"dual 'hat {e.name}' must be taken at the outer time '{time}'", e.pos)
+            return
+        if isinstance(e, ast.BinOp):
+            rec(e.left)
+            rec(e.right)
+            return
+        if isinstance(e, ast.Neg):
+            rec(e.operand)
+            return
+        if isinstance(e, ast.IndexSum):
+            for i in e.indices:
+                if i not in self.index_size:
+                    raise self.err(NameSpecError, f"'{i}' is not a declared index", e.pos,
+                                   hint=_suggest(i, self.index_size))
+                if i in bound:
+                    raise self.err(SpecError, f"index '{i}' is already bound here", e.pos,
+                                   hint="use a different index name for the inner sum")
+            rec(e.body, bound=bound | set(e.indices))
+            return
+        if isinstance(e, ast.Integral):
+            return self._integral(e, ctx, bound, time, locals_, integral_var, in_log)
+        if isinstance(e, ast.Expectation):
+            if ctx != "action" or not e.log:
+                raise self.err(StructureSpecError, "E[...] appears only as 'log E[exp(-integral(...))]' in the action",
+                               e.pos)
+            body = e.body
+            if not (isinstance(body, ast.Call) and body.name == "exp" and len(body.args) == 1):
+                raise self.err(StructureSpecError, "expected exp(...) inside log E[...]", body.pos,
+                               hint="write log E[exp(-integral(hat K(t) * observable, t))]")
+            rec(body.args[0], in_log=True)
+            return
+        if isinstance(e, ast.Matrix):
+            for r in e.rows:
+                rec(r)
+            return
+        raise AssertionError(type(e))  # pragma: no cover
+
+    def _integral(self, e, ctx, bound, time, locals_, integral_var, in_log):
+        tv = self.spec.time.var
+        if e.cmp is None:
+            if ctx != "action" or time is not None:
+                raise self.err(SpecError, f"'integral(..., {e.var})' over all times is only allowed at the top of "
+                               "the action", e.pos, hint=f"inside, write a causal integral: integral(..., s < {tv})")
+            if e.var != tv:
+                raise self.err(SpecError, f"the action integrates over the time variable '{tv}', not '{e.var}'",
+                               e.pos, hint=f"write integral(..., {tv})")
+            return self.expr(e.body, ctx=ctx, bound=bound, time=tv, locals_=locals_, in_log=in_log)
+        if time is None:
+            raise self.err(SpecError, "a causal integral needs an enclosing time", e.pos)
+        if e.upper != time:
+            raise self.err(CausalitySpecError, f"the integral's upper limit '{e.upper}' is not the time '{time}'",
+                           e.pos, hint=f"write integral(..., {e.var} < {time})")
+        if e.cmp != "<":
+            raise self.err(CausalitySpecError, f"integral over {e.var} {e.cmp} {e.upper} is not strictly causal",
+                           e.pos, hint=f"integrals must be strictly causal: use {e.var} < {e.upper}")
+        if e.var in self.symbols or e.var == time:
+            raise self.err(NameSpecError, f"integration variable '{e.var}' clashes with an existing name", e.pos,
+                           hint="use a fresh name such as s")
+        if integral_var is not None:
+            raise self.err(StructureSpecError, "nested causal integrals are not supported yet", e.pos,
+                           hint="introduce an intermediate field for the inner integral")
+        if in_log:
+            raise self.err(StructureSpecError, "causal integrals inside the single-site average are not supported",
+                           e.pos, hint="define a field with the integral and use the field in the observable")
+        self.expr(e.body, ctx=ctx, bound=bound, time=None, locals_=locals_, integral_var=e.var, in_log=in_log)
+
+    def _check_indices(self, sym, indices, pos, bound):
+        if sym.kind in ("activation", "builtin", "local", "index", "time"):
+            raise self.err(ShapeSpecError, f"'{sym.name}' takes no indices", pos)
+        if len(indices) != len(sym.indices):
+            raise self.err(ShapeSpecError, f"'{sym.name}' has {len(sym.indices)} index(es), got {len(indices)}", pos,
+                           hint=f"write {sym.name}{self._idx_text(sym.indices)}" if sym.indices
+                           else f"'{sym.name}' is not indexed")
+        for i in indices:
+            if i not in self.index_size:
+                raise self.err(NameSpecError, f"'{i}' is not a declared index", pos,
+                               hint=_suggest(i, self.index_size))
+            if i not in bound:
+                raise self.err(SpecError, f"index '{i}' is not bound here", pos,
+                               hint=f"sum over it with sum({i}: ...) or use an index of the equation's left side")
+        if len(set(indices)) != len(indices):
+            raise self.err(ShapeSpecError, f"repeated index in {sym.name}[{', '.join(indices)}] is not supported",
+                           pos, hint="diagonal entries are not supported yet")
+        if sym.kind == "param" and sym.indices:
+            return
+
+    @staticmethod
+    def _idx_text(indices):
+        return f"[{', '.join(indices)}]" if indices else ""
+
+    # ------------------------------------------------------------ dependencies
+    def field_dependencies(self) -> tuple[str, ...]:
+        """Order fields so that same-time references come first; reject cycles."""
+        deps: dict[str, set[str]] = {}
+        fields = {f.name: f for f in self.spec.fields}
+        for f in self.spec.fields:
+            deps[f.name] = set()
+            stack = [(f.body, False)]
+            while stack:
+                e, under = stack.pop()
+                if isinstance(e, ast.Integral):
+                    stack.append((e.body, True))
+                    continue
+                if isinstance(e, ast.Call) and e.name in fields and not under:
+                    deps[f.name].add(e.name)
+                for child in _children(e):
+                    stack.append((child, under))
+        done: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(n, chain):
+            if state.get(n) == 2:
+                return
+            if state.get(n) == 1:
+                cyc = " -> ".join(chain[chain.index(n):] + [n])
+                raise self.err(StructureSpecError, f"fields depend on each other at the same time: {cyc}",
+                               fields[n].pos, hint="break the cycle with a causal integral over s < t")
+            state[n] = 1
+            for d in sorted(deps[n]):
+                visit(d, chain + [n])
+            state[n] = 2
+            done.append(n)
+
+        for f in self.spec.fields:
+            visit(f.name, [])
+        return tuple(done)
+
+
+def _children(e):
+    if isinstance(e, (ast.Call, ast.PrimeCall)):
+        return e.args
+    if isinstance(e, ast.BinOp):
+        return (e.left, e.right)
+    if isinstance(e, ast.Neg):
+        return (e.operand,)
+    if isinstance(e, (ast.Integral, ast.IndexSum, ast.Expectation)):
+        return (e.body,)
+    if isinstance(e, ast.Matrix):
+        return e.rows
+    return ()
+
+
+def check(spec: ast.Spec) -> Model:
+    """Check a parsed spec; raise a located :class:`SpecError` on the first problem."""
+    return _Checker(spec).run()

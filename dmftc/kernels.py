@@ -1,0 +1,65 @@
+"""Array helpers called by generated modules (see :mod:`dmftc.lower` for the layout).
+
+All helpers are pure ``jax.numpy`` functions of arrays and static Python
+integers, so generated code stays jit/vmap-able and device-agnostic.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def place(x, axes: tuple[int, ...], rank: int):
+    """Put the dimensions of ``x`` (e.g. a (P, P) parameter) on ``axes`` of a rank-``rank`` array."""
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        return x
+    y = jnp.reshape(x, x.shape + (1,) * (rank - x.ndim))
+    return jnp.moveaxis(y, tuple(range(x.ndim)), axes)
+
+
+def relabel(x, src: tuple[int, ...], dst: tuple[int, ...]):
+    """Move the data axes ``src`` of a uniform-rank array to ``dst`` (other index axes are size 1)."""
+    rank = x.ndim
+    perm = [None] * rank
+    perm[0], perm[-1] = 0, rank - 1
+    for s, d in zip(src, dst):
+        perm[d] = s
+    spare = [a for a in range(1, rank - 1) if a not in src]
+    for d in range(1, rank - 1):
+        if perm[d] is None:
+            perm[d] = spare.pop(0)
+    return jnp.transpose(x, perm)
+
+
+def kron(a: int, b: int, n: int, rank: int):
+    """Kronecker delta between index axes ``a`` and ``b`` of size ``n``."""
+    return place(jnp.eye(n), (a, b), rank)
+
+
+def heaviside(x):
+    return jnp.where(x > 0, 1.0, 0.0)
+
+
+def dirac_dropped(x):
+    """A DiracDelta factor that pathwise Monte Carlo cannot represent (counted as zero).
+
+    dmftc reports such terms at compile time and when solving (see Derivation.singular).
+    """
+    return jnp.zeros_like(x)
+
+
+def onehot(t, n: int, rank: int):
+    """The indicator [s == t] on the trailing source-time axis."""
+    return jnp.reshape(jnp.arange(n) == t, (1,) * (rank - 1) + (n,)).astype(jnp.float64)
+
+
+def canonical(x, axes: tuple[int, ...], keep_batch: bool = True, keep_s: bool = False):
+    """Extract the data of a uniform-rank array as (batch?, *index dims in ``axes`` order, s?)."""
+    x = np.asarray(x)
+    lead = [0] if keep_batch else []
+    tail = [x.ndim - 1] if keep_s else []
+    order = lead + list(axes) + tail
+    rest = [a for a in range(x.ndim) if a not in order]
+    y = np.transpose(x, order + rest)
+    return y.reshape(y.shape[: len(order)])

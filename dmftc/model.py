@@ -1,0 +1,27 @@
+"""A generated module wrapped with the stable user-facing API."""
+from __future__ import annotations
+
+from .runtime import solve_module
+
+
+class CompiledModel:
+    """``m = dmftc.load(spec)``; ``m.solve(**params)`` -> :class:`dmftc.solution.Solution`."""
+
+    def __init__(self, module):
+        self.module = module
+
+    @property
+    def name(self) -> str:
+        return self.module.MODEL
+
+    @property
+    def parameters(self) -> dict:
+        """Default parameter values of the spec."""
+        return self.module.defaults({})
+
+    def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, **params):
+        """Saddle point and propagator; unspecified parameters take the spec's defaults."""
+        return solve_module(self.module, samples=samples, seed=seed, batch=batch, **params)
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.name!r}, spec={self.module.SPEC_PATH!r})"

@@ -1,0 +1,276 @@
+"""Runtime: saddle-point march, sensitivities, kappa and the propagator for a generated module.
+
+Pass 1 marches the single-site process forward once over all samples: at each
+step the fields need only the past (strict causality), their averages give the
+order parameters at that step, and running sums advance.  Pass 2 re-runs the
+same samples in batches with the order parameters fixed, propagating tangents
+(forward-mode field sensitivities) to get D, and centred observables to get
+kappa.  The propagator is Sigma = U^-1 kappa U^-T with U lower triangular in
+time (forward substitution).
+"""
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import kernels as _k
+from .errors import NumericalError
+from .linalg import causal_sandwich
+from .params import resolve_params
+
+jax.config.update("jax_enable_x64", True)
+
+_MEMORY_BUDGET = 2.0e8  # floats per batch of tangents (~1.6 GB in float64)
+
+
+@dataclass
+class _Geometry:
+    """Shapes of the order parameters and their place in the flattened propagator."""
+
+    mod: object
+    sz: dict
+
+    def __post_init__(self):
+        m = self.mod
+        self.comp_shape = {n: tuple(self.sz[m.AXIS_SIZE[m.AXES[a - 1]]] for a in m.STORED_AXES[n]) for n, _ in m.ORDERS}
+        self.offset, off = {}, 0
+        for n, _ in m.ORDERS:
+            self.offset[n] = off
+            off += int(np.prod(self.comp_shape[n], dtype=int))
+        self.m = off
+
+    def size(self, name):
+        return int(np.prod(self.comp_shape[name], dtype=int))
+
+    def shape(self, name, lead=1, s=1):
+        m = self.mod
+        axes = m.STORED_AXES[name]
+        dims = [self.sz[m.AXIS_SIZE[a]] if (i + 1) in axes else 1 for i, a in enumerate(m.AXES)]
+        return (lead, *dims, s)
+
+
+def _sample_sources(mod, p, sz, samples, seed):
+    covs = mod.source_covariances(p, sz)
+    key = jax.random.PRNGKey(seed)
+    out = {}
+    for gi, (group, cov) in enumerate(zip(mod.SOURCES, covs)):
+        w, v = np.linalg.eigh(np.asarray(cov, dtype=float))
+        factor = v * np.sqrt(np.clip(w, 0.0, None))
+        z = jax.random.normal(jax.random.fold_in(key, gi), (samples, factor.shape[0]), dtype=jnp.float64)
+        x = z @ jnp.asarray(factor.T)
+        if len(group) == 1 and group[0][1]:
+            name = group[0][0]
+            out[name] = _k.place(x, (0,) + mod.STORED_AXES[name], mod.RANK)
+        else:
+            for j, (name, _) in enumerate(group):
+                out[name] = jnp.reshape(x[:, j], (samples,) + (1,) * (mod.RANK - 1))
+    return out
+
+
+def _broadcast(d, shapes):
+    return {k: jnp.broadcast_to(jnp.asarray(v, dtype=jnp.float64), shapes[k]) for k, v in d.items()}
+
+
+def _saddle_march(mod, geo, S, p, sz, T, samples):
+    eta = p[mod.TIME["step"]]
+    R0 = {n: jnp.zeros(geo.shape(n, samples)) for n in mod.SAMPLE_SUMS}
+    Rq0 = {n: jnp.zeros(geo.shape(n)) for n in mod.ORDER_SUMS}
+    qshape = {n: geo.shape(n) for n, _ in mod.ORDERS}
+
+    def step(carry, t):
+        R, Rq = carry
+        F = mod.fields(S, R, p, sz)
+        O = mod.observables(F, S, p, sz)
+        avg = {k: jnp.mean(v, axis=0, keepdims=True) for k, v in O.items()}
+        q = _broadcast(mod.saddle(avg, Rq, p, sz), qshape)
+        inc = mod.sample_increments(F, q, p, sz)
+        R = {k: R[k] + eta * inc[k] for k in R}
+        oinc = mod.order_increments(q, p, sz)
+        Rq_next = {k: Rq[k] + eta * oinc[k] for k in Rq}
+        return (R, Rq_next), (q, Rq, {k: avg[k] for k in avg})
+
+    _, (q, Rq, avg) = jax.lax.scan(step, (R0, Rq0), jnp.arange(T))
+    return q, Rq, avg
+
+
+def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
+    """One batch: centred observables X (T, B, ...) and summed sensitivities dO/dq (T, ..., s)."""
+    eta = p[mod.TIME["step"]]
+    B = next(iter(S.values())).shape[0]
+    R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
+    T0 = {d: {f"d{n}/d{d}": jnp.zeros(_tangent_shape(mod, geo, n, d, B, T)) for n in mod.SAMPLE_SUMS}
+          for d in mod.DRIVERS}
+
+    def step(carry, t):
+        R, Ts = carry
+        qt = {k: v[t] for k, v in q.items()}
+        F = mod.fields(S, R, p, sz)
+        O = mod.observables(F, S, p, sz)
+        X = {k: O[k] - avg[k][t] for k in O}
+        onehot = _k.onehot(t, T, mod.RANK)
+        Dt, Tn = {}, {}
+        for d in mod.DRIVERS:
+            tangent = getattr(mod, f"tangents_{d}")
+            _, inc, dO = tangent(Ts[d], F, qt, p, sz, onehot)
+            Tn[d] = {k: Ts[d][k] + eta * inc[k] for k in Ts[d]}
+            for k, v in dO.items():
+                Dt[(k, d)] = jnp.sum(v, axis=0, keepdims=True)
+        inc = mod.sample_increments(F, qt, p, sz)
+        R = {k: R[k] + eta * inc[k] for k in R}
+        return (R, Tn), (X, Dt)
+
+    _, (X, D) = jax.lax.scan(step, (R0, T0), jnp.arange(T))
+    return X, D
+
+
+def _tangent_shape(mod, geo, name, driver, B, T):
+    base = list(geo.shape(name, B, T))
+    for a in mod.PRIMED_AXES[driver]:
+        base[a] = geo.sz[mod.AXIS_SIZE[mod.AXES[a - 1]]]
+    return tuple(base)
+
+
+@dataclass
+class MonteCarloMoments:
+    """Raw Monte Carlo results of pass 2."""
+
+    kappa: np.ndarray            # (T*m_obs, T*m_obs) covariance of observables, time-major
+    D: dict                      # (k, driver) -> (T, comps_k, comps_driver, T)
+    obs_names: tuple
+    batches: int
+
+
+def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch):
+    obs = tuple(n for n, _ in mod.ORDERS if n in mod.SINGLE_SITE)
+    m_obs = sum(geo.size(n) for n in obs)
+    kappa = np.zeros((T * m_obs, T * m_obs))
+    D = {}
+    run = jax.jit(lambda Sb: _fluctuation_pass(mod, geo, Sb, q, avg, p, sz, T))
+    nb = 0
+    for start in range(0, samples, batch):
+        Sb = {k: v[start:start + batch] for k, v in S.items()}
+        X, Dt = run(Sb)
+        Bn = next(iter(Sb.values())).shape[0]
+        cols = [_k.canonical(X[n], (1,) + tuple(a + 1 for a in mod.STORED_AXES[n])).reshape(T, Bn, -1)
+                for n in obs]
+        Xm = np.concatenate(cols, axis=2) if cols else np.zeros((T, Bn, 0))
+        Xm = np.transpose(Xm, (1, 0, 2)).reshape(Bn, T * m_obs)
+        kappa += Xm.T @ Xm
+        for (k, d), v in Dt.items():
+            arr = np.asarray(v)  # (T, 1, axes..., T_s)
+            ak = tuple(a + 1 for a in mod.STORED_AXES[k]) + tuple(a + 1 for a in mod.PRIMED_AXES[d])
+            c = _k.canonical(arr, ak, keep_s=True).reshape(T, geo.size(k), geo.size(d), T)
+            D[(k, d)] = D.get((k, d), 0) + c
+        nb += 1
+    kappa /= samples - 1
+    D = {k: v / samples for k, v in D.items()}
+    return MonteCarloMoments(kappa, D, obs, nb)
+
+
+def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
+    """dC/dq over the whole trajectory as a dense (T*m, T*m) lower-triangular matrix."""
+    m = geo.m
+    eta = float(p[mod.TIME["step"]])
+    U = np.zeros((T, m, T, m))
+    coeff = mod.coefficients(p, sz)
+    for n, _ in mod.ORDERS:
+        o, k = geo.offset[n], geo.size(n)
+        c = np.broadcast_to(np.asarray(coeff[n], dtype=float), (k,)) if np.ndim(coeff[n]) == 0 \
+            else _k.canonical(np.asarray(coeff[n]), mod.STORED_AXES[n], keep_batch=False).reshape(k)
+        for t in range(T):
+            U[t, o:o + k, t, o:o + k] += np.diag(c)
+    qT = {k: np.asarray(v)[:, 0] for k, v in q.items()}     # time as batch axis
+    RqT = {k: np.asarray(v)[:, 0] for k, v in Rq.items()}
+    factors = mod.past_factors(qT, RqT, p, sz)
+    mask = np.tril(np.ones((T, T)), -1)
+    for (row, col, row_axes, dummy_axes, col_axes), (a_t, a_s) in zip(mod.PAST_TERMS, factors):
+        full = (T,) + (1,) * (mod.RANK - 1)
+        A = _k.canonical(np.broadcast_to(np.asarray(a_t, dtype=float), np.broadcast_shapes(np.shape(a_t), full)),
+                         (0,) + row_axes + dummy_axes, keep_batch=False)
+        Bm = _k.canonical(np.broadcast_to(np.asarray(a_s, dtype=float), np.broadcast_shapes(np.shape(a_s), full)),
+                          (0,) + dummy_axes + col_axes, keep_batch=False)
+        A = _expand(A, mod, geo.sz, (0,) + row_axes + dummy_axes).reshape(T, geo.size(row), -1)
+        Bm = _expand(Bm, mod, geo.sz, (0,) + dummy_axes + col_axes).reshape(T, -1, geo.size(col))
+        block = eta * np.einsum("trd,sdc->trsc", A, Bm) * mask[:, None, :, None]
+        ro, co = geo.offset[row], geo.offset[col]
+        U[:, ro:ro + geo.size(row), :, co:co + geo.size(col)] += block
+    return U
+
+
+def _expand(x, mod, sz, axes):
+    """Broadcast singleton index dimensions of a canonical array to their full sizes."""
+    dims = [x.shape[0]] + [sz[mod.AXIS_SIZE[mod.AXES[a - 1]]] for a in axes[1:]]
+    return np.broadcast_to(x, dims)
+
+
+@dataclass
+class RunInfo:
+    samples: int
+    seed: int
+    batch: int
+    timings: dict = field(default_factory=dict)
+
+
+def solve_module(mod, *, samples=20000, seed=0, batch=None, **kwargs):
+    """Solve the saddle point and the propagator of a generated module; returns a Solution."""
+    from .solution import Solution
+
+    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed)
+    geo = _Geometry(mod, sz)
+    timings = {}
+    t0 = _time.perf_counter()
+    S = _sample_sources(mod, p, sz, samples, seed)
+    pj = {k: (jnp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+    march = jax.jit(lambda S: _saddle_march(mod, geo, S, pj, sz, T, samples))
+    q, Rq, avg = march(S)
+    q = {k: np.asarray(v) for k, v in q.items()}
+    _check_finite(mod, geo, q, "saddle-point march")
+    timings["saddle"] = _time.perf_counter() - t0
+    t0 = _time.perf_counter()
+    if batch is None:
+        per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
+        batch = int(max(1, min(samples, _MEMORY_BUDGET // per_sample)))
+    moments = _moments(mod, geo, S, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, samples, batch)
+    timings["moments"] = _time.perf_counter() - t0
+    t0 = _time.perf_counter()
+    U = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+    for (k, d), Dk in moments.D.items():
+        ko, do = geo.offset[k], geo.offset[d]
+        U[:, ko:ko + geo.size(k), :, do:do + geo.size(d)] -= np.transpose(Dk, (0, 1, 3, 2))
+    n = T * geo.m
+    U = U.reshape(n, n)
+    kappa = _embed_kappa(moments, geo, T)
+    sigma = causal_sandwich(U, kappa)
+    timings["propagator"] = _time.perf_counter() - t0
+    _check_finite(mod, geo, {"Sigma": sigma}, "propagator", flat=True)
+    means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
+             for k, _ in mod.ORDERS}
+    return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, moments,
+                                RunInfo(samples, seed, batch, timings))
+
+
+def _embed_kappa(moments, geo, T):
+    m = geo.m
+    full = np.zeros((T, m, T, m))
+    idx = np.concatenate([np.arange(geo.offset[n], geo.offset[n] + geo.size(n)) for n in moments.obs_names]) \
+        if moments.obs_names else np.zeros(0, dtype=int)
+    k = moments.kappa.reshape(T, len(idx), T, len(idx))
+    full[np.ix_(range(T), idx, range(T), idx)] = k
+    return full.reshape(T * m, T * m)
+
+
+def _check_finite(mod, geo, arrays, stage, flat=False):
+    for name, v in arrays.items():
+        v = np.asarray(v)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            if flat:
+                raise NumericalError(f"non-finite values in {name} during the {stage}")
+            first = int(np.argmax(bad.reshape(v.shape[0], -1).any(axis=1)))
+            raise NumericalError(
+                f"{name} became non-finite at step {first} (t = {first} * eta) during the {stage}; "
+                "the dynamics diverge: reduce the step size or the feature-learning strength")

@@ -1,0 +1,100 @@
+"""Results of a solve: saddle-point means and the propagator, with named accessors."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Infinite-width saddle point and leading finite-width propagator.
+
+    ``mean(name)`` has shape ``(*index dims, T)``; ``sigma(a, b)`` has shape
+    ``(*dims_a, T, *dims_b, T)`` and approximates ``N Cov(q_a, q_b)``;
+    ``var(name)`` is its equal-time diagonal, ``N Var(q(t))``.
+    """
+
+    model: str
+    params: dict
+    times: np.ndarray
+    means: dict
+    shapes: dict                 # name -> index dims
+    offsets: dict                # name -> offset in the per-time block
+    block: int                   # components per time step
+    sigma_full: np.ndarray       # (T*block, T*block), time-major
+    info: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, moments, run):
+        eta = float(p[mod.TIME["step"]])
+        info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
+                "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR}
+        return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
+                   sigma, info, {"U": U, "kappa": kappa})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.means)
+
+    def _check(self, name):
+        if name not in self.means:
+            import difflib
+            close = difflib.get_close_matches(name, self.names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ParameterError(f"unknown order parameter '{name}'{hint} (have {', '.join(self.names)})")
+
+    def mean(self, name: str) -> np.ndarray:
+        self._check(name)
+        return self.means[name]
+
+    def _block(self, full, a, b):
+        self._check(a)
+        self._check(b)
+        T = len(self.times)
+        M = full.reshape(T, self.block, T, self.block)
+        oa, ob = self.offsets[a], self.offsets[b]
+        na, nb = int(np.prod(self.shapes[a], dtype=int)), int(np.prod(self.shapes[b], dtype=int))
+        blk = M[:, oa:oa + na, :, ob:ob + nb]                  # (T, na, T, nb)
+        blk = np.transpose(blk, (1, 0, 3, 2))                  # (na, T, nb, T)
+        return blk.reshape(self.shapes[a] + (T,) + self.shapes[b] + (T,))
+
+    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
+        """Propagator block: N Cov(q_a(t), q_b(s)) -> sigma, shape (*dims_a, T, *dims_b, T)."""
+        return self._block(self.sigma_full, a, a if b is None else b)
+
+    def kappa(self, a: str, b: str | None = None) -> np.ndarray:
+        """Uncoupled covariance of the single-site observables (zero for constraint-only variables)."""
+        return self._block(self.extras["kappa"], a, a if b is None else b)
+
+    def var(self, name: str) -> np.ndarray:
+        """Equal-time variance N Var(q(t)), shape (*dims, T)."""
+        self._check(name)
+        T = len(self.times)
+        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
+        d = np.diag(self.sigma_full).reshape(T, self.block)[:, o:o + n]
+        return d.T.reshape(self.shapes[name] + (T,))
+
+    def summary(self) -> str:
+        lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, "
+                 f"samples = {self.info.get('samples')}"]
+        lines.append(f"  {'order parameter':<16}{'shape':>10}{'final mean':>14}{'peak N Var':>14}{'at t':>8}")
+        for n in self.names:
+            m = self.mean(n)
+            v = self.var(n)
+            flat = v.reshape(-1, v.shape[-1])
+            i, t = np.unravel_index(int(np.argmax(flat)), flat.shape)
+            final = m[..., -1]
+            fm = f"{float(final):.5g}" if np.ndim(final) == 0 else f"|.|={np.linalg.norm(final):.4g}"
+            lines.append(f"  {n:<16}{str(self.shapes[n] or '()'):>10}{fm:>14}{flat[i, t]:>14.5g}"
+                         f"{self.times[t]:>8.3g}")
+        tm = self.info.get("timings", {})
+        if tm:
+            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
+        if self.info.get("singular"):
+            lines.append("  warning: sensitivities drop DiracDelta terms of a non-smooth activation: "
+                         + ", ".join(self.info["singular"]))
+        return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""SymPy vocabulary shared by the derivation and lowering stages.
+
+Quantities at the *current* time step are plain SymPy symbols (scalars) or
+``Indexed`` objects (``h[mu]``); index sums are ``Sum(body, (mu, 0, P - 1))``.
+Time disappears in this representation: causal integrals become running-sum
+symbols whose increments are expressions at the current step.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+# role of every IndexedBase/Symbol name created here: "param", "order", "hat",
+# "source", "field", "sum", "tangent", "onehot", "index", "size"
+ONEHOT = sp.Symbol("onehot[s=t]")
+ETA_NAME = "eta"
+
+
+def index_symbol(name: str) -> sp.Symbol:
+    return sp.Symbol(name, integer=True)
+
+
+def quantity(name: str, indices=()) -> sp.Expr:
+    """The current value of a (possibly indexed) quantity."""
+    if not indices:
+        return sp.Symbol(name, real=True)
+    return sp.IndexedBase(name)[tuple(index_symbol(i) if isinstance(i, str) else i for i in indices)]
+
+
+def base_name(expr) -> str:
+    return str(expr.base.label) if isinstance(expr, sp.Indexed) else str(expr)
+
+
+def free_indices(expr, index_names) -> set[str]:
+    """Index symbols that are not bound by a Sum."""
+    if isinstance(expr, sp.Indexed):
+        out = set()
+        for i in expr.indices:
+            out |= {str(s) for s in i.free_symbols if str(s) in index_names}
+        return out
+    if isinstance(expr, sp.Sum):
+        bound = {str(lim[0]) for lim in expr.limits}
+        return free_indices(expr.function, index_names) - bound
+    if isinstance(expr, sp.KroneckerDelta):
+        return {str(s) for s in expr.free_symbols if str(s) in index_names}
+    out = set()
+    for a in expr.args:
+        out |= free_indices(a, index_names)
+    return out
+
+
+def _contract_term(term, var):
+    """Remove ``var`` from a product containing KroneckerDelta(var, x); None if impossible."""
+    factors = sp.Mul.make_args(term)
+    for f in factors:
+        if isinstance(f, sp.KroneckerDelta) and var in f.args:
+            other = f.args[1] if f.args[0] == var else f.args[0]
+            if other == var:
+                continue
+            rest = sp.Mul(*[g for g in factors if g is not f])
+            return rest.xreplace({var: other})
+    return None
+
+
+def contract(expr):
+    """Eliminate sums over KroneckerDelta factors: sum_k d(k, mu) f(k) -> f(mu)."""
+    if isinstance(expr, sp.Sum):
+        body = contract(expr.function)
+        limits = list(expr.limits)
+        # handle the innermost limit first, recursively for the rest
+        var, lo, hi = limits[-1]
+        outer = limits[:-1]
+        kept, done = [], []
+        for term in sp.Add.make_args(sp.expand(body)):
+            c = _contract_term(term, var)
+            if c is None:
+                if term.has(var):
+                    kept.append(term)
+                else:
+                    done.append(term * (hi - lo + 1))
+            else:
+                done.append(c)
+        inner = sp.Add(*done) + (sp.Sum(sp.Add(*kept), (var, lo, hi)) if kept else 0)
+        if outer:
+            return contract(sp.Sum(inner, *outer)) if inner != 0 else sp.Integer(0)
+        return inner
+    if not expr.args or isinstance(expr, (sp.Indexed, sp.Symbol)):
+        return expr
+    return expr.func(*[contract(a) for a in expr.args])
+
+
+def diff_indexed(expr, target, fresh_indices):
+    """d expr / d target[fresh] with Kronecker deltas contracted."""
+    if isinstance(target, sp.Indexed):
+        var = target.base[tuple(fresh_indices)]
+    else:
+        var = target
+    return contract(sp.diff(expr, var))
+
+
+def chain(expr, dependencies, tangent_of, fresh_for, size_of):
+    """Sum over dependencies q of d expr/d q[k] * tangent_of(q)[k].
+
+    ``dependencies`` maps a base name to its declared index names; ``tangent_of``
+    returns the tangent quantity for given index symbols; ``fresh_for`` yields
+    fresh dummy index names for declared ones; ``size_of`` gives an index's size symbol.
+    """
+    total = sp.Integer(0)
+    for name, idx in dependencies.items():
+        if not idx:
+            sym = sp.Symbol(name, real=True)
+            if expr.has(sym):
+                total += sp.diff(expr, sym) * tangent_of(name, ())
+            continue
+        base = sp.IndexedBase(name)
+        if not expr.has(base):
+            continue
+        dummies = [index_symbol(d) for d in fresh_for(idx)]
+        d = sp.diff(expr, base[tuple(dummies)])
+        term = d * tangent_of(name, tuple(dummies))
+        limits = [(k, 0, size_of(str(k)) - 1) for k in dummies]
+        total += contract(sp.Sum(term, *limits))
+    return total
+
+
+def singular_terms(expr) -> list:
+    """DiracDelta factors (from derivatives of non-smooth activations)."""
+    return sorted({str(a) for a in expr.atoms(sp.DiracDelta)})
