@@ -7,7 +7,9 @@ problem is a located :class:`SpecError` with a hint.
 """
 from __future__ import annotations
 
+import bisect
 import difflib
+import re
 from dataclasses import dataclass
 
 from . import ast
@@ -54,12 +56,33 @@ class _Checker:
     def __init__(self, spec: ast.Spec):
         self.spec = spec
         self.symbols: dict[str, Symbol] = {}
+        self.index_size: dict[str, str] = {}
+        self.visible: set[str] | None = None  # parameters a default may use (declaration order)
+        self._line_starts = [0]
+        for line in spec.source.splitlines(keepends=True):
+            self._line_starts.append(self._line_starts[-1] + len(line))
 
     def err(self, cls, msg, pos, hint=None):
         return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
 
+    def word_pos(self, word, pos, after=None):
+        """Where the whole word ``word`` first occurs in the span ``pos`` (past ``after``); else ``pos``."""
+        if pos is None:
+            return pos
+        starts, src = self._line_starts, self.spec.source
+        offset = lambda line, col: starts[min(line, len(starts)) - 1] + col - 1
+        a = offset(after.end_line, after.end_col) if after is not None and after.end_line else offset(pos.line, pos.col)
+        b = offset(pos.end_line, pos.end_col) if pos.end_line and pos.end_col else len(src)
+        m = re.compile(rf"(?<![A-Za-z_0-9]){re.escape(word)}(?![A-Za-z_0-9])").search(src, a, b)
+        if m is None:
+            return pos
+        line = bisect.bisect_right(starts, m.start())
+        col = m.start() - starts[line - 1] + 1
+        return Pos(line, col, line, col + len(word))
+
     # ------------------------------------------------------------ declarations
     def declare(self, kind, name, indices, pos):
+        pos = self.word_pos(name, pos)
         if name in self.symbols:
             prev = self.symbols[name]
             where = f" at line {prev.pos.line}" if prev.pos else ""
@@ -89,7 +112,8 @@ class _Checker:
                 raise self.err(SpecError, "index ranges start at 1", ix.pos, hint="write 'in 1..P'")
             size = self.symbols.get(ix.size)
             if size is None or size.kind != "param" or size.indices:
-                raise self.err(NameSpecError, f"index range size '{ix.size}' is not a scalar parameter", ix.pos,
+                raise self.err(NameSpecError, f"index range size '{ix.size}' is not a scalar parameter",
+                               self.word_pos(ix.size, ix.pos),
                                hint=_suggest(ix.size, [n for n, v in self.symbols.items() if v.kind == "param"])
                                or f"declare it first, e.g. 'param {ix.size} = 4'")
             for n in ix.names:
@@ -101,7 +125,9 @@ class _Checker:
                 sym = self.symbols.get(d)
                 if sym is None or sym.kind != "param":
                     raise self.err(NameSpecError, f"dimension '{d}' of parameter '{p.name}' is not a parameter",
-                                   p.pos, hint=_suggest(d, [k for k, v in self.symbols.items() if v.kind == "param"]))
+                                   self.word_pos(d, p.pos, after=self.word_pos(p.name, p.pos)),
+                                   hint=_suggest(d, [k for k, v in self.symbols.items() if v.kind == "param"])
+                                   or f"declare the size first, e.g. 'param {d} = 4'")
         for a in s.activations:
             self.declare("activation", a.name, (), a.pos)
         for o in s.orders:
@@ -127,11 +153,16 @@ class _Checker:
             raise self.err(StructureSpecError, "the spec has no action", s.model.pos,
                            hint="add an 'action:' section")
         # ------------------------------------------------------------ bodies
-        for p in s.params:
+        params = [p.name for p in s.params]
+        for n, p in enumerate(s.params):  # defaults are evaluated in declaration order, the time grid last
+            self.visible = set(params[:n])
             self.expr(p.default, ctx="default", bound=set())
+        self.visible = set(params) | {tm.steps_name}
         self.expr(tm.step, ctx="default", bound=set())
+        self.visible = None
         for a in s.activations:
             self.expr(a.body, ctx="activation", bound=set(), locals_={a.arg})
+        self.activation_cycles()
         for src in s.sources:
             self.expr(src.mean, ctx="default", bound=set())
             self.expr(src.cov, ctx="default", bound=set())
@@ -142,13 +173,19 @@ class _Checker:
             self.expr(f.body, ctx="field", bound=set(f.indices), time=tm.var)
         for act in s.actions:
             self.expr(act.body, ctx="action", bound=set())
+        logs = [e for act in s.actions for e in ast.walk(act.body) if isinstance(e, ast.Expectation)]
+        if len(logs) > 1:
+            raise self.err(StructureSpecError, "the action may contain only one log E[...] term", logs[1].pos,
+                           hint="put all observables inside a single exponent")
+        for act in s.actions:
+            self.linear_in_hats(act.body)
         order = self.field_dependencies()
         return Model(s, dict(self.symbols), tm.var, index_size, order)
 
     def check_index_names(self, indices, pos):
         for i in indices:
             if i not in self.index_size:
-                raise self.err(NameSpecError, f"'{i}' is not a declared index", pos,
+                raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, pos),
                                hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
         if len(set(indices)) != len(indices):
             raise self.err(ShapeSpecError, "repeated index in a declaration", pos,
@@ -164,6 +201,9 @@ class _Checker:
                 return Symbol("builtin", name, (), None)
             if name == "pi":
                 return Symbol("param", "pi", (), None)
+            if name in DEFAULT_FUNCTIONS:
+                raise self.err(NameSpecError, f"'{name}' can only be used in parameter values", pos,
+                               hint="inside equations use " + ", ".join(sorted(BUILTIN_FUNCTIONS)))
             cands = set(self.symbols) | set(locals_) | set(BUILTIN_FUNCTIONS) | set(extra)
             raise self.err(NameSpecError, f"undefined name '{name}'", pos, hint=_suggest(name, cands)
                            or "declare it as a param, order parameter, source or field")
@@ -188,10 +228,14 @@ class _Checker:
             if sym.kind == "index":
                 raise self.err(SpecError, f"index '{e.name}' cannot be used as a value", e.pos)
             if sym.kind in ("param", "source") and sym.indices and ctx != "default":
-                raise self.err(ShapeSpecError, f"'{e.name}' has {len(sym.indices)} indices but none were given",
-                               e.pos, hint=f"write {e.name}{self._idx_text(sym.indices)}")
+                raise self.err(ShapeSpecError, f"'{e.name}' has {len(sym.indices)} index(es) but none were given",
+                               e.pos, hint=f"write {self._usage(sym)}")
             if ctx == "default" and sym.kind not in ("param", "local"):
                 raise self.err(SpecError, f"'{e.name}' cannot be used in a parameter value", e.pos)
+            if ctx == "default" and self.visible is not None and e.name in self.symbols and e.name not in self.visible:
+                raise self.err(NameSpecError, f"parameter '{e.name}' is used before it has a value", e.pos,
+                               hint="defaults are computed in declaration order (the time grid last); "
+                                    f"a default may use only the parameters declared above it")
             return
         if isinstance(e, ast.Indexed):
             sym = self.lookup(e.name, e.pos, locals_)
@@ -211,17 +255,19 @@ class _Checker:
                 return
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind in ("order", "field"):
+                if ctx == "activation":
+                    raise self.err(StructureSpecError, f"an activation cannot depend on the {sym.kind} '{e.name}'",
+                                   e.pos, hint="an activation is a function of its argument and parameters only")
                 self._check_indices(sym, e.indices, e.pos, bound)
                 if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
                     raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' takes one time argument", e.pos,
                                    hint=f"write {e.name}(t) or, inside an integral, {e.name}(s)")
                 tv = e.args[0].name
                 allowed = {x for x in (time, integral_var) if x}
-                if ctx == "action" and integral_var is None and time is None:
-                    allowed = set()
                 if tv not in allowed:
                     raise self.err(SpecError, f"'{tv}' is not a time variable in scope here", e.args[0].pos,
-                                   hint=f"time variables in scope: {', '.join(sorted(allowed)) or 'none'}")
+                                   hint=f"time variables in scope: {', '.join(sorted(allowed))}" if allowed else
+                                   f"terms of the action depend on time only inside integral(..., {self.spec.time.var})")
                 if sym.kind == "order" and ctx == "field" and tv != integral_var:
                     raise self.err(CausalitySpecError,
                                    f"order parameter '{e.name}' enters field equations only through causal integrals",
@@ -246,6 +292,9 @@ class _Checker:
             raise self.err(ShapeSpecError, f"'{e.name}' is a {sym.kind}, not a function", e.pos,
                            hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)
         if isinstance(e, ast.PrimeCall):
+            if ctx == "default":
+                raise self.err(SpecError, f"'{e.name}'' cannot be used in a parameter value", e.pos,
+                               hint=f"available: {', '.join(sorted(DEFAULT_FUNCTIONS))}")
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind not in ("activation", "builtin") or BUILTIN_FUNCTIONS.get(e.name, 1) != 1:
                 raise self.err(SpecError, f"'{e.name}' is not an activation; only activations have derivatives",
@@ -259,9 +308,14 @@ class _Checker:
             if ctx != "action":
                 raise self.err(StructureSpecError, "dual variables (hat ...) appear only in the action", e.pos)
             if sym.kind != "order":
+                orders = [o.name for o in self.spec.orders]
                 raise self.err(NameSpecError, f"'hat {e.name}': '{e.name}' is not an order parameter", e.pos,
-                               hint=_suggest(e.name, [o.name for o in self.spec.orders]))
+                               hint=_suggest(e.name, orders) or f"order parameters: {', '.join(orders)}")
             self._check_indices(sym, e.indices, e.pos, bound)
+            if time is None:
+                raise self.err(StructureSpecError, f"'hat {e.name}' outside an integral over time", e.pos,
+                               hint=f"write integral(hat {e.name}{self._idx_text(e.indices)}({e.time}) ..., "
+                                    f"{self.spec.time.var})")
             if e.time != time:
                 raise self.err(SpecError, f"dual 'hat {e.name}' must be taken at the outer time '{time}'", e.pos)
             return
@@ -273,10 +327,12 @@ class _Checker:
             rec(e.operand)
             return
         if isinstance(e, ast.IndexSum):
+            if ctx == "default":
+                raise self.err(SpecError, "sum(...) cannot be used in a parameter value", e.pos)
             for i in e.indices:
                 if i not in self.index_size:
-                    raise self.err(NameSpecError, f"'{i}' is not a declared index", e.pos,
-                                   hint=_suggest(i, self.index_size))
+                    raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, e.pos),
+                                   hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
                 if i in bound:
                     raise self.err(SpecError, f"index '{i}' is already bound here", e.pos,
                                    hint="use a different index name for the inner sum")
@@ -310,8 +366,12 @@ class _Checker:
                 raise self.err(SpecError, f"the action integrates over the time variable '{tv}', not '{e.var}'",
                                e.pos, hint=f"write integral(..., {tv})")
             return self.expr(e.body, ctx=ctx, bound=bound, time=tv, locals_=locals_, in_log=in_log)
+        if integral_var is not None:
+            raise self.err(StructureSpecError, "nested causal integrals are not supported yet", e.pos,
+                           hint="introduce an intermediate field for the inner integral")
         if time is None:
-            raise self.err(SpecError, "a causal integral needs an enclosing time", e.pos)
+            raise self.err(SpecError, "a causal integral needs an enclosing time", e.pos,
+                           hint=f"in the action, causal integrals appear inside integral(..., {tv})")
         if e.upper != time:
             raise self.err(CausalitySpecError, f"the integral's upper limit '{e.upper}' is not the time '{time}'",
                            e.pos, hint=f"write integral(..., {e.var} < {time})")
@@ -321,9 +381,6 @@ class _Checker:
         if e.var in self.symbols or e.var == time:
             raise self.err(NameSpecError, f"integration variable '{e.var}' clashes with an existing name", e.pos,
                            hint="use a fresh name such as s")
-        if integral_var is not None:
-            raise self.err(StructureSpecError, "nested causal integrals are not supported yet", e.pos,
-                           hint="introduce an intermediate field for the inner integral")
         if in_log:
             raise self.err(StructureSpecError, "causal integrals inside the single-site average are not supported",
                            e.pos, hint="define a field with the integral and use the field in the observable")
@@ -334,14 +391,13 @@ class _Checker:
             raise self.err(ShapeSpecError, f"'{sym.name}' takes no indices", pos)
         if len(indices) != len(sym.indices):
             raise self.err(ShapeSpecError, f"'{sym.name}' has {len(sym.indices)} index(es), got {len(indices)}", pos,
-                           hint=f"write {sym.name}{self._idx_text(sym.indices)}" if sym.indices
-                           else f"'{sym.name}' is not indexed")
+                           hint=f"write {self._usage(sym)}" if sym.indices else f"'{sym.name}' is not indexed")
         for i in indices:
             if i not in self.index_size:
-                raise self.err(NameSpecError, f"'{i}' is not a declared index", pos,
-                               hint=_suggest(i, self.index_size))
+                raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, pos),
+                               hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
             if i not in bound:
-                raise self.err(SpecError, f"index '{i}' is not bound here", pos,
+                raise self.err(SpecError, f"index '{i}' is not bound here", self.word_pos(i, pos),
                                hint=f"sum over it with sum({i}: ...) or use an index of the equation's left side")
         if len(set(indices)) != len(indices):
             raise self.err(ShapeSpecError, f"repeated index in {sym.name}[{', '.join(indices)}] is not supported",
@@ -353,13 +409,72 @@ class _Checker:
     def _idx_text(indices):
         return f"[{', '.join(indices)}]" if indices else ""
 
+    def _usage(self, sym):
+        """How to write ``sym`` with indices: a parameter 'y[P]' is used as y[mu] with 'index mu in 1..P'."""
+        if sym.kind != "param":
+            return f"{sym.name}{self._idx_text(sym.indices)}"
+        names = []
+        for d in sym.indices:
+            i = next((i for i, size in self.index_size.items() if size == d and i not in names), None)
+            if i is None:
+                return f"{sym.name}[...] with an index declared as 'index ... in 1..{d}'"
+            names.append(i)
+        return f"{sym.name}{self._idx_text(names)}"
+
+    # ------------------------------------------------------------ action structure
+    def linear_in_hats(self, e):
+        """The action must be linear in every dual variable: no products, powers or functions of hats."""
+        if isinstance(e, ast.Expectation):  # checked to be log E[exp(...)]: look inside the exponent
+            return self.linear_in_hats(e.body.args[0])
+        hats = lambda x: [h for h in ast.walk(x) if isinstance(h, ast.Hat)]
+        bad, how = [], ""
+        if isinstance(e, ast.BinOp) and e.op == "*" and hats(e.left):
+            bad, how = hats(e.right), "multiplied by another dual variable"
+        elif isinstance(e, ast.BinOp) and e.op == "/":
+            bad, how = hats(e.right), "in a denominator"
+        elif isinstance(e, ast.BinOp) and e.op == "^":
+            bad, how = hats(e), "raised to a power"
+        elif isinstance(e, (ast.Call, ast.PrimeCall)):
+            bad, how = hats(e), f"inside the function '{e.name}'"
+        if bad:
+            h = bad[0]
+            raise self.err(StructureSpecError, f"the action is not linear in the dual variable 'hat {h.name}': "
+                           f"it appears {how}", h.pos,
+                           hint=f"each dual variable multiplies its constraint or observable once, as in "
+                                f"hat {h.name}{self._idx_text(h.indices)}({h.time}) * (...)")
+        for c in _children(e):
+            self.linear_in_hats(c)
+
+    def activation_cycles(self):
+        """Reject activations defined in terms of themselves (directly or through other activations)."""
+        acts = {a.name: a for a in self.spec.activations}
+        calls = {n: sorted({x.name for x in ast.walk(a.body) if isinstance(x, (ast.Call, ast.PrimeCall))
+                            and x.name in acts}) for n, a in acts.items()}
+        state: dict[str, int] = {}
+
+        def visit(n, chain):
+            if state.get(n) == 2:
+                return
+            if state.get(n) == 1:
+                cyc = " -> ".join(chain[chain.index(n):] + [n])
+                raise self.err(StructureSpecError, f"activation '{n}' is defined in terms of itself: {cyc}",
+                               self.word_pos(n, acts[n].pos), hint="write the body with built-in functions such "
+                                                                   "as tanh, relu, erf, sigmoid")
+            state[n] = 1
+            for d in calls[n]:
+                visit(d, chain + [n])
+            state[n] = 2
+
+        for n in acts:
+            visit(n, [])
+
     # ------------------------------------------------------------ dependencies
     def field_dependencies(self) -> tuple[str, ...]:
         """Order fields so that same-time references come first; reject cycles."""
-        deps: dict[str, set[str]] = {}
+        deps: dict[str, dict[str, Pos]] = {}  # field -> same-time references (first position of each)
         fields = {f.name: f for f in self.spec.fields}
         for f in self.spec.fields:
-            deps[f.name] = set()
+            deps[f.name] = {}
             stack = [(f.body, False)]
             while stack:
                 e, under = stack.pop()
@@ -367,7 +482,9 @@ class _Checker:
                     stack.append((e.body, True))
                     continue
                 if isinstance(e, ast.Call) and e.name in fields and not under:
-                    deps[f.name].add(e.name)
+                    old = deps[f.name].get(e.name)
+                    if old is None or (e.pos.line, e.pos.col) < (old.line, old.col):
+                        deps[f.name][e.name] = e.pos
                 for child in _children(e):
                     stack.append((child, under))
         done: list[str] = []
@@ -377,9 +494,9 @@ class _Checker:
             if state.get(n) == 2:
                 return
             if state.get(n) == 1:
-                cyc = " -> ".join(chain[chain.index(n):] + [n])
-                raise self.err(StructureSpecError, f"fields depend on each other at the same time: {cyc}",
-                               fields[n].pos, hint="break the cycle with a causal integral over s < t")
+                cyc = chain[chain.index(n):] + [n]
+                raise self.err(StructureSpecError, f"fields depend on each other at the same time: {' -> '.join(cyc)}",
+                               deps[cyc[0]][cyc[1]], hint="break the cycle with a causal integral over s < t")
             state[n] = 1
             for d in sorted(deps[n]):
                 visit(d, chain + [n])

@@ -139,7 +139,7 @@ def _forward(Wt, w, XsT, act):
     """h (B,n,N) = W x_a / sqrt(D), phi(h), g = phi'(h) w."""
     h = XsT @ Wt
     ph, g = act(h)
-    g = g * w[:, None, :]
+    g *= w[:, None, :]
     return h, ph, g
 
 

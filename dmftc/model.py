@@ -19,9 +19,9 @@ class CompiledModel:
         """Default parameter values of the spec."""
         return self.module.defaults({})
 
-    def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, **params):
+    def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8, **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults."""
-        return solve_module(self.module, samples=samples, seed=seed, batch=batch, **params)
+        return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups, **params)
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.name!r}, spec={self.module.SPEC_PATH!r})"

@@ -72,12 +72,11 @@ def _pos(meta_or_token) -> Pos:
 
 
 def _integer(tok: Token) -> int:
-    value = float(tok)
-    if value != int(value) or "." in str(tok) or "e" in str(tok).lower():
+    if not str(tok).isdigit():
         raise SyntaxSpecError(f"expected an integer, found {str(tok)!r}", _pos(tok),
                               hint="the number of steps and index ranges must be integers, "
                                    "e.g. 'T = 100 steps of eta = 0.02'")
-    return int(value)
+    return int(str(tok))
 
 
 def _idx(children) -> tuple[str, ...]:
@@ -196,14 +195,57 @@ class _Build(Transformer):
         return list(c)
 
 
+@functools.lru_cache(maxsize=1)
+def _keywords() -> dict[str, str]:
+    """Terminal name -> its literal text, for the fixed-string tokens ('E', 'hat', '..', ...)."""
+    return {t.name: t.pattern.value for t in _parser().terminals if t.pattern.type == "str"}
+
+
+def _word(name: str) -> str:
+    if name in _TOKEN_WORDS:
+        return _TOKEN_WORDS[name]
+    lit = _keywords().get(name)
+    return f"'{lit}'" if lit is not None else name
+
+
 def _expected_words(expected) -> str:
-    words = sorted({_TOKEN_WORDS.get(e, f"'{e.lower()}'" if e.isupper() else e) for e in expected})
+    words = sorted({_word(e) for e in expected})
     if len(words) > 8:
         words = words[:8] + ["..."]
     return ", ".join(words)
 
 
-def _hint_for(err: UnexpectedInput, source: str) -> str | None:
+def _tokens_before(source: str, line: int, col: int) -> list[Token]:
+    """The tokens (as the parser sees them, after the post-lexer) that start before ``line:col``."""
+    toks = []
+    try:
+        for tok in _parser().lex(source):
+            if (tok.line, tok.column) >= (line, col):
+                break
+            toks.append(tok)
+    except UnexpectedInput:
+        pass
+    return toks
+
+
+def _open_brackets(toks: list[Token]) -> list[Token]:
+    stack = []
+    for t in toks:
+        if t.type in ("LPAR", "LSQB"):
+            stack.append(t)
+        elif t.type in ("RPAR", "RSQB") and stack:
+            stack.pop()
+    return stack
+
+
+_CLOSER = {"LPAR": "RPAR", "LSQB": "RSQB"}
+
+
+def _opened_at(tok: Token) -> str:
+    return f"the '{tok}' at line {tok.line}, column {tok.column} is not closed"
+
+
+def _hint_for(err: UnexpectedInput, source: str, toks: list[Token]) -> str | None:
     if isinstance(err, UnexpectedCharacters):
         ch = source[err.pos_in_stream] if err.pos_in_stream < len(source) else ""
         if ch == "'":
@@ -216,40 +258,94 @@ def _hint_for(err: UnexpectedInput, source: str) -> str | None:
     tok = getattr(err, "token", None)
     if tok is None:
         return None
+    expected = err.expected or set()
     if tok.type == "_NL" or tok.type == "$END":
         return "the statement ends too early: is a bracket or an operand missing?"
-    if tok.type == "LPAR" and "EQUAL" in err.expected:
+    if "MODEL" in expected:
+        return "a spec starts with a line 'model <name>'"
+    if toks and toks[-1].type == "_NL" and "ACTION" in expected:
+        return (f"'{tok}' cannot start a statement; to continue the expression of the previous line, "
+                "start this line with an operator such as '+'")
+    if tok.type in _keywords() and tok.value.isidentifier() and "NAME" in expected:
+        return f"'{tok}' is a keyword and cannot be used as a name"
+    if tok.type == "LPAR" and "EQUAL" in expected:
         return "only field equations have a time argument; parameters are declared as 'param name = value'"
-    if tok.type == "NAME" and "_NL" in err.expected:
+    if tok.type == "QUOTE":
+        return "strings use double quotes; a prime is only allowed right after an activation name, as in phi'(h)"
+    if tok.type == "STRING":
+        return "a quoted description is only allowed at the end of 'model' and 'param' lines"
+    if tok.type == "NAME" and "_NL" in expected:
+        if "COMMA" in expected:
+            return "separate list items with ',' and statements with a newline or ';'"
         return "separate statements with a newline or ';'"
     return None
 
 
+def _statement_start(toks: list[Token]) -> Token | None:
+    """If ``toks`` ends with ``name[idx](var)``, the name token: a field equation read as part of an expression."""
+    i = len(toks) - 1
+    types = [t.type for t in toks]
+    if i < 3 or types[i] != "RPAR" or types[i - 1] != "NAME" or types[i - 2] != "LPAR":
+        return None
+    i -= 3
+    if types[i] == "RSQB":
+        while i >= 0 and types[i] != "LSQB":
+            if types[i] not in ("RSQB", "NAME", "COMMA"):
+                return None
+            i -= 1
+        i -= 1
+    if i < 1 or types[i] != "NAME" or types[i - 1] in ("_NL", "COLON"):
+        return None
+    return toks[i]
+
+
 def _convert(err: UnexpectedInput, source: str, filename: str) -> SyntaxSpecError:
     line, col = getattr(err, "line", None), getattr(err, "column", None)
-    if isinstance(err, UnexpectedEOF) or line in (None, -1):
-        lines = source.rstrip("\n").splitlines() or [""]
-        line, col = len(lines), len(lines[-1]) + 1
+    tok = getattr(err, "token", None)
+    at_eof = isinstance(err, UnexpectedEOF) or line in (None, -1) or (isinstance(tok, Token) and tok.type == "$END")
+    toks = _tokens_before(source, *((line, col) if not at_eof else (len(source) + 2, 0)))
+    real = [t for t in toks if t.type != "_NL"]
+    if at_eof:
+        if real:
+            line, col = real[-1].end_line, real[-1].end_column
+        else:
+            lines = source.rstrip("\n").splitlines() or [""]
+            line, col = len(lines), len(lines[-1]) + 1
         msg = "unexpected end of file"
         expected = getattr(err, "expected", None)
         if expected:
             msg += f"; expected {_expected_words(expected)}"
-        return SyntaxSpecError(msg, Pos(line, col), hint="the spec ends in the middle of a statement",
-                               source=source, filename=filename)
+        opened = _open_brackets(toks)
+        hint = (_opened_at(opened[-1]) + "; the spec ends in the middle of a statement" if opened
+                else "a spec starts with a line 'model <name>'" if not real
+                else "the spec ends in the middle of a statement")
+        return SyntaxSpecError(msg, Pos(line, col), hint=hint, source=source, filename=filename)
     if isinstance(err, UnexpectedCharacters):
         ch = source[err.pos_in_stream] if err.pos_in_stream < len(source) else "?"
         msg = f"unexpected character {ch!r}"
     else:
-        tok = err.token
-        shown = "end of statement" if tok.type == "_NL" else ("end of file" if tok.type == "$END" else repr(str(tok)))
+        shown = "end of statement" if tok.type == "_NL" else repr(str(tok))
         msg = f"unexpected {shown}"
         if err.expected:
             msg += f"; expected {_expected_words(err.expected)}"
+        opened = _open_brackets(toks)
+        prev = real[-1] if real else None
+        closer = _CLOSER[opened[-1].type] if opened else None
+        if closer in err.expected and prev is not None and prev.end_line < tok.line:
+            # inside brackets newlines do not end statements: the missing bracket belongs at the end of the line
+            return SyntaxSpecError(f"expected {_word(closer)} before the end of the line; {_opened_at(opened[-1])}",
+                                   Pos(prev.end_line, prev.end_column), source=source, filename=filename,
+                                   hint="inside brackets a newline does not end the statement, so the next "
+                                        f"line was read as part of this one (it starts with '{tok}')")
+        start = _statement_start(real) if tok.type == "EQUAL" else None
+        if start is not None:
+            return SyntaxSpecError(f"expected a newline or ';' before '{start}'", _pos(start), source=source,
+                                   filename=filename,
+                                   hint=f"'{start}' starts a new equation; separate statements with a newline or ';'")
     end_col = None
-    tok = getattr(err, "token", None)
-    if isinstance(tok, Token) and tok.type not in ("_NL", "$END") and tok.end_column:
+    if isinstance(tok, Token) and tok.type != "_NL" and tok.end_column:
         end_col = tok.end_column
-    return SyntaxSpecError(msg, Pos(line, col, line, end_col), hint=_hint_for(err, source),
+    return SyntaxSpecError(msg, Pos(line, col, line, end_col), hint=_hint_for(err, source, toks),
                            source=source, filename=filename)
 
 

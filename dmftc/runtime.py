@@ -42,6 +42,7 @@ class _Geometry:
             self.offset[n] = off
             off += int(np.prod(self.comp_shape[n], dtype=int))
         self.m = off
+        self.single_site = tuple(n for n, _ in m.ORDERS if n in m.SINGLE_SITE)
 
     def size(self, name):
         return int(np.prod(self.comp_shape[name], dtype=int))
@@ -136,22 +137,33 @@ def _tangent_shape(mod, geo, name, driver, B, T):
 
 @dataclass
 class MonteCarloMoments:
-    """Raw Monte Carlo results of pass 2."""
+    """Raw Monte Carlo results of pass 2, accumulated per group of samples."""
 
-    kappa: np.ndarray            # (T*m_obs, T*m_obs) covariance of observables, time-major
-    D: dict                      # (k, driver) -> (T, comps_k, comps_driver, T)
+    xtx: list                    # per group: sum over samples of X X^T, (T*m_obs, T*m_obs), time-major
+    dsum: list                   # per group: dict (k, driver) -> sum of dO_k(t)/dq(s), (T, comps_k, comps_d, T)
+    counts: list                 # samples per group
     obs_names: tuple
-    batches: int
+
+    def pooled(self, groups=None):
+        """(kappa, D) from the given groups (all by default)."""
+        groups = range(len(self.counts)) if groups is None else groups
+        n = sum(self.counts[g] for g in groups)
+        kappa = sum(self.xtx[g] for g in groups) / (n - 1)
+        D = {k: sum(self.dsum[g][k] for g in groups) / n for k in self.dsum[0]}
+        return kappa, D
 
 
-def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch):
+def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch, groups):
     obs = tuple(n for n, _ in mod.ORDERS if n in mod.SINGLE_SITE)
     m_obs = sum(geo.size(n) for n in obs)
-    kappa = np.zeros((T * m_obs, T * m_obs))
-    D = {}
     run = jax.jit(lambda Sb: _fluctuation_pass(mod, geo, Sb, q, avg, p, sz, T))
-    nb = 0
-    for start in range(0, samples, batch):
+    starts = list(range(0, samples, batch))
+    groups = max(1, min(groups, len(starts)))
+    xtx = [np.zeros((T * m_obs, T * m_obs)) for _ in range(groups)]
+    dsum = [{} for _ in range(groups)]
+    counts = [0] * groups
+    for b, start in enumerate(starts):
+        g = b * groups // len(starts)
         Sb = {k: v[start:start + batch] for k, v in S.items()}
         X, Dt = run(Sb)
         Bn = next(iter(Sb.values())).shape[0]
@@ -159,16 +171,13 @@ def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch):
                 for n in obs]
         Xm = np.concatenate(cols, axis=2) if cols else np.zeros((T, Bn, 0))
         Xm = np.transpose(Xm, (1, 0, 2)).reshape(Bn, T * m_obs)
-        kappa += Xm.T @ Xm
+        xtx[g] += Xm.T @ Xm
         for (k, d), v in Dt.items():
-            arr = np.asarray(v)  # (T, 1, axes..., T_s)
             ak = tuple(a + 1 for a in mod.STORED_AXES[k]) + tuple(a + 1 for a in mod.PRIMED_AXES[d])
-            c = _k.canonical(arr, ak, keep_s=True).reshape(T, geo.size(k), geo.size(d), T)
-            D[(k, d)] = D.get((k, d), 0) + c
-        nb += 1
-    kappa /= samples - 1
-    D = {k: v / samples for k, v in D.items()}
-    return MonteCarloMoments(kappa, D, obs, nb)
+            c = _k.canonical(np.asarray(v), ak, keep_s=True).reshape(T, geo.size(k), geo.size(d), T)
+            dsum[g][(k, d)] = dsum[g].get((k, d), 0) + c
+        counts[g] += Bn
+    return MonteCarloMoments(xtx, dsum, counts, obs)
 
 
 def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
@@ -215,7 +224,7 @@ class RunInfo:
     timings: dict = field(default_factory=dict)
 
 
-def solve_module(mod, *, samples=20000, seed=0, batch=None, **kwargs):
+def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution."""
     from .solution import Solution
 
@@ -234,31 +243,47 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, **kwargs):
     if batch is None:
         per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
         batch = int(max(1, min(samples, _MEMORY_BUDGET // per_sample)))
-    moments = _moments(mod, geo, S, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, samples, batch)
+    batch = min(batch, -(-samples // groups)) if groups > 1 else batch
+    moments = _moments(mod, geo, S, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, samples, batch,
+                       groups)
     timings["moments"] = _time.perf_counter() - t0
     t0 = _time.perf_counter()
-    U = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
-    for (k, d), Dk in moments.D.items():
+    U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+    sigma, U, kappa = propagator(U0, *moments.pooled(), geo, T)
+    timings["propagator"] = _time.perf_counter() - t0
+    group_vars = []
+    if len(moments.counts) > 1:
+        for g in range(len(moments.counts)):
+            sg, _, _ = propagator(U0, *moments.pooled([g]), geo, T)
+            group_vars.append(np.diag(sg))
+    means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
+             for k, _ in mod.ORDERS}
+    G = len(group_vars)
+    var_se = np.std(group_vars, axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
+    return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
+                                RunInfo(samples, seed, batch, timings))
+
+
+def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
+    """Sigma = U^-1 kappa U^-T with U = (explicit Jacobian) - D."""
+    U = U0.copy()
+    for (k, d), Dk in D.items():
         ko, do = geo.offset[k], geo.offset[d]
         U[:, ko:ko + geo.size(k), :, do:do + geo.size(d)] -= np.transpose(Dk, (0, 1, 3, 2))
     n = T * geo.m
     U = U.reshape(n, n)
-    kappa = _embed_kappa(moments, geo, T)
+    kappa = _embed_kappa(kappa_obs, geo, T)
     sigma = causal_sandwich(U, kappa)
-    timings["propagator"] = _time.perf_counter() - t0
-    _check_finite(mod, geo, {"Sigma": sigma}, "propagator", flat=True)
-    means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
-             for k, _ in mod.ORDERS}
-    return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, moments,
-                                RunInfo(samples, seed, batch, timings))
+    _check_finite(None, geo, {"Sigma": sigma}, "propagator", flat=True)
+    return sigma, U, kappa
 
 
-def _embed_kappa(moments, geo, T):
+def _embed_kappa(kappa_obs, geo, T):
     m = geo.m
     full = np.zeros((T, m, T, m))
-    idx = np.concatenate([np.arange(geo.offset[n], geo.offset[n] + geo.size(n)) for n in moments.obs_names]) \
-        if moments.obs_names else np.zeros(0, dtype=int)
-    k = moments.kappa.reshape(T, len(idx), T, len(idx))
+    idx = np.concatenate([np.arange(geo.offset[n], geo.offset[n] + geo.size(n)) for n in geo.single_site]) \
+        if geo.single_site else np.zeros(0, dtype=int)
+    k = kappa_obs.reshape(T, len(idx), T, len(idx))
     full[np.ix_(range(T), idx, range(T), idx)] = k
     return full.reshape(T * m, T * m)
 

@@ -29,12 +29,12 @@ class Solution:
     extras: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, moments, run):
+    def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, var_se, run):
         eta = float(p[mod.TIME["step"]])
         info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
                 "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR}
         return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
-                   sigma, info, {"U": U, "kappa": kappa})
+                   sigma, info, {"U": U, "kappa": kappa, "var_se": var_se})
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -77,6 +77,23 @@ class Solution:
         o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
         d = np.diag(self.sigma_full).reshape(T, self.block)[:, o:o + n]
         return d.T.reshape(self.shapes[name] + (T,))
+
+    def stderr(self, name: str, what: str = "var") -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (from independent sample groups) or of ``mean(name)``.
+
+        The saddle point is an average over ``samples`` single-site draws, so its
+        own Monte Carlo covariance is Sigma / samples (the solver is a width-``samples``
+        network in disguise): ``stderr(name, "mean") = sqrt(var(name) / samples)``.
+        """
+        self._check(name)
+        if what == "mean":
+            return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
+        se = self.extras.get("var_se")
+        if se is None:
+            raise ParameterError("no standard errors: solve with groups >= 2")
+        T = len(self.times)
+        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
+        return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
 
     def summary(self) -> str:
         lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, "

@@ -75,7 +75,7 @@ def fields(S, R, p, sz):
     return F
 
 
-def observables(F, p, sz):
+def observables(F, S, p, sz):
     """Single-site observables O_k whose averages are the order parameters."""
     return {
         'K': ((F['g'] ** 2) + (jnp.tanh(F['h']) ** 2)),

@@ -1,0 +1,114 @@
+"""Command line: ``dmftc compile | derive | run``.
+
+Exit codes: 0 success, 1 spec error, 2 usage error (bad arguments or
+parameters), 3 numerical failure.
+"""
+from __future__ import annotations
+
+import argparse
+import ast as pyast
+import sys
+from pathlib import Path
+
+from .errors import DmftcError, ParameterError, SpecError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit with 2 and no traceback
+        self.print_usage(sys.stderr)
+        print(f"dmftc: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parse_value(text: str, name: str):
+    try:
+        value = pyast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ParameterError(f"--set {name}={text}: value must be a number or a nested list of numbers") from None
+    return value
+
+
+def cmd_compile(args) -> int:
+    from .compiler import compile_spec, is_stale, output_path
+
+    stale = []
+    for spec in args.specs:
+        if args.check:
+            if is_stale(spec, args.output):
+                stale.append(spec)
+                print(f"stale: {output_path(spec, args.output)} (run `dmftc compile {spec}`)")
+            continue
+        target, changed = compile_spec(spec, args.output)
+        if not args.quiet:
+            print(f"{'wrote' if changed else 'up to date'}: {target}")
+    return 1 if stale else 0
+
+
+def cmd_derive(args) -> int:
+    from .compiler import front_end
+    from .report import format_derivation
+
+    _, deriv = front_end(Path(args.spec))
+    print(format_derivation(deriv, latex=args.latex))
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .compiler import load
+
+    params = {}
+    for item in args.set or []:
+        if "=" not in item:
+            raise ParameterError(f"--set expects name=value, got {item!r}")
+        k, v = item.split("=", 1)
+        params[k.strip()] = _parse_value(v.strip(), k.strip())
+    model = load(args.spec)
+    sol = model.solve(samples=args.samples, seed=args.seed, **params)
+    if not args.quiet:
+        print(sol.summary())
+    if args.plot:
+        from .plot import plot_solution
+        plot_solution(sol, args.plot)
+        if not args.quiet:
+            print(f"wrote {args.plot}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dmftc", description="Compile DMFT specs (.dmft) to JAX kernels and solve them.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser("compile", help="generate the Python module of one or more specs")
+    c.add_argument("specs", nargs="+")
+    c.add_argument("-o", "--output", default=None, help="output directory (default: generated/)")
+    c.add_argument("--check", action="store_true", help="exit 1 if a generated module is missing or stale")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(func=cmd_compile)
+    d = sub.add_parser("derive", help="print the derived equations and Hessian blocks")
+    d.add_argument("spec")
+    d.add_argument("--latex", action="store_true")
+    d.set_defaults(func=cmd_derive)
+    r = sub.add_parser("run", help="compile if needed, solve, print a summary")
+    r.add_argument("spec")
+    r.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter (repeatable)")
+    r.add_argument("--samples", type=int, default=20000)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")
+    r.add_argument("-q", "--quiet", action="store_true")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as err:
+        print(err.render(), file=sys.stderr)
+        return err.exit_code
+    except DmftcError as err:
+        print(f"dmftc: error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

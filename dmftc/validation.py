@@ -1,0 +1,56 @@
+"""Ground truth for the shipped specs: finite-width ensembles mapped onto order-parameter names.
+
+Each shipped model is a two-layer network; :func:`dmftc.ensemble.simulate_two_layer`
+trains real width-N networks with the same discrete updates, and this module
+translates its recorded quantities into the spec's order parameters, with the
+same shapes as ``Solution.mean`` / ``Solution.var``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ensemble import simulate_two_layer
+
+
+@dataclass(frozen=True)
+class Truth:
+    mean: dict
+    nvar: dict
+    mean_se: dict
+    nvar_se: dict
+    N: int
+    E: int
+
+
+def _network(model: str, p: dict):
+    """(activation, Kx_all, y, {order parameter: (recorded key, index)})."""
+    if model == "two_layer":
+        kx = float(p["kx"])
+        return "tanh", np.array([[1.0, kx], [kx, 1.0]]), np.array([float(p["y"])]), {
+            "Delta": ("Delta", (0,)), "f_star": ("f", (1,)), "K": ("K", (0, 0)), "K_star": ("K", (0, 1))}
+    if model == "two_layer_multi":
+        P = int(p["P"])
+        return "relu", np.asarray(p["Kx"], float), np.asarray(p["y"], float).reshape(P), {
+            "Delta": ("Delta", ()), "K": ("K", ())}
+    if model == "linear_whitened":
+        P = int(p["P"])
+        return "linear", np.eye(P), np.asarray(p["y"], float).reshape(P), {"Delta": ("Delta", ())}
+    if model == "eos":
+        return "linear", np.array([[1.0]]), np.array([float(p["y"])]), {
+            "Delta": ("Delta", (0,)), "K": ("K", (0, 0))}
+    raise KeyError(f"no finite-width network is known for model {model!r}")
+
+
+def finite_width_truth(model: str, params: dict, *, N: int, E: int, seed: int = 0) -> Truth:
+    """Ensemble means and N*Var of the order parameters of a shipped model, with standard errors."""
+    act, Kx_all, y, names = _network(model, params)
+    stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(params["gamma"]),
+                               eta=float(params["eta"]), T=int(params["T"]), N=N, E=E, seed=seed)
+    out = {k: {} for k in ("mean", "nvar", "mean_se", "nvar_se")}
+    for name, (key, idx) in names.items():
+        for field in out:
+            arr = getattr(stats, field)[key]
+            out[field][name] = arr[idx] if idx else arr
+    return Truth(out["mean"], out["nvar"], out["mean_se"], out["nvar_se"], N, E)
