@@ -20,6 +20,8 @@ BUILTIN_FUNCTIONS = {"tanh": 1, "relu": 1, "linear": 1, "erf": 1, "exp": 1, "log
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
+_KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
+               "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class Model:
         return self.spec.model.name
 
 
+def _what(sym: Symbol) -> str:
+    """'order parameter', 'field', ...: the kind of a symbol in words."""
+    return _KIND_WORDS[sym.kind].split(" ", 1)[1] if sym.kind in _KIND_WORDS else sym.kind
+
+
 def _suggest(name: str, candidates) -> str | None:
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None
@@ -58,27 +65,30 @@ class _Checker:
         self.symbols: dict[str, Symbol] = {}
         self.index_size: dict[str, str] = {}
         self.visible: set[str] | None = None  # parameters a default may use (declaration order)
-        self._line_starts = [0]
-        for line in spec.source.splitlines(keepends=True):
-            self._line_starts.append(self._line_starts[-1] + len(line))
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", spec.source)]  # lines as Lark counts them
 
     def err(self, cls, msg, pos, hint=None):
         return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
 
     def word_pos(self, word, pos, after=None):
         """Where the whole word ``word`` first occurs in the span ``pos`` (past ``after``); else ``pos``."""
+        return self.find_pos(rf"(?<![A-Za-z_0-9]){re.escape(word)}(?![A-Za-z_0-9])", pos, after)
+
+    def find_pos(self, pattern, pos, after=None, group=0):
+        """Where the regex ``pattern`` (or its ``group``) first matches in the span ``pos``; else ``pos``."""
         if pos is None:
             return pos
         starts, src = self._line_starts, self.spec.source
         offset = lambda line, col: starts[min(line, len(starts)) - 1] + col - 1
         a = offset(after.end_line, after.end_col) if after is not None and after.end_line else offset(pos.line, pos.col)
         b = offset(pos.end_line, pos.end_col) if pos.end_line and pos.end_col else len(src)
-        m = re.compile(rf"(?<![A-Za-z_0-9]){re.escape(word)}(?![A-Za-z_0-9])").search(src, a, b)
+        m = re.compile(pattern).search(src, a, b)
         if m is None:
             return pos
-        line = bisect.bisect_right(starts, m.start())
-        col = m.start() - starts[line - 1] + 1
-        return Pos(line, col, line, col + len(word))
+        line = bisect.bisect_right(starts, m.start(group))
+        col = m.start(group) - starts[line - 1] + 1
+        end_line = bisect.bisect_right(starts, m.end(group))
+        return Pos(line, col, end_line, m.end(group) - starts[end_line - 1] + 1)
 
     # ------------------------------------------------------------ declarations
     def declare(self, kind, name, indices, pos):
@@ -86,7 +96,7 @@ class _Checker:
         if name in self.symbols:
             prev = self.symbols[name]
             where = f" at line {prev.pos.line}" if prev.pos else ""
-            raise self.err(NameSpecError, f"'{name}' is already defined as a {prev.kind}{where}", pos,
+            raise self.err(NameSpecError, f"'{name}' is already defined as {_KIND_WORDS[prev.kind]}{where}", pos,
                            hint="every name (parameter, index, order parameter, source, field) must be unique")
         if name in RESERVED:
             raise self.err(NameSpecError, f"'{name}' is a built-in name and cannot be redefined", pos,
@@ -105,11 +115,13 @@ class _Checker:
         self.declare("param", tm.steps_name, (), tm.pos)
         self.declare("param", tm.step_name, (), tm.pos)
         if tm.steps <= 0:
-            raise self.err(SpecError, "the number of time steps must be positive", tm.pos)
+            raise self.err(SpecError, "the number of time steps must be positive",
+                           self.find_pos(r"=\s*(\d+)\s+steps", tm.pos, group=1))
         index_size: dict[str, str] = {}
         for ix in s.indices:
             if ix.start != 1:
-                raise self.err(SpecError, "index ranges start at 1", ix.pos, hint="write 'in 1..P'")
+                raise self.err(SpecError, "index ranges start at 1", self.word_pos(str(ix.start), ix.pos),
+                               hint=f"write 'in 1..{ix.size}'")
             size = self.symbols.get(ix.size)
             if size is None or size.kind != "param" or size.indices:
                 raise self.err(NameSpecError, f"index range size '{ix.size}' is not a scalar parameter",
@@ -220,7 +232,7 @@ class _Checker:
                                hint="time enters only through integrals and time arguments")
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind in ("order", "field"):
-                raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' needs a time argument", e.pos,
+                raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(sym.indices)}({time or self.spec.time.var})")
             if sym.kind in ("activation", "builtin"):
                 raise self.err(ShapeSpecError, f"function '{e.name}' needs an argument", e.pos,
@@ -235,14 +247,16 @@ class _Checker:
             if ctx == "default" and self.visible is not None and e.name in self.symbols and e.name not in self.visible:
                 raise self.err(NameSpecError, f"parameter '{e.name}' is used before it has a value", e.pos,
                                hint="defaults are computed in declaration order (the time grid last); "
-                                    f"a default may use only the parameters declared above it")
+                                    "a default may use only the parameters declared above it")
+            self._source_use(sym, e.pos, ctx, in_log)
             return
         if isinstance(e, ast.Indexed):
             sym = self.lookup(e.name, e.pos, locals_)
             self._check_indices(sym, e.indices, e.pos, bound)
             if sym.kind in ("order", "field"):
-                raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' needs a time argument", e.pos,
+                raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(e.indices)}({time or self.spec.time.var})")
+            self._source_use(sym, e.pos, ctx, in_log)
             return
         if isinstance(e, ast.Call):
             if ctx == "default":
@@ -256,18 +270,18 @@ class _Checker:
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind in ("order", "field"):
                 if ctx == "activation":
-                    raise self.err(StructureSpecError, f"an activation cannot depend on the {sym.kind} '{e.name}'",
+                    raise self.err(StructureSpecError, f"an activation cannot depend on the {_what(sym)} '{e.name}'",
                                    e.pos, hint="an activation is a function of its argument and parameters only")
                 self._check_indices(sym, e.indices, e.pos, bound)
                 if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
-                    raise self.err(ShapeSpecError, f"{sym.kind} '{e.name}' takes one time argument", e.pos,
+                    raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' takes one time argument", e.pos,
                                    hint=f"write {e.name}(t) or, inside an integral, {e.name}(s)")
                 tv = e.args[0].name
                 allowed = {x for x in (time, integral_var) if x}
                 if tv not in allowed:
                     raise self.err(SpecError, f"'{tv}' is not a time variable in scope here", e.args[0].pos,
-                                   hint=f"time variables in scope: {', '.join(sorted(allowed))}" if allowed else
-                                   f"terms of the action depend on time only inside integral(..., {self.spec.time.var})")
+                                   hint=f"time variables in scope: {', '.join(sorted(allowed))}" if allowed
+                                   else f"in the action, time enters only inside integral(..., {self.spec.time.var})")
                 if sym.kind == "order" and ctx == "field" and tv != integral_var:
                     raise self.err(CausalitySpecError,
                                    f"order parameter '{e.name}' enters field equations only through causal integrals",
@@ -289,7 +303,7 @@ class _Checker:
                 for a in e.args:
                     rec(a)
                 return
-            raise self.err(ShapeSpecError, f"'{e.name}' is a {sym.kind}, not a function", e.pos,
+            raise self.err(ShapeSpecError, f"'{e.name}' is a {_what(sym)}, not a function", e.pos,
                            hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)
         if isinstance(e, ast.PrimeCall):
             if ctx == "default":
@@ -346,7 +360,8 @@ class _Checker:
                                e.pos)
             body = e.body
             if not (isinstance(body, ast.Call) and body.name == "exp" and len(body.args) == 1):
-                raise self.err(StructureSpecError, "expected exp(...) inside log E[...]", body.pos,
+                raise self.err(StructureSpecError, "expected exp(...) inside log E[...]",
+                               self.find_pos(r"E\s*\[\s*(\S)", e.pos, group=1),
                                hint="write log E[exp(-integral(hat K(t) * observable, t))]")
             rec(body.args[0], in_log=True)
             return
@@ -385,6 +400,17 @@ class _Checker:
             raise self.err(StructureSpecError, "causal integrals inside the single-site average are not supported",
                            e.pos, hint="define a field with the integral and use the field in the observable")
         self.expr(e.body, ctx=ctx, bound=bound, time=None, locals_=locals_, integral_var=e.var, in_log=in_log)
+
+    def _source_use(self, sym, pos, ctx, in_log):
+        """Sources are random: they belong in field equations and the single-site average only."""
+        if sym.kind != "source":
+            return
+        if ctx == "activation":
+            raise self.err(StructureSpecError, f"an activation cannot depend on the source '{sym.name}'", pos,
+                           hint="an activation is a function of its argument and parameters only")
+        if ctx == "action" and not in_log:
+            raise self.err(StructureSpecError, f"source '{sym.name}' used outside the single-site average", pos,
+                           hint="sources appear only in field equations and inside log E[exp(-integral(...))]")
 
     def _check_indices(self, sym, indices, pos, bound):
         if sym.kind in ("activation", "builtin", "local", "index", "time"):

@@ -35,6 +35,11 @@ Activations: 'tanh', 'relu' (= sqrt(2) max(0, h)), 'linear', 'erf'.
 Randomness: member m uses the m-th block of N (D + 1) standard normals of
 np.random.default_rng(seed) (W_i then w_i for each neuron), so results do not depend
 on the batch size used to process members.
+
+Implementation: members are processed in batches (arrays of shape (B, P+Q, N)) on a
+2-thread pool; all per-member trajectories are stored (E x (P+Q)^2 x T doubles for K)
+and reduced to mean / N*var / standard errors at the end.  The arithmetic is the plain
+network in float64; nothing is linearised or approximated.
 """
 from __future__ import annotations
 

@@ -282,7 +282,8 @@ def _hint_for(err: UnexpectedInput, source: str, toks: list[Token]) -> str | Non
 
 
 def _statement_start(toks: list[Token]) -> Token | None:
-    """If ``toks`` ends with ``name[idx](var)``, the name token: a field equation read as part of an expression."""
+    """If ``toks`` ends with ``name[idx](var)`` (a field equation read as part of an expression), the token to
+    report: the name, or the operator ending the previous line that made it a continuation."""
     i = len(toks) - 1
     types = [t.type for t in toks]
     if i < 3 or types[i] != "RPAR" or types[i - 1] != "NAME" or types[i - 2] != "LPAR":
@@ -296,7 +297,7 @@ def _statement_start(toks: list[Token]) -> Token | None:
         i -= 1
     if i < 1 or types[i] != "NAME" or types[i - 1] in ("_NL", "COLON"):
         return None
-    return toks[i]
+    return toks[i - 1] if types[i - 1] in _CONTINUE_AFTER and toks[i - 1].end_line < toks[i].line else toks[i]
 
 
 def _convert(err: UnexpectedInput, source: str, filename: str) -> SyntaxSpecError:
@@ -330,6 +331,8 @@ def _convert(err: UnexpectedInput, source: str, filename: str) -> SyntaxSpecErro
             msg += f"; expected {_expected_words(err.expected)}"
         opened = _open_brackets(toks)
         prev = real[-1] if real else None
+        if tok.type == "_NL" and prev is not None:  # report right after the last token, not after a comment
+            line, col = prev.end_line, prev.end_column
         closer = _CLOSER[opened[-1].type] if opened else None
         if closer in err.expected and prev is not None and prev.end_line < tok.line:
             # inside brackets newlines do not end statements: the missing bracket belongs at the end of the line
@@ -338,6 +341,11 @@ def _convert(err: UnexpectedInput, source: str, filename: str) -> SyntaxSpecErro
                                    hint="inside brackets a newline does not end the statement, so the next "
                                         f"line was read as part of this one (it starts with '{tok}')")
         start = _statement_start(real) if tok.type == "EQUAL" else None
+        if start is not None and start.type != "NAME":
+            return SyntaxSpecError(f"'{start}' at the end of the line has no right operand", _pos(start),
+                                   source=source, filename=filename,
+                                   hint="a line that ends with an operator continues on the next line; "
+                                        "remove the operator or complete the expression")
         if start is not None:
             return SyntaxSpecError(f"expected a newline or ';' before '{start}'", _pos(start), source=source,
                                    filename=filename,

@@ -1,0 +1,203 @@
+"""Runtime: API shapes, argument validation, closed forms, and an autodiff cross-check of D."""
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dmftc
+from dmftc.errors import NumericalError, ParameterError
+from dmftc.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
+from dmftc.runtime import _Geometry, _sample_sources
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def two_layer():
+    return dmftc.load(ROOT / "specs" / "two_layer.dmft")
+
+
+@pytest.fixture(scope="module")
+def multi():
+    return dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+
+
+@pytest.fixture(scope="module")
+def sol2(two_layer):
+    return two_layer.solve(samples=2000, seed=3, T=30, eta=0.05, gamma=1.5, kx=0.3)
+
+
+def test_shapes_single_point(sol2):
+    T = 30
+    assert sol2.times.shape == (T,) and np.isclose(sol2.times[1], 0.05)
+    assert sol2.mean("Delta").shape == (T,) and sol2.mean("Delta")[0] == 1.0
+    assert sol2.sigma("Delta").shape == (T, T)
+    assert sol2.sigma("K", "Delta").shape == (T, T)
+    assert sol2.var("K").shape == (T,)
+    np.testing.assert_allclose(sol2.var("K"), np.diag(sol2.sigma("K")))
+    np.testing.assert_allclose(sol2.sigma("K", "Delta"), sol2.sigma("Delta", "K").T)
+    assert sol2.params["kx"] == 0.3 and sol2.params["y"] == 1.0   # default
+
+
+def test_shapes_multi_sample(multi):
+    sol = multi.solve(samples=500, T=8, P=3, Kx=np.eye(3) * 0.6 + 0.4, y=[1.0, -1.0, 0.5], gamma=0.5)
+    assert sol.mean("Delta").shape == (3, 8) and sol.mean("K").shape == (3, 3, 8)
+    assert sol.sigma("Delta").shape == (3, 8, 3, 8)
+    assert sol.sigma("K", "Delta").shape == (3, 3, 8, 3, 8)
+    assert sol.var("K").shape == (3, 3, 8)
+    np.testing.assert_allclose(sol.mean("Delta")[:, 0], [1.0, -1.0, 0.5])
+    # K is symmetric in its sample indices, and so is its variance
+    np.testing.assert_allclose(sol.mean("K"), np.swapaxes(sol.mean("K"), 0, 1), atol=1e-12)
+    np.testing.assert_allclose(sol.var("K"), np.swapaxes(sol.var("K"), 0, 1), rtol=1e-8, atol=1e-12)
+
+
+def test_unknown_order_parameter_name(sol2):
+    with pytest.raises(ParameterError, match="did you mean 'Delta'"):
+        sol2.mean("Detla")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"gama": 1.0}, "unknown parameter 'gama'.*did you mean 'gamma'"),
+    ({"T": 0}, "'T' must be a positive integer"),
+    ({"T": -3}, "'T' must be a positive integer"),
+    ({"T": 2.5}, "'T' must be a positive integer"),
+    ({"gamma": float("nan")}, "'gamma' contains NaN"),
+    ({"eta": float("inf")}, "'eta' contains NaN or infinity"),
+    ({"eta": -0.1}, "'eta' .* must be positive"),
+    ({"gamma": "large"}, "'gamma' must be a number"),
+    ({"kx": [0.1, 0.2]}, "'kx' is a scalar"),
+    ({"kx": 1.5}, "not positive semi-definite"),
+    ({"samples": 1}, "samples must be an integer >= 2"),
+    ({"seed": 1.5}, "seed must be an integer"),
+])
+def test_bad_arguments_single_point(two_layer, kwargs, match):
+    samples = kwargs.pop("samples", 100)
+    seed = kwargs.pop("seed", 0)
+    with pytest.raises(ParameterError, match=match):
+        two_layer.solve(samples=samples, seed=seed, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"Kx": np.eye(3), "P": 4}, r"'Kx' must have shape \(4, 4\)"),
+    ({"Kx": np.array([[1.0, 0.2], [0.5, 1.0]])}, "not symmetric"),
+    ({"Kx": np.array([[1.0, 2.0], [2.0, 1.0]])}, "not positive semi-definite"),
+    ({"y": [1.0, 2.0, 3.0], "P": 2}, r"'y' must have shape \(2,\)"),
+    ({"P": 0}, "'P' must be a positive integer"),
+])
+def test_bad_arguments_multi(multi, kwargs, match):
+    with pytest.raises(ParameterError, match=match):
+        multi.solve(samples=100, **kwargs)
+
+
+def test_sizes_are_inferred_from_arrays(multi):
+    sol = multi.solve(samples=200, T=3, Kx=np.eye(2), y=[1.0, 0.0])
+    assert sol.params["P"] == 2 and sol.mean("Delta").shape == (2, 3)
+
+
+def test_lazy_limit_closed_form(two_layer):
+    """gamma -> 0: K is frozen at its random initial value, Delta(t) = y (1 - eta K)^t, so
+    N Var(Delta(t)) = kappa_K(0,0) * (dDelta(t)/dK)^2 = kappa * (y t eta (1 - eta K)^(t-1))^2
+    (the discrete-time form of the paper's kappa y^2 t^2 e^{-2t}), with kappa taken from the same run."""
+    sol = two_layer.solve(samples=4000, seed=1, gamma=1e-6, T=40, eta=0.05)
+    K0 = sol.mean("K")[0]
+    kappa = sol.kappa("K")[0, 0]
+    t = np.arange(40)
+    closed = kappa * (sol.params["y"] * t * 0.05 * (1 - 0.05 * K0) ** np.maximum(t - 1, 0)) ** 2
+    np.testing.assert_allclose(sol.var("Delta"), closed, rtol=1e-4, atol=1e-10)
+    np.testing.assert_allclose(sol.mean("Delta"), (1 - 0.05 * K0) ** t, rtol=1e-4)
+
+
+def _autodiff_D(model, sol, name):
+    """D[name, Delta](t, s) = d<O(t)>/dDelta(s) by jax.jacfwd through a plain march of the same samples."""
+    mod = model.module
+    p = dict(sol.params)
+    sz = {k: int(p[k]) for k in set(mod.AXIS_SIZE.values())}
+    geo = _Geometry(mod, sz)
+    S = _sample_sources(mod, p, sz, sol.info["samples"], sol.info["seed"])
+    T = len(sol.times)
+    eta = p["eta"]
+    shape = geo.shape("Delta")
+
+    def mean_obs(delta):  # delta: canonical (comps, T)
+        R = {n: jnp.zeros(geo.shape(n, sol.info["samples"])) for n in mod.SAMPLE_SUMS}
+        outs = []
+        for t in range(T):
+            F = mod.fields(S, R, p, sz)
+            O = mod.observables(F, S, p, sz)
+            outs.append(jnp.mean(O[name], axis=0).reshape(-1))
+            q = {"Delta": _place_comp(delta[..., t], mod, shape)}
+            inc = mod.sample_increments(F, q, p, sz)
+            R = {k: R[k] + eta * inc[k] for k in R}
+        return jnp.stack(outs)                    # (T, comps_O)
+
+    return jax.jacfwd(mean_obs)(jnp.asarray(sol.mean("Delta")))
+
+
+def _place_comp(vals, mod, shape):
+    from dmftc import kernels as _k
+
+    return jnp.reshape(_k.place(vals, mod.STORED_AXES["Delta"], len(shape)), shape) if mod.STORED_AXES["Delta"] \
+        else jnp.full(shape, vals)
+
+
+def _symbolic_D(sol, name):
+    """-U[name, Delta] as assembled by the runtime from the generated tangent kernels."""
+    T = len(sol.times)
+    U = sol.extras["U"].reshape(T, sol.block, T, sol.block)
+    o, n = sol.offsets[name], int(np.prod(sol.shapes[name], dtype=int))
+    od, nd = sol.offsets["Delta"], int(np.prod(sol.shapes["Delta"], dtype=int))
+    return -U[:, o:o + n, :, od:od + nd]            # (T, n, T, nd)
+
+
+def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):
+    sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0)
+    for name in ("K", "K_star"):
+        ad = np.asarray(_autodiff_D(two_layer, sol, name))[:, 0, :]          # (T, T)
+        sym = _symbolic_D(sol, name)[:, 0, :, 0]
+        assert np.abs(ad).max() > 0.01   # D(t, s) carries one factor eta: not trivially zero
+        np.testing.assert_allclose(sym, ad, rtol=1e-9, atol=1e-11)
+
+
+def test_symbolic_sensitivities_match_autodiff_multi(multi):
+    sol = multi.solve(samples=200, seed=2, T=8, eta=0.1, gamma=1.5, P=3, Kx=np.eye(3) * 0.5 + 0.5,
+                      y=[1.0, -0.5, 0.3])
+    ad = np.asarray(_autodiff_D(multi, sol, "K"))                          # (T, P*P, P, T)
+    sym = _symbolic_D(sol, "K")                                            # (T, P*P, T, P)
+    assert np.abs(ad).max() > 0.01
+    np.testing.assert_allclose(np.transpose(sym, (0, 1, 3, 2)), ad, rtol=1e-9, atol=1e-11)
+
+
+def test_forward_substitution_kernels_agree():
+    rng = np.random.default_rng(0)
+    n = 60
+    U = np.tril(rng.normal(size=(n, n))) + 5 * np.eye(n)
+    U[10:, :5] = 0.0
+    B = rng.normal(size=(n, 7))
+    X1 = forward_substitute(U, B)
+    X2 = forward_substitute_numba(U, B)
+    np.testing.assert_allclose(X1, X2, rtol=1e-10)
+    np.testing.assert_allclose(U @ X1, B, atol=1e-10)
+    K = B @ B.T
+    S = causal_sandwich(U, K)
+    np.testing.assert_allclose(U @ S @ U.T, K, atol=1e-8)
+
+
+def test_singular_U_is_reported():
+    U = np.eye(4)
+    U[2, 2] = 0.0
+    with pytest.raises(NumericalError, match="singular"):
+        causal_sandwich(U, np.eye(4))
+
+
+def test_divergence_is_reported_with_the_step():
+    eos = dmftc.load(ROOT / "specs" / "eos.dmft")
+    with pytest.raises(NumericalError, match=r"non-finite at step \d+"):
+        eos.solve(samples=200, gamma=20.0, eta=0.1, T=60)
+
+
+def test_stderr_shapes_and_scaling(sol2):
+    se = sol2.stderr("Delta")
+    assert se.shape == (30,) and np.all(se >= 0) and se[5:].max() > 0
+    np.testing.assert_allclose(sol2.stderr("K", "mean"), np.sqrt(sol2.var("K") / 2000))
