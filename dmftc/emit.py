@@ -93,7 +93,9 @@ class Printer:
         if isinstance(e, sp.Heaviside):
             return f"_k.heaviside({self.p(e.args[0])})"
         if isinstance(e, sp.DiracDelta):
-            return f"_k.dirac_dropped({self.p(e.args[0])})"
+            if len(e.args) > 1:
+                raise NotImplementedError(f"derivatives of DiracDelta are not supported: {e}")
+            return f"_k.dirac({self.p(e.args[0])}, p['dirac width'])"
         if isinstance(e, sp.Max):
             return self._fold("jnp.maximum", e.args)
         if isinstance(e, sp.Min):

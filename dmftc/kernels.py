@@ -41,12 +41,17 @@ def heaviside(x):
     return jnp.where(x > 0, 1.0, 0.0)
 
 
-def dirac_dropped(x):
-    """A DiracDelta factor that pathwise Monte Carlo cannot represent (counted as zero).
+def dirac(x, width):
+    """DiracDelta(x) from the derivative of a non-smooth activation (e.g. phi'' of a ReLU).
 
-    dmftc reports such terms at compile time and when solving (see Derivation.singular).
+    Pathwise sensitivities cannot sample a delta function; it is replaced by a
+    Gaussian of standard deviation ``width`` (a mollifier whose bias is O(width^2)
+    in smooth averages).  ``width = 0`` drops the term, which biases D in the rich
+    regime.  The width is a solve option (``dirac_width``) recorded in the results.
     """
-    return jnp.zeros_like(x)
+    safe = jnp.where(width > 0, width, 1.0)
+    bump = jnp.exp(-0.5 * (x / safe) ** 2) / (safe * jnp.sqrt(2.0 * jnp.pi))
+    return jnp.where(width > 0, bump, 0.0)
 
 
 def onehot(t, n: int, rank: int):

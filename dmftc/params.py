@@ -34,7 +34,7 @@ def _as_number(name, value):
     return arr
 
 
-def resolve_params(mod, given: dict, *, samples: int, seed: int):
+def resolve_params(mod, given: dict, *, samples: int, seed: int, dirac_width: float = 0.1):
     """Merge ``given`` with the spec's defaults and validate; returns (params, sizes, T)."""
     steps, step = mod.TIME["steps"], mod.TIME["step"]
     declared = {n: dims for n, dims, _ in mod.PARAMS}
@@ -97,4 +97,8 @@ def resolve_params(mod, given: dict, *, samples: int, seed: int):
                                  f"(smallest eigenvalue {w.min():.3g}): check the parameters in it")
     if not math.isfinite(float(p[step])):
         raise ParameterError(f"parameter '{step}' must be finite")
+    width = _as_number("dirac_width", dirac_width)
+    if width.ndim != 0 or width < 0:
+        raise ParameterError(f"dirac_width must be a number >= 0, got {dirac_width!r}")
+    p["dirac width"] = float(width)
     return p, sz, T

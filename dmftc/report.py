@@ -124,8 +124,8 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
         w(f"  U[{r}, {c}](t, s) = {' + '.join(parts)}")
     if d.singular:
         w("")
-        w("warning: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
-          + "; pathwise Monte Carlo sensitivities count them as zero")
+        w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
+          + "; the Monte Carlo sensitivities replace each delta by a Gaussian of width dirac_width (solve option)")
     return "\n".join(L)
 
 

@@ -224,11 +224,11 @@ class RunInfo:
     timings: dict = field(default_factory=dict)
 
 
-def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, **kwargs):
+def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution."""
     from .solution import Solution
 
-    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed)
+    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width)
     geo = _Geometry(mod, sz)
     timings = {}
     t0 = _time.perf_counter()

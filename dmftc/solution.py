@@ -32,7 +32,8 @@ class Solution:
     def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, var_se, run):
         eta = float(p[mod.TIME["step"]])
         info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
-                "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR}
+                "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR,
+                "dirac_width": float(p.get("dirac width", 0.0))}
         return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
                    sigma, info, {"U": U, "kappa": kappa, "var_se": var_se})
 
@@ -112,6 +113,7 @@ class Solution:
         if tm:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
         if self.info.get("singular"):
-            lines.append("  warning: sensitivities drop DiracDelta terms of a non-smooth activation: "
-                         + ", ".join(self.info["singular"]))
+            w = self.info.get("dirac_width", 0.0)
+            lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
+                         + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
         return "\n".join(lines)

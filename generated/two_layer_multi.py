@@ -119,7 +119,7 @@ def tangents_Delta(T, F, q, p, sz, onehot):
     T = dict(T)
     T['dh/dDelta'] = (p['gamma'] * T['d∫1/dDelta'])
     T['dz/dDelta'] = (p['gamma'] * T['d∫2/dDelta'])
-    T['dg/dDelta'] = ((jnp.sqrt(2.0) * _k.heaviside(F['h']) * T['dz/dDelta']) + (jnp.sqrt(2.0) * F['z'] * _k.dirac_dropped(F['h']) * T['dh/dDelta']))
+    T['dg/dDelta'] = ((jnp.sqrt(2.0) * _k.heaviside(F['h']) * T['dz/dDelta']) + (jnp.sqrt(2.0) * F['z'] * _k.dirac(F['h'], p['dirac width']) * T['dh/dDelta']))
     inc = {
         'd∫1/dDelta': ((onehot * _k.place(p['Kx'], (1, 7), RANK) * _k.relabel(F['g'], (1,), (7,))) + jnp.sum((_k.relabel(q['Delta'], (1,), (3,)) * _k.place(p['Kx'], (1, 3), RANK) * _k.relabel(T['dg/dDelta'], (1, 7), (3, 7))), axis=(3,), keepdims=True)),
         'd∫2/dDelta': ((jnp.sqrt(2.0) * onehot * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (7,)))) + jnp.sum((jnp.sqrt(2.0) * _k.heaviside(_k.relabel(F['h'], (1,), (4,))) * _k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(T['dh/dDelta'], (1, 7), (4, 7))), axis=(4,), keepdims=True)),
