@@ -76,7 +76,19 @@ def _broadcast(d, shapes):
     return {k: jnp.broadcast_to(jnp.asarray(v, dtype=jnp.float64), shapes[k]) for k, v in d.items()}
 
 
-def _saddle_march(mod, geo, S, p, sz, T, samples):
+_JIT_CACHE: dict = {}
+
+
+def _compiled(kind, mod, geo, T, fn):
+    """One jitted function per (module, sizes, steps): sweeps over parameter values reuse it."""
+    key = (kind, id(mod), tuple(sorted(geo.sz.items())), T)
+    if key not in _JIT_CACHE:
+        _JIT_CACHE[key] = jax.jit(fn)
+    return _JIT_CACHE[key]
+
+
+def _saddle_march(mod, geo, S, p, sz, T):
+    samples = next(iter(S.values())).shape[0]
     eta = p[mod.TIME["step"]]
     R0 = {n: jnp.zeros(geo.shape(n, samples)) for n in mod.SAMPLE_SUMS}
     Rq0 = {n: jnp.zeros(geo.shape(n)) for n in mod.ORDER_SUMS}
@@ -156,7 +168,9 @@ class MonteCarloMoments:
 def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch, groups):
     obs = tuple(n for n, _ in mod.ORDERS if n in mod.SINGLE_SITE)
     m_obs = sum(geo.size(n) for n in obs)
-    run = jax.jit(lambda Sb: _fluctuation_pass(mod, geo, Sb, q, avg, p, sz, T))
+    run_all = _compiled("fluctuations", mod, geo, T,
+                        lambda Sb, q, avg, p: _fluctuation_pass(mod, geo, Sb, q, avg, p, geo.sz, T))
+    run = lambda Sb: run_all(Sb, q, avg, p)
     starts = list(range(0, samples, batch))
     groups = max(1, min(groups, len(starts)))
     xtx = [np.zeros((T * m_obs, T * m_obs)) for _ in range(groups)]
@@ -233,9 +247,9 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     timings = {}
     t0 = _time.perf_counter()
     S = _sample_sources(mod, p, sz, samples, seed)
-    pj = {k: (jnp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
-    march = jax.jit(lambda S: _saddle_march(mod, geo, S, pj, sz, T, samples))
-    q, Rq, avg = march(S)
+    pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+    march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
+    q, Rq, avg = march(S, pj)
     q = {k: np.asarray(v) for k, v in q.items()}
     _check_finite(mod, geo, q, "saddle-point march")
     timings["saddle"] = _time.perf_counter() - t0
