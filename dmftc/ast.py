@@ -215,3 +215,20 @@ def walk(expr: Expr):
     elif isinstance(expr, Matrix):
         for r in expr.rows:
             yield from walk(r)
+
+
+def to_text(e: Expr) -> str:
+    """Spec-like text of a parameter-level expression (numbers, names, arithmetic, matrices, calls)."""
+    if isinstance(e, Num):
+        return f"{e.value:g}"
+    if isinstance(e, Name):
+        return e.name
+    if isinstance(e, BinOp):
+        return f"{to_text(e.left)} {e.op} {to_text(e.right)}"
+    if isinstance(e, Neg):
+        return f"-{to_text(e.operand)}"
+    if isinstance(e, Matrix):
+        return "[" + ", ".join(to_text(r) for r in e.rows) + "]"
+    if isinstance(e, Call):
+        return f"{e.name}({', '.join(to_text(a) for a in e.args)})"
+    return "..."

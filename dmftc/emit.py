@@ -204,11 +204,11 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
         code = default_code(g.cov)
         if g.targets[0][1]:
             size = L.sizes[g.targets[0][1][0]]
-            code = f"_k_cov({code}, sz[{size!r}])"
+            code = f"_k.covariance({code}, sz[{size!r}])"
         elif len(g.targets) == 1:
             code = f"np.reshape(np.asarray({code}, dtype=float), (1, 1))"
         w(f"        {code},\n")
-    w("    ]\n\n\ndef _k_cov(c, n):\n    c = np.asarray(c, dtype=float)\n    return c * np.eye(n) if c.ndim == 0 else c\n\n")
+    w("    ]\n\n")
     P = lambda boxes: Printer(L, boxes)
     base = {"param": "p", "source": "S", "field": "F", "sum": "R", "order": "q", "osum": "Rq", "tangent": "T"}
     # fields

@@ -68,3 +68,9 @@ def canonical(x, axes: tuple[int, ...], keep_batch: bool = True, keep_s: bool = 
     rest = [a for a in range(x.ndim) if a not in order]
     y = np.transpose(x, order + rest)
     return y.reshape(y.shape[: len(order)])
+
+
+def covariance(c, n: int):
+    """Covariance of an indexed source: a scalar means c * identity(n)."""
+    c = np.asarray(c, dtype=float)
+    return c * np.eye(n) if c.ndim == 0 else c

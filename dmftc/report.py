@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .ast import to_text
 from .derive import Derivation
 from .symbolic import ONEHOT
 
@@ -74,6 +75,7 @@ def _fmt(expr, latex):
 def format_derivation(d: Derivation, latex: bool = False) -> str:
     spec = d.model.spec
     f = lambda e, when="t": _fmt(_timed(e, d, when), latex)
+    running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"
     L: list[str] = []
     w = L.append
     if latex:
@@ -86,15 +88,15 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     w("")
     w("single-site process (at step t; I_k(t) = eta * sum_{s<t} integrand(s)):")
     for g in d.sources:
-        w(f"  source  {', '.join(n + _ix(i) for n, i in g.targets)} ~ normal(0, <covariance on line {g.cov.pos.line}>)")
+        w(f"  source  {', '.join(n + _ix(i) for n, i in g.targets)} ~ normal(0, {to_text(g.cov)})")
     for s in d.sample_sums:
-        w(f"  sum     {s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}")
+        w(f"  sum     {running_sum(s)}")
     for fd in d.fields:
         w(f"  field   {fd.name}{_ix(fd.indices)}(t) = {f(fd.expr)}")
     w("")
     w("saddle-point equations (one forward march in t):")
     for s in d.order_sums:
-        w(f"  {s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}")
+        w(f"  {running_sum(s)}")
     for s in d.saddles:
         rhs = f"<{f(s.observable)}>" if s.observable is not None else "0"
         w(f"  {f(s.coeff * sp.Symbol(s.name + _ix(s.indices) + '(t)') + s.rest)} = {rhs}")

@@ -57,11 +57,6 @@ def source_covariances(p, sz):
     ]
 
 
-def _k_cov(c, n):
-    c = np.asarray(c, dtype=float)
-    return c * np.eye(n) if c.ndim == 0 else c
-
-
 def fields(S, R, p, sz):
     """Fields at the current step from sources and running sums (dependency order)."""
     F = {}

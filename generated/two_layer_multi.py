@@ -56,14 +56,9 @@ def defaults(p):
 def source_covariances(p, sz):
     """Covariance of each jointly Gaussian source group."""
     return [
-        _k_cov(p['Kx'], sz['P']),
+        _k.covariance(p['Kx'], sz['P']),
         np.reshape(np.asarray(1.0, dtype=float), (1, 1)),
     ]
-
-
-def _k_cov(c, n):
-    c = np.asarray(c, dtype=float)
-    return c * np.eye(n) if c.ndim == 0 else c
 
 
 def fields(S, R, p, sz):
