@@ -1,0 +1,57 @@
+"""Command line: exit codes 0/1/2/3 and no Python tracebacks for bad input."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dmftc(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "dmftc.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_bad_spec_exits_1_with_location(tmp_path):
+    bad = tmp_path / "bad.dmft"
+    bad.write_text((ROOT / "specs" / "two_layer.dmft").read_text().replace("s < t)\n", "s <= t)\n", 1))
+    r = dmftc("compile", str(bad), "-o", str(tmp_path / "gen"))
+    assert r.returncode == 1
+    assert f"{bad}:13:" in r.stderr and "not strictly causal" in r.stderr and "hint: " in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "gen" / "bad.py").exists()
+
+
+def test_missing_spec_file_is_a_clean_error(tmp_path):
+    r = dmftc("derive", str(tmp_path / "nope.dmft"))
+    assert r.returncode == 1 and "cannot read spec" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_parameter_exits_2():
+    r = dmftc("run", "specs/eos.dmft", "--set", "gama=2", "--samples", "100")
+    assert r.returncode == 2 and "did you mean 'gamma'" in r.stderr and "Traceback" not in r.stderr
+    r = dmftc("run", "specs/eos.dmft", "--set", "gamma=abc")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_usage_error_exits_2():
+    r = dmftc("frobnicate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_divergence_exits_3():
+    r = dmftc("run", "specs/eos.dmft", "--set", "gamma=20", "--set", "eta=0.1", "--set", "T=60", "--samples", "200")
+    assert r.returncode == 3 and "non-finite at step" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_prints_summary_and_check_passes(tmp_path):
+    r = dmftc("run", "specs/eos.dmft", "--samples", "500", "--set", "T=10", "--plot", str(tmp_path / "f.png"))
+    assert r.returncode == 0, r.stderr
+    assert "model eos" in r.stdout and "peak N Var" in r.stdout and (tmp_path / "f.png").stat().st_size > 1000
+    r = dmftc("compile", "--check", *sorted(str(p) for p in (ROOT / "specs").glob("*.dmft")))
+    assert r.returncode == 0, r.stdout
+
+
+def test_derive_prints_equations():
+    r = dmftc("derive", "specs/two_layer.dmft")
+    assert r.returncode == 0 and "U[K, Delta](t, s) = - D[K, Delta](t, s)" in r.stdout
+    r = dmftc("derive", "specs/two_layer.dmft", "--latex")
+    assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") == 1
