@@ -51,13 +51,30 @@ def forward_substitute_numba(U, B):  # pragma: no cover - compiled
     return X
 
 
+def condition_estimate(U) -> float:
+    """1-norm condition number estimate of lower-triangular U (LAPACK trcon)."""
+    rcond, info = scipy.linalg.lapack.dtrcon(np.asfortranarray(U), norm="1", uplo="L", diag="N")
+    return float("inf") if info != 0 or rcond == 0 else 1.0 / rcond
+
+
+MAX_CONDITION = 1e12
+
+
 def causal_sandwich(U, kappa):
     """Sigma = U^-1 kappa U^-T by two forward substitutions; reports conditioning problems."""
     d = _check_diagonal(U)
+    cond = condition_estimate(U)
+    if not cond < MAX_CONDITION:
+        raise NumericalError(f"U is ill-conditioned (condition estimate {cond:.3g} > {MAX_CONDITION:.0e}); "
+                             "the linear response is unstable: the propagator would be meaningless")
     Y = forward_substitute(U, kappa)          # U^-1 kappa
     sigma = forward_substitute(U, Y.T)        # U^-1 (U^-1 kappa)^T = U^-1 kappa U^-T
-    sigma = 0.5 * (sigma + sigma.T)
+    scale = max(float(np.abs(sigma).max()), 1e-300)
+    asym = float(np.abs(sigma - sigma.T).max()) / scale
     if not np.all(np.isfinite(sigma)):
         raise NumericalError(f"the propagator is not finite; U has diagonal range [{d.min():.3g}, {d.max():.3g}] "
-                             "and may be ill-conditioned")
-    return sigma
+                             f"and condition estimate {cond:.3g}")
+    if asym > 1e-6:
+        raise NumericalError(f"the propagator is not symmetric (relative asymmetry {asym:.3g}) although kappa is; "
+                             f"U (condition estimate {cond:.3g}) is too ill-conditioned for the solve")
+    return 0.5 * (sigma + sigma.T), cond

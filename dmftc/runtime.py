@@ -270,6 +270,7 @@ class RunInfo:
     seed: int
     batch: int
     timings: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
 
 
 def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, **kwargs):
@@ -297,19 +298,21 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     timings["moments"] = _time.perf_counter() - t0
     t0 = _time.perf_counter()
     U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
-    sigma, U, kappa = propagator(U0, *moments.pooled(), geo, T)
+    sigma, U, kappa, cond = propagator(U0, *moments.pooled(), geo, T)
     timings["propagator"] = _time.perf_counter() - t0
     group_vars = []
     if len(moments.counts) > 1:
         for g in range(len(moments.counts)):
-            sg, _, _ = propagator(U0, *moments.pooled([g]), geo, T)
+            sg = propagator(U0, *moments.pooled([g]), geo, T)[0]
             group_vars.append(np.diag(sg))
     means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
              for k, _ in mod.ORDERS}
     G = len(group_vars)
     var_se = np.std(group_vars, axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
+    _check_variances(np.diag(sigma), var_se, geo, T)
+    diagnostics = {"u_condition": cond}
     return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
-                                RunInfo(samples, seed, batch, timings))
+                                RunInfo(samples, seed, batch, timings, diagnostics))
 
 
 def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
@@ -321,9 +324,8 @@ def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
     n = T * geo.m
     U = U.reshape(n, n)
     kappa = _embed_kappa(kappa_obs, geo, T)
-    sigma = causal_sandwich(U, kappa)
-    _check_finite(None, geo, {"Sigma": sigma}, "propagator", flat=True)
-    return sigma, U, kappa
+    sigma, cond = causal_sandwich(U, kappa)
+    return sigma, U, kappa, cond
 
 
 def _embed_kappa(kappa_obs, geo, T):
@@ -334,6 +336,19 @@ def _embed_kappa(kappa_obs, geo, T):
     k = kappa_obs.reshape(T, len(idx), T, len(idx))
     full[np.ix_(range(T), idx, range(T), idx)] = k
     return full.reshape(T * m, T * m)
+
+
+def _check_variances(var, var_se, geo, T):
+    """A negative variance beyond Monte Carlo error means the propagator cannot be trusted."""
+    scale = max(float(np.abs(var).max()), 1e-300)
+    slack = 4 * var_se if var_se is not None else 0.0
+    bad = var < -(slack + 1e-9 * scale)
+    if bad.any():
+        i = int(np.argmax(bad))
+        t, c = divmod(i, geo.m)
+        name = max((n for n in geo.offset if geo.offset[n] <= c), key=lambda n: geo.offset[n])
+        raise NumericalError(f"negative variance N Var({name}) = {var[i]:.3g} at step {t}, beyond 4 Monte Carlo "
+                             "standard errors: the propagator is not positive; increase samples or check the spec")
 
 
 def _check_finite(mod, geo, arrays, stage, flat=False):

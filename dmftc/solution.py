@@ -32,6 +32,7 @@ class Solution:
     def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, var_se, run):
         eta = float(p[mod.TIME["step"]])
         info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
+                "diagnostics": dict(run.diagnostics),
                 "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR,
                 "dirac_width": float(p.get("dirac width", 0.0))}
         return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
@@ -110,8 +111,11 @@ class Solution:
             lines.append(f"  {n:<16}{str(self.shapes[n] or '()'):>10}{fm:>14}{flat[i, t]:>14.5g}"
                          f"{self.times[t]:>8.3g}")
         tm = self.info.get("timings", {})
+        cond = self.info.get("diagnostics", {}).get("u_condition")
         if tm:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
+        if cond is not None:
+            lines.append(f"  U condition estimate: {cond:.3g}")
         if self.info.get("singular"):
             w = self.info.get("dirac_width", 0.0)
             lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "

@@ -181,7 +181,8 @@ def test_forward_substitution_kernels_agree():
     np.testing.assert_allclose(X1, X2, rtol=1e-10)
     np.testing.assert_allclose(U @ X1, B, atol=1e-10)
     K = B @ B.T
-    S = causal_sandwich(U, K)
+    S, cond = causal_sandwich(U, K)
+    assert 1 <= cond < 1e4
     np.testing.assert_allclose(U @ S @ U.T, K, atol=1e-8)
 
 
@@ -190,6 +191,13 @@ def test_singular_U_is_reported():
     U[2, 2] = 0.0
     with pytest.raises(NumericalError, match="singular"):
         causal_sandwich(U, np.eye(4))
+
+
+def test_ill_conditioned_U_is_reported():
+    n = 40
+    U = np.eye(n) - 3.0 * np.eye(n, k=-1)          # forward substitution amplifies by 3 per step
+    with pytest.raises(NumericalError, match="ill-conditioned"):
+        causal_sandwich(U, np.eye(n))
 
 
 def test_divergence_is_reported_with_the_step():
