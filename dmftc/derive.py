@@ -100,6 +100,7 @@ class Derivation:
     observable_tangents: tuple[Tangent, ...]
     past_terms: tuple[PastTerm, ...]
     singular: tuple[str, ...] = field(default=())
+    nonlinear: str | None = None   # why the process is not Gaussian (None: linear, exact moments possible)
 
     def saddle(self, name: str) -> Saddle:
         return next(s for s in self.saddles if s.name == name)
@@ -277,7 +278,34 @@ class _Deriver:
         singular = sorted({s for t in ft + st + ot for s in singular_terms(t.expr)})
         return Derivation(self.m, dict(self.index_size), orders, sources, sample_sums, order_sums, fields,
                           tuple(saddles), drivers, primed, tuple(ft), tuple(st), tuple(ot), tuple(past),
-                          tuple(singular))
+                          tuple(singular), self.linearity(fields, sample_sums, saddles))
+
+    def linearity(self, fields, sample_sums, saddles) -> str | None:
+        """Prove that every field is affine in the Gaussian sources (given the order parameters) and every
+        observable is a polynomial of degree <= 2 in them; otherwise say which term breaks it, and where."""
+        lam = sp.Symbol("__lambda")
+        random = {n for g in self.spec.sources for n, _ in ((t.name, t.indices) for t in g.targets)}
+        random |= {f.name for f in fields} | {s.name for s in sample_sums}
+
+        def scaled(e):
+            e = e.replace(lambda x: isinstance(x, sp.Indexed) and str(x.base.label) in random, lambda x: lam * x)
+            return e.xreplace({sp.Symbol(n, real=True): lam * sp.Symbol(n, real=True) for n in random})
+
+        def degree_exceeds(e, k):
+            return sp.simplify(sp.diff(scaled(e), lam, k + 1).subs(lam, 1)) != 0
+
+        line = {f.name: f for f in self.spec.fields}
+        for f in fields:
+            # substitute the fields it uses as affine placeholders: checking its own expression suffices
+            if degree_exceeds(f.expr, 1):
+                return f"field {f.name} = {f.expr} (line {line[f.name].pos.line}) is not affine in the sources"
+        for s in sample_sums:
+            if degree_exceeds(s.increment, 1):
+                return f"the integrand {s.increment} of a causal integral is not affine in the sources"
+        for sd in saddles:
+            if sd.observable is not None and degree_exceeds(sd.observable, 2):
+                return f"the observable of {sd.name}, {sd.observable}, is not a polynomial of degree <= 2"
+        return None
 
     def fresh_all(self, idx):
         return [self.fresh(i) for i in idx]

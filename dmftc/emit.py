@@ -190,7 +190,9 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     orders = dict(d.orders)
     past = tuple((pt.row, pt.col, tuple(L.axis(x) for x in orders[pt.row]), tuple(L.axis(x) for x in pt.dummies),
                   tuple(L.axis(x + "'") for x in orders[pt.col])) for pt in d.past_terms)
-    w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n\n")
+    w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n")
+    w("# None when the process is proven Gaussian (fields affine in the sources): exact moments apply\n")
+    w(f"NONLINEAR = {d.nonlinear!r}\n\n")
     # defaults
     w("\ndef defaults(p):\n    \"\"\"Fill in the spec's default for every parameter not in ``p`` (in declaration order).\"\"\"\n")
     w("    p = dict(p)\n")

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels as _k
-from .errors import NumericalError
+from .errors import NumericalError, ParameterError
+from .exact import exact_moments
 from .linalg import causal_sandwich
 from .params import resolve_params
 
@@ -175,57 +176,30 @@ def _tangent_shape(mod, geo, name, driver, B, T):
     return tuple(base)
 
 
-@dataclass
-class MonteCarloMoments:
-    """Raw Monte Carlo results of pass 2, accumulated per group of samples."""
-
-    xtx: list                    # per group: sum over samples of X X^T, (T*m_obs, T*m_obs), time-major
-    dsum: list                   # per group: dict (k, driver) -> sum of dO_k(t)/dq(s), (T, comps_k, comps_d, T)
-    counts: list                 # samples per group
-    obs_names: tuple
-
-    def pooled(self, groups=None):
-        """(kappa, D) from the given groups (all by default)."""
-        groups = range(len(self.counts)) if groups is None else groups
-        n = sum(self.counts[g] for g in groups)
-        kappa = sum(self.xtx[g] for g in groups) / (n - 1)
-        D = {k: sum(self.dsum[g][k] for g in groups) / n for k in self.dsum[0]}
-        return kappa, D
-
-
-def _moments(mod, geo, S, q, avg, p, sz, T, samples, batch, groups):
-    obs = tuple(n for n, _ in mod.ORDERS if n in mod.SINGLE_SITE)
+def _moments(mod, geo, S, q, avg, p, sz, T, batch):
+    """kappa (time-major over observables) and D from one group of samples, in batches."""
+    obs = geo.single_site
     m_obs = sum(geo.size(n) for n in obs)
     run_all = _compiled("fluctuations", mod, geo, T,
                         lambda Sb, q, avg, p: _fluctuation_pass(mod, geo, Sb, q, avg, p, geo.sz, T))
-    run = lambda Sb: run_all(Sb, q, avg, p)
-    starts = list(range(0, samples, batch))
-    groups = max(1, min(groups, len(starts)))
-    xtx = [np.zeros((T * m_obs, T * m_obs)) for _ in range(groups)]
-    dsum = [{} for _ in range(groups)]
-    counts = [0] * groups
-    batches = [{k: v[start:start + batch] for k, v in S.items()} for start in starts]
+    samples = next(iter(S.values())).shape[0]
+    batches = [{k: v[start:start + batch] for k, v in S.items()} for start in range(0, samples, batch)]
+    xtx = np.zeros((T * m_obs, T * m_obs))
+    dsum: dict = {}
     # two batches in flight: XLA runs each on its own core while Python accumulates
     with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-        results = pool.map(run, batches)
-        for b, (Sb, (X, Dt)) in enumerate(zip(batches, results)):
-            _accumulate(b * groups // len(starts), Sb, X, Dt, mod, geo, obs, T, m_obs, xtx, dsum, counts)
-    return MonteCarloMoments(xtx, dsum, counts, obs)
-
-
-def _accumulate(g, Sb, X, Dt, mod, geo, obs, T, m_obs, xtx, dsum, counts):
-    """Add one batch's centred observables (X X^T) and sensitivities to group ``g``."""
-    Bn = next(iter(Sb.values())).shape[0]
-    cols = [_k.canonical(X[n], (1,) + tuple(a + 1 for a in mod.STORED_AXES[n])).reshape(T, Bn, -1)
-            for n in obs]
-    Xm = np.concatenate(cols, axis=2) if cols else np.zeros((T, Bn, 0))
-    Xm = np.transpose(Xm, (1, 0, 2)).reshape(Bn, T * m_obs)
-    xtx[g] += Xm.T @ Xm
-    for (k, d), v in Dt.items():
-        ak = tuple(a + 1 for a in mod.STORED_AXES[k]) + tuple(a + 1 for a in mod.PRIMED_AXES[d])
-        c = _k.canonical(np.asarray(v), ak, keep_s=True).reshape(T, geo.size(k), geo.size(d), T)
-        dsum[g][(k, d)] = dsum[g].get((k, d), 0) + c
-    counts[g] += Bn
+        for Sb, (X, Dt) in zip(batches, pool.map(lambda Sb: run_all(Sb, q, avg, p), batches)):
+            Bn = next(iter(Sb.values())).shape[0]
+            cols = [_k.canonical(X[n], (1,) + tuple(a + 1 for a in mod.STORED_AXES[n])).reshape(T, Bn, -1)
+                    for n in obs]
+            Xm = np.concatenate(cols, axis=2) if cols else np.zeros((T, Bn, 0))
+            Xm = np.transpose(Xm, (1, 0, 2)).reshape(Bn, T * m_obs)
+            xtx += Xm.T @ Xm
+            for (k, d), v in Dt.items():
+                ak = tuple(a + 1 for a in mod.STORED_AXES[k]) + tuple(a + 1 for a in mod.PRIMED_AXES[d])
+                c = _k.canonical(np.asarray(v), ak, keep_s=True).reshape(T, geo.size(k), geo.size(d), T)
+                dsum[(k, d)] = dsum.get((k, d), 0) + c
+    return xtx / (samples - 1), {k: v / samples for k, v in dsum.items()}
 
 
 def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
@@ -273,44 +247,71 @@ class RunInfo:
     diagnostics: dict = field(default_factory=dict)
 
 
-def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, **kwargs):
-    """Solve the saddle point and the propagator of a generated module; returns a Solution."""
+def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
+                 **kwargs):
+    """Solve the saddle point and the propagator of a generated module; returns a Solution.
+
+    ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (Gaussian
+    moments, only for processes proven linear) or "auto" (exact when proven).
+    """
     from .solution import Solution
 
+    if backend not in ("auto", "exact", "mc"):
+        raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
+    if backend == "exact" and mod.NONLINEAR is not None:
+        raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
+    exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
     p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width)
     geo = _Geometry(mod, sz)
     timings = {}
     t0 = _time.perf_counter()
-    S = _sample_sources(mod, p, sz, samples, seed)
-    pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
-    march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
-    q, Rq, avg = march(S, pj)
-    q = {k: np.asarray(v) for k, v in q.items()}
-    _check_finite(mod, geo, q, "saddle-point march")
-    timings["saddle"] = _time.perf_counter() - t0
-    t0 = _time.perf_counter()
-    if batch is None:
-        per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
-        batch = int(max(1, min(samples, _MEMORY_BUDGET // per_sample)))
-    batch = min(batch, -(-samples // groups)) if groups > 1 else batch
-    moments = _moments(mod, geo, S, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, samples, batch,
-                       groups)
-    timings["moments"] = _time.perf_counter() - t0
-    t0 = _time.perf_counter()
-    U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
-    sigma, U, kappa, cond = propagator(U0, *moments.pooled(), geo, T)
-    timings["propagator"] = _time.perf_counter() - t0
-    group_vars = []
-    if len(moments.counts) > 1:
-        for g in range(len(moments.counts)):
-            sg = propagator(U0, *moments.pooled([g]), geo, T)[0]
-            group_vars.append(np.diag(sg))
+    if exact:
+        q, Rq, kappa_obs, D = exact_moments(mod, geo, p, sz, T)
+        q = {k: np.asarray(v) for k, v in q.items()}
+        _check_finite(mod, geo, q, "saddle-point march")
+        timings["exact moments"] = _time.perf_counter() - t0
+        samples = seed = batch = None
+        t0 = _time.perf_counter()
+        U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+        sigma, U, kappa, cond = propagator(U0, kappa_obs, D, geo, T)
+        timings["propagator"] = _time.perf_counter() - t0
+        var_se = np.zeros(len(sigma))     # no sampling error
+    else:
+        S = _sample_sources(mod, p, sz, samples, seed)
+        pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+        march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
+        # Independent groups, each a complete pipeline (its own saddle point, kappa, D, propagator):
+        # the spread of the group results is an honest Monte Carlo error, including that of q itself.
+        G = max(1, min(groups, samples // 2))
+        edges = np.linspace(0, samples, G + 1).astype(int)
+        if batch is None:
+            per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
+            batch = int(max(1, _MEMORY_BUDGET // per_sample))
+        batch = max(1, min(batch, int(np.diff(edges).max())))
+        results = []
+        timings.update(saddle=0.0, moments=0.0, propagator=0.0)
+        for a, b in zip(edges[:-1], edges[1:]):
+            t0 = _time.perf_counter()
+            Sg = {k: v[a:b] for k, v in S.items()}
+            q, Rq, avg = march(Sg, pj)
+            q = {k: np.asarray(v) for k, v in q.items()}
+            _check_finite(mod, geo, q, "saddle-point march")
+            t1 = _time.perf_counter()
+            kappa_obs, D = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, batch)
+            t2 = _time.perf_counter()
+            U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+            results.append((q, *propagator(U0, kappa_obs, D, geo, T)))
+            timings["saddle"] += t1 - t0
+            timings["moments"] += t2 - t1
+            timings["propagator"] += _time.perf_counter() - t2
+        q = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
+        sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
+        cond = max(r[4] for r in results)
+        var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
     means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
              for k, _ in mod.ORDERS}
-    G = len(group_vars)
-    var_se = np.std(group_vars, axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
     _check_variances(np.diag(sigma), var_se, geo, T)
-    diagnostics = {"u_condition": cond}
+    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc"}
     return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
                                 RunInfo(samples, seed, batch, timings, diagnostics))
 

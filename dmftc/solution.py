@@ -89,6 +89,8 @@ class Solution:
         """
         self._check(name)
         if what == "mean":
+            if self.info["samples"] is None:       # exact backend: no sampling error
+                return np.zeros_like(self.var(name))
             return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
         se = self.extras.get("var_se")
         if se is None:
@@ -98,8 +100,9 @@ class Solution:
         return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
 
     def summary(self) -> str:
-        lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, "
-                 f"samples = {self.info.get('samples')}"]
+        backend = self.info.get("diagnostics", {}).get("backend", "mc")
+        how = "exact Gaussian moments" if backend == "exact" else f"samples = {self.info.get('samples')}"
+        lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, {how}"]
         lines.append(f"  {'order parameter':<16}{'shape':>10}{'final mean':>14}{'peak N Var':>14}{'at t':>8}")
         for n in self.names:
             m = self.mean(n)

@@ -33,6 +33,8 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ()
 PAST_TERMS = ()
 SINGULAR = ()
+# None when the process is proven Gaussian (fields affine in the sources): exact moments apply
+NONLINEAR = None
 
 
 def defaults(p):

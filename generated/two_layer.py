@@ -33,6 +33,8 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ('∫3', '∫4')
 PAST_TERMS = (('Delta', 'Delta', (), (), ()), ('Delta', 'K', (), (), ()), ('f_star', 'Delta', (), (), ()), ('f_star', 'K_star', (), (), ()))
 SINGULAR = ()
+# None when the process is proven Gaussian (fields affine in the sources): exact moments apply
+NONLINEAR = 'field g = z*(1 - tanh(h)**2) (line 16) is not affine in the sources'
 
 
 def defaults(p):

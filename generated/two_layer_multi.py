@@ -33,6 +33,8 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ('∫3',)
 PAST_TERMS = (('Delta', 'Delta', (1,), (5,), (7,)), ('Delta', 'K', (1,), (5,), (7, 11)))
 SINGULAR = ('DiracDelta(h[mu])',)
+# None when the process is proven Gaussian (fields affine in the sources): exact moments apply
+NONLINEAR = 'field g = sqrt(2)*z*Heaviside(h[mu]) (line 19) is not affine in the sources'
 
 
 def defaults(p):

@@ -118,7 +118,26 @@ def m_delete_line(text, draw):
     return "".join(lines[:i] + lines[i + 1:]), f"delete line {i + 1}"
 
 
-MUTATIONS = (m_delete_token, m_insert_token, m_truncate, m_swap, m_rename, m_duplicate_line, m_delete_line)
+_TEMPLATES = ("{x}^2", "{x}^{y}", "abs({x})", "phi'({x})", "max({x}, 0)", "min({x}, {y})", "({x} / {y})",
+              "exp(-{x})", "sqrt({x})", "log({x})", "erf({x})", "{x} {y}", "{x} * {y}(t)", "sum(nu: {x})",
+              "sum(mu, nu: {x})", "integral({x}, s < t)", "integral({y}(s) {x}, s < t)", "{y}(s)", "{y}(t)",
+              "{y}[mu]", "{y}[mu](t)", "{y}[nu](s)", "hat {y}(t)", "hat {y}[mu](t)", "E[{x}]",
+              "log E[exp(-{x})]", "[[{x}, 1], [1, {x}]]", "[{x}, {y}]", "{x}(s)", "{x}'({y})", "0 * {x}", "-{x}")
+
+
+def m_splice(text, draw):
+    """Replace one identifier with a small expression built around it and another name of the spec."""
+    spans = [(a, b) for a, b in tokens(text) if _IDENT.fullmatch(text[a:b])]
+    if not spans:
+        return text, "no splice"
+    a, b = draw(st.sampled_from(spans))
+    y = draw(st.sampled_from(identifiers(text)))
+    new = draw(st.sampled_from(_TEMPLATES)).format(x=text[a:b], y=y)
+    return text[:a] + new + text[b:], f"splice {text[a:b]!r} -> {new!r} at {a}"
+
+
+MUTATIONS = (m_delete_token, m_insert_token, m_truncate, m_swap, m_rename, m_duplicate_line, m_delete_line,
+             m_splice)
 
 
 @st.composite
