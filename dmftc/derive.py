@@ -23,7 +23,8 @@ import sympy as sp
 from . import ast
 from .check import Model
 from .errors import SpecError, StructureSpecError
-from .symbolic import ONEHOT, chain, contract, diff_indexed, free_indices, index_symbol, quantity, singular_terms
+from .symbolic import (ONEHOT, base_name, chain, contract, diff_indexed, free_indices, index_symbol, quantity,
+                       singular_terms, unsupported)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class _Deriver:
         self.counter = 0
         self.sums: dict[tuple, RunningSum] = {}
         self.activations = {a.name: a for a in self.spec.activations}
+        self.sum_pos = {}  # running-sum name -> position of its first integral in the spec
 
     def err(self, msg, pos, hint=None, cls=StructureSpecError):
         return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
@@ -160,16 +162,18 @@ class _Deriver:
                 return quantity(e.name, tuple(rename.get(i, i) for i in e.indices))
             args = [c(a) for a in e.args]
             if e.name in self.activations:
-                return self.activation(e.name, args[0], 0)
-            return _BUILTINS[e.name](*args)
+                return self.finite(self.activation(e.name, args[0], 0), e)
+            return self.finite(_BUILTINS[e.name](*args), e)
         if isinstance(e, ast.PrimeCall):
-            return self.activation(e.name, c(e.args[0]), 1)
+            return self.finite(self.activation(e.name, c(e.args[0]), 1), e)
         if isinstance(e, ast.Hat):
             return quantity("hat_" + e.name, tuple(rename.get(i, i) for i in e.indices))
         if isinstance(e, ast.BinOp):
             a, b = c(e.left), c(e.right)
-            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-                    "^": lambda: a ** b}[e.op]()
+            if e.op == "^" and a.is_Number and b.is_Number and _out_of_range(a, b):
+                raise self.err(f"the number {a}^{b} is out of the floating-point range", e.pos, cls=SpecError)
+            return self.finite({"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+                                "^": lambda: a ** b}[e.op](), e)
         if isinstance(e, ast.Neg):
             return -c(e.operand)
         if isinstance(e, ast.IndexSum):
@@ -183,12 +187,29 @@ class _Deriver:
         if isinstance(e, ast.Integral):
             if e.cmp is None:  # top-level integral over t in the action: the measure cancels
                 return c(e.body)
-            return self.running_sum(c(e.body), scope)
+            rs = self.running_sum(c(e.body), scope)
+            self.sum_pos.setdefault(base_name(rs), e.pos)
+            return rs
         if isinstance(e, ast.Expectation):
             raise self.err("log E[...] must appear as a separate term of the action", e.pos)
         if isinstance(e, ast.Matrix):
             raise self.err("a matrix cannot be used inside an expression", e.pos)
         raise AssertionError(type(e))  # pragma: no cover
+
+    def finite(self, value, e):
+        """``value``, the SymPy form of ``e``, unless it is undefined, infinite, complex or out of range."""
+        if value.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            what = "is undefined or infinite"
+        elif value.has(sp.I):
+            what = "is not a real number"
+        elif any(abs(n.p) > _BIG or n.q > _BIG for n in value.atoms(sp.Rational)) \
+                or any(abs(n) > _BIG for n in value.atoms(sp.Float)):
+            what = "contains a number out of the floating-point range"
+        else:
+            return value
+        raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError,
+                       hint="check for a division by zero, the log of zero or of a negative number, or the square "
+                            "root or a fractional power of a negative number")
 
     def activation(self, name, arg, order):
         if name in self.activations:
@@ -275,6 +296,7 @@ class _Deriver:
                     for i in cidx:
                         self.index_size[i + "'"] = self.index_size[i]
                     past.append(PastTerm(sd.name, col, a, b, dummies))
+        self.supported(fields, sample_sums, saddles, ft, st, ot)
         singular = sorted({s for t in ft + st + ot for s in singular_terms(t.expr)})
         return Derivation(self.m, dict(self.index_size), orders, sources, sample_sums, order_sums, fields,
                           tuple(saddles), drivers, primed, tuple(ft), tuple(st), tuple(ot), tuple(past),
@@ -306,6 +328,38 @@ class _Deriver:
             if sd.observable is not None and degree_exceeds(sd.observable, 2):
                 return f"the observable of {sd.name}, {sd.observable}, is not a polynomial of degree <= 2"
         return None
+
+    def supported(self, fields, sample_sums, saddles, ft, st, ot):
+        """Reject what the generated kernels cannot evaluate, at the statement it comes from."""
+        decl = {f.name: f for f in self.spec.fields}
+        log = next((x for a in self.spec.actions for x in ast.walk(a.body) if isinstance(x, ast.Expectation)), None)
+        obs_pos = log.pos if log is not None else self.spec.actions[0].pos
+        sums = {s.name for s in sample_sums}
+        for t in ft:  # tangent kernels see fields, sources and sensitivities, not the running sums themselves
+            used = sorted(str(a) for a in t.expr.atoms(sp.Symbol) if str(a) in sums)
+            if used:
+                f = decl[t.target]
+                raise self.err(f"field '{f.name}' must be affine in its causal integrals, with coefficients made "
+                               "of parameters and sources", self.sum_pos.get(used[0], f.pos),
+                               hint=f"give the integral its own field, e.g. I(t) = integral(..., s < t), and use "
+                                    f"I(t) in the equation of '{f.name}'")
+        where = [(f.expr, decl[f.name].pos, f"field '{f.name}'") for f in fields]
+        where += [(t.expr, decl[t.target].pos, f"the sensitivity of field '{t.target}' to {t.driver}") for t in ft]
+        where += [(s.increment, self.sum_pos.get(s.name), "the integrand") for s in sample_sums]
+        where += [(t.expr, self.sum_pos.get(t.target), f"the sensitivity of the integrand to {t.driver}") for t in st]
+        where += [(s.observable, obs_pos, f"the observable of {s.name}") for s in saddles if s.observable is not None]
+        where += [(t.expr, obs_pos, f"the sensitivity of the observable of {t.target} to {t.driver}") for t in ot]
+        for expr, pos, what in where:
+            bad = unsupported(expr)
+            if bad is None:
+                continue
+            if isinstance(bad, sp.DiracDelta) or (isinstance(bad, sp.Derivative) and bad.expr.has(sp.DiracDelta)):
+                hint = ("a non-smooth activation (relu, max, min, abs) is differentiated too often here: its "
+                        "second derivative is already a delta function; use a smooth activation such as tanh or erf")
+                raise self.err(f"{what} needs a derivative of a delta function ({bad}), which cannot be evaluated",
+                               pos, hint=hint)
+            raise self.err(f"{what} contains {bad}, which dmftc cannot evaluate", pos,
+                           hint="use the built-in functions: " + ", ".join(sorted(_BUILTINS)))
 
     def fresh_all(self, idx):
         return [self.fresh(i) for i in idx]
@@ -349,10 +403,10 @@ class _Deriver:
                            hint=f"add integral(hat {name}(t) * ({name}(t) - ...), t)")
         q = quantity(name, idx)
         coeff = contract(sp.diff(c, q))
-        rest = sp.expand(c - coeff * q) if not idx else contract(c - coeff * q)
         if coeff.free_symbols & {s for s in coeff.free_symbols if s.is_Symbol and _is_order(self.spec, s)} \
                 or any(isinstance(a, sp.Indexed) for a in coeff.atoms(sp.Indexed)):
             raise self.err(f"the constraint of '{name}' is not linear in {name}(t)", pos)
+        rest = sp.expand(c - coeff * q) if not idx else contract(c - coeff * q)
         same_time = [a for a in rest.atoms(sp.Symbol, sp.Indexed) if _is_order(self.spec, a)]
         if same_time:
             names = ", ".join(sorted({_base(a) for a in same_time}))
@@ -362,6 +416,22 @@ class _Deriver:
         if sp.simplify(coeff) == 0:
             raise self.err(f"the constraint of '{name}' does not contain {name}(t)", pos)
         return Saddle(name, idx, coeff, rest, None if o == 0 else o)
+
+
+_BIG = 1e300  # magnitude beyond which a constant is not safely a double
+
+
+def _out_of_range(a, b) -> bool:
+    """Whether the constant a^b overflows or underflows a double (checked before SymPy computes it exactly)."""
+    if a == 0:
+        return False
+    try:
+        value = abs(float(a) ** float(b))
+    except OverflowError:
+        return True
+    except ZeroDivisionError:
+        return False
+    return not 1 / _BIG < value < _BIG
 
 
 def _handle(x):

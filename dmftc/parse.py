@@ -8,9 +8,10 @@ the location, the expected tokens in words, and a hint for known mistakes.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast
@@ -87,7 +88,11 @@ def _idx(children) -> tuple[str, ...]:
 class _Build(Transformer):
     # ---------------------------------------------------------- expressions
     def number(self, meta, c):
-        return ast.Num(_pos(meta), float(c[0]))
+        value = float(c[0])
+        if not math.isfinite(value):
+            raise SyntaxSpecError(f"the number {str(c[0])!r} is too large", _pos(meta),
+                                  hint="numbers must be finite double-precision values (below about 1.8e308)")
+        return ast.Num(_pos(meta), value)
 
     def name(self, meta, c):
         return ast.Name(_pos(meta), str(c[0]))
@@ -357,10 +362,29 @@ def _convert(err: UnexpectedInput, source: str, filename: str) -> SyntaxSpecErro
                            source=source, filename=filename)
 
 
+# Deepest expression nesting accepted (levels of the parse tree; the shipped specs use 16).  Later stages
+# (the checker, SymPy, the printer) recurse over expressions, so deeper input would exhaust the stack.
+MAX_DEPTH = 100
+
+
+def _check_depth(tree, source: str, filename: str) -> None:
+    stack = [(tree, 0, None)]
+    while stack:
+        node, depth, meta = stack.pop()
+        if not getattr(node.meta, "empty", True):
+            meta = node.meta
+        if depth > MAX_DEPTH:
+            raise SyntaxSpecError(f"expression nested too deeply (more than {MAX_DEPTH} levels)",
+                                  _pos(meta) if meta is not None else Pos(1, 1), source=source, filename=filename,
+                                  hint="split it into several fields, terms or parameters")
+        stack.extend((c, depth + 1, meta) for c in node.children if isinstance(c, Tree))
+
+
 def parse(source: str, filename: str = "<spec>") -> ast.Spec:
     """Parse spec text; raise :class:`SyntaxSpecError` (with location) on bad input."""
     try:
         tree = _parser().parse(source)
+        _check_depth(tree, source, filename)
         items = _Build().transform(tree)
     except UnexpectedInput as err:
         raise _convert(err, source, filename) from None

@@ -88,13 +88,35 @@ def contract(expr):
     return expr.func(*[contract(a) for a in expr.args])
 
 
+def finish_derivative(d):
+    """Evaluate what SymPy leaves of a derivative because indexed quantities are not known to be real:
+    re(x) -> x, im(x) -> 0, d sign(x)/dy -> 2 delta(x) dx/dy (as it does for real symbols)."""
+    if not d.has(sp.Derivative, sp.re, sp.im):
+        return d
+    d = d.replace(lambda x: isinstance(x, (sp.re, sp.im)) and isinstance(x.args[0], sp.Indexed),
+                  lambda x: x.args[0] if isinstance(x, sp.re) else sp.Integer(0))
+    d = d.replace(lambda x: isinstance(x, sp.Derivative) and isinstance(x.expr, sp.sign) and len(x.variables) == 1,
+                  lambda x: 2 * sp.DiracDelta(x.expr.args[0]) * sp.diff(x.expr.args[0], x.variables[0]))
+    return d.replace(lambda x: isinstance(x, sp.Derivative), lambda x: x.doit())
+
+
+def unsupported(expr):
+    """The first part of ``expr`` that generated code cannot evaluate (an unevaluated derivative, the
+    derivative of a delta function, a complex or non-finite constant), or None."""
+    for a in sp.preorder_traversal(expr):
+        if isinstance(a, (sp.Derivative, sp.Subs, sp.re, sp.im)) or (isinstance(a, sp.DiracDelta) and len(a.args) > 1) \
+                or a in (sp.I, sp.nan, sp.zoo, sp.oo, -sp.oo):
+            return a
+    return None
+
+
 def diff_indexed(expr, target, fresh_indices):
     """d expr / d target[fresh] with Kronecker deltas contracted."""
     if isinstance(target, sp.Indexed):
         var = target.base[tuple(fresh_indices)]
     else:
         var = target
-    return contract(sp.diff(expr, var))
+    return contract(finish_derivative(sp.diff(expr, var)))
 
 
 def chain(expr, dependencies, tangent_of, fresh_for, size_of):
@@ -109,13 +131,13 @@ def chain(expr, dependencies, tangent_of, fresh_for, size_of):
         if not idx:
             sym = sp.Symbol(name, real=True)
             if expr.has(sym):
-                total += sp.diff(expr, sym) * tangent_of(name, ())
+                total += finish_derivative(sp.diff(expr, sym)) * tangent_of(name, ())
             continue
         base = sp.IndexedBase(name)
         if not expr.has(base):
             continue
         dummies = [index_symbol(d) for d in fresh_for(idx)]
-        d = sp.diff(expr, base[tuple(dummies)])
+        d = finish_derivative(sp.diff(expr, base[tuple(dummies)]))
         term = d * tangent_of(name, tuple(dummies))
         limits = [(k, 0, size_of(str(k)) - 1) for k in dummies]
         total += contract(sp.Sum(term, *limits))
