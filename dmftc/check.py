@@ -231,6 +231,9 @@ class _Checker:
                 raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
                                hint="time enters only through integrals and time arguments")
             sym = self.lookup(e.name, e.pos, locals_)
+            if sym.kind == "time":
+                raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
+                               hint="time enters only through integrals and time arguments")
             if sym.kind in ("order", "field"):
                 raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(sym.indices)}({time or self.spec.time.var})")
@@ -248,7 +251,7 @@ class _Checker:
                 raise self.err(NameSpecError, f"parameter '{e.name}' is used before it has a value", e.pos,
                                hint="defaults are computed in declaration order (the time grid last); "
                                     "a default may use only the parameters declared above it")
-            self._source_use(sym, e.pos, ctx, in_log)
+            self._source_use(sym, e.pos, ctx, in_log, integral_var)
             return
         if isinstance(e, ast.Indexed):
             sym = self.lookup(e.name, e.pos, locals_)
@@ -256,7 +259,7 @@ class _Checker:
             if sym.kind in ("order", "field"):
                 raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(e.indices)}({time or self.spec.time.var})")
-            self._source_use(sym, e.pos, ctx, in_log)
+            self._source_use(sym, e.pos, ctx, in_log, integral_var)
             return
         if isinstance(e, ast.Call):
             if ctx == "default":
@@ -401,10 +404,15 @@ class _Checker:
                            e.pos, hint="define a field with the integral and use the field in the observable")
         self.expr(e.body, ctx=ctx, bound=bound, time=None, locals_=locals_, integral_var=e.var, in_log=in_log)
 
-    def _source_use(self, sym, pos, ctx, in_log):
+    def _source_use(self, sym, pos, ctx, in_log, integral_var=None):
         """Sources are random: they belong in field equations and the single-site average only."""
         if sym.kind != "source":
             return
+        if integral_var is not None and ctx == "field":
+            raise self.err(StructureSpecError, f"the source '{sym.name}' cannot be integrated over time directly",
+                           pos, hint=f"integrands use fields and order parameters at time {integral_var}: define a "
+                                     f"field such as {sym.name}_f(t) = {sym.name}{self._idx_text(sym.indices)} "
+                                     f"and integrate that")
         if ctx == "activation":
             raise self.err(StructureSpecError, f"an activation cannot depend on the source '{sym.name}'", pos,
                            hint="an activation is a function of its argument and parameters only")

@@ -22,6 +22,7 @@ import numpy as np
 from . import kernels as _k
 from .errors import NumericalError, ParameterError
 from .exact import exact_moments
+from .geometry import Geometry, tangent_shape
 from .linalg import causal_sandwich
 from .params import resolve_params
 
@@ -29,33 +30,6 @@ jax.config.update("jax_enable_x64", True)
 
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
 _MEMORY_BUDGET = 1.0e8  # floats per batch of tangents (~1.6 GB in float64)
-
-
-@dataclass
-class _Geometry:
-    """Shapes of the order parameters and their place in the flattened propagator."""
-
-    mod: object
-    sz: dict
-
-    def __post_init__(self):
-        m = self.mod
-        self.comp_shape = {n: tuple(self.sz[m.AXIS_SIZE[m.AXES[a - 1]]] for a in m.STORED_AXES[n]) for n, _ in m.ORDERS}
-        self.offset, off = {}, 0
-        for n, _ in m.ORDERS:
-            self.offset[n] = off
-            off += int(np.prod(self.comp_shape[n], dtype=int))
-        self.m = off
-        self.single_site = tuple(n for n, _ in m.ORDERS if n in m.SINGLE_SITE)
-
-    def size(self, name):
-        return int(np.prod(self.comp_shape[name], dtype=int))
-
-    def shape(self, name, lead=1, s=1):
-        m = self.mod
-        axes = m.STORED_AXES[name]
-        dims = [self.sz[m.AXIS_SIZE[a]] if (i + 1) in axes else 1 for i, a in enumerate(m.AXES)]
-        return (lead, *dims, s)
 
 
 def _sample_sources(mod, p, sz, samples, seed):
@@ -127,7 +101,7 @@ def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
     eta = p[mod.TIME["step"]]
     B = next(iter(S.values())).shape[0]
     R = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
-    Ts = {d: {f"d{n}/d{d}": jnp.zeros(_tangent_shape(mod, geo, n, d, B, 0)) for n in mod.SAMPLE_SUMS}
+    Ts = {d: {f"d{n}/d{d}": jnp.zeros(tangent_shape(mod, geo, n, d, B, 0)) for n in mod.SAMPLE_SUMS}
           for d in mod.DRIVERS}
     ends = sorted({-(-(k + 1) * T // _SEGMENTS) for k in range(_SEGMENTS)})
     Xs, Ds, start = [], [], 0
@@ -167,13 +141,6 @@ def _pad_last(x, width):
     """Zero-pad the trailing source-time axis to ``width`` columns."""
     extra = width - x.shape[-1]
     return x if extra == 0 else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])
-
-
-def _tangent_shape(mod, geo, name, driver, B, T):
-    base = list(geo.shape(name, B, T))
-    for a in mod.PRIMED_AXES[driver]:
-        base[a] = geo.sz[mod.AXIS_SIZE[mod.AXES[a - 1]]]
-    return tuple(base)
 
 
 def _moments(mod, geo, S, q, avg, p, sz, T, batch):
@@ -262,7 +229,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
     exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
     p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width)
-    geo = _Geometry(mod, sz)
+    geo = Geometry(mod, sz)
     timings = {}
     t0 = _time.perf_counter()
     if exact:

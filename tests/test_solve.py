@@ -9,7 +9,8 @@ import pytest
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
-from dmftc.runtime import _Geometry, _sample_sources
+from dmftc.geometry import Geometry
+from dmftc.runtime import _sample_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +115,7 @@ def _autodiff_D(model, sol, name):
     mod = model.module
     p = dict(sol.params)
     sz = {k: int(p[k]) for k in set(mod.AXIS_SIZE.values())}
-    geo = _Geometry(mod, sz)
+    geo = Geometry(mod, sz)
     S = _sample_sources(mod, p, sz, sol.info["samples"], sol.info["seed"])
     T = len(sol.times)
     eta = p["eta"]
