@@ -63,9 +63,13 @@ def cmd_run(args) -> int:
         k, v = item.split("=", 1)
         params[k.strip()] = _parse_value(v.strip(), k.strip())
     model = load(args.spec)
-    sol = model.solve(samples=args.samples, seed=args.seed, **params)
+    sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend, **params)
     if not args.quiet:
         print(sol.summary())
+    if args.out:
+        sol.save(args.out)
+        if not args.quiet:
+            print(f"wrote {args.out}")
     if args.plot:
         from .plot import plot_solution
         plot_solution(sol, args.plot)
@@ -92,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter (repeatable)")
     r.add_argument("--samples", type=int, default=20000)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
+    r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")
     r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(func=cmd_run)

@@ -32,5 +32,9 @@ class CompiledModel:
         return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups,
                             dirac_width=dirac_width, backend=backend, **params)
 
+    def sweep(self, name: str, values, **kwargs) -> list:
+        """Solve for each value of one parameter; compiled kernels are reused across the sweep."""
+        return [self.solve(**{**kwargs, name: v}) for v in values]
+
     def __repr__(self) -> str:
         return f"CompiledModel({self.name!r}, spec={self.module.SPEC_PATH!r})"

@@ -1,11 +1,15 @@
 """Results of a solve: saddle-point means and the propagator, with named accessors."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import DmftcError, ParameterError
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,58 @@ class Solution:
         o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
         return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
 
+    # ------------------------------------------------------------ persistence
+    def save(self, path) -> Path:
+        """Write a self-describing .npz (means, propagator, kappa, U, standard errors, metadata), atomically."""
+        import jax
+        import lark
+        import numba
+        import scipy
+        import sympy
+
+        from . import __version__
+
+        path = Path(path)
+        meta = {
+            "model": self.model, "params": {k: _jsonable(v) for k, v in self.params.items()},
+            "shapes": {k: list(v) for k, v in self.shapes.items()}, "offsets": self.offsets, "block": self.block,
+            "order": list(self.means), "info": _jsonable(self.info),
+            "versions": {"dmftc": __version__, "numpy": np.__version__, "jax": jax.__version__,
+                         "scipy": scipy.__version__, "sympy": sympy.__version__, "numba": numba.__version__,
+                         "lark": lark.__version__},
+        }
+        arrays = {"times": self.times, "sigma": self.sigma_full, "meta": np.array(json.dumps(meta, sort_keys=True))}
+        arrays.update({f"mean:{k}": v for k, v in self.means.items()})
+        for k in ("U", "kappa", "var_se"):
+            if self.extras.get(k) is not None:
+                arrays[f"extra:{k}"] = self.extras[k]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+        os.close(fd)
+        try:
+            np.savez_compressed(tmp, **arrays)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Solution":
+        """Read a file written by :meth:`save`."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                means = {k: z[f"mean:{k}"] for k in meta["order"]}
+                extras = {k[6:]: z[k] for k in z.files if k.startswith("extra:")}
+                times, sigma = z["times"], z["sigma"]
+        except (OSError, KeyError, ValueError) as err:
+            raise DmftcError(f"{path}: not a dmftc results file ({err})") from None
+        params = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in meta["params"].items()}
+        info = dict(meta["info"], versions=meta["versions"])
+        return cls(meta["model"], params, times, means, {k: tuple(v) for k, v in meta["shapes"].items()},
+                   meta["offsets"], meta["block"], sigma, info, extras)
+
     def summary(self) -> str:
         backend = self.info.get("diagnostics", {}).get("backend", "mc")
         how = "exact Gaussian moments" if backend == "exact" else f"samples = {self.info.get('samples')}"
@@ -124,3 +180,15 @@ class Solution:
             lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
                          + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
         return "\n".join(lines)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v

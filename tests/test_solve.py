@@ -211,3 +211,25 @@ def test_stderr_shapes_and_scaling(sol2):
     se = sol2.stderr("Delta")
     assert se.shape == (30,) and np.all(se >= 0) and se[5:].max() > 0
     np.testing.assert_allclose(sol2.stderr("K", "mean"), np.sqrt(sol2.var("K") / 2000))
+
+
+def test_saved_results_reload_identically(sol2, tmp_path):
+    path = sol2.save(tmp_path / "r.npz")
+    back = dmftc.Solution.load(path)
+    assert back.model == sol2.model and back.names == sol2.names
+    for n in sol2.names:
+        np.testing.assert_array_equal(back.mean(n), sol2.mean(n))
+        np.testing.assert_array_equal(back.sigma(n), sol2.sigma(n))
+        np.testing.assert_array_equal(back.stderr(n), sol2.stderr(n))
+    np.testing.assert_array_equal(back.times, sol2.times)
+    assert back.params["kx"] == 0.3 and back.info["seed"] == 3 and back.info["spec_sha256"]
+    assert back.info["versions"]["dmftc"] == dmftc.__version__
+    with pytest.raises(dmftc.DmftcError, match="not a dmftc results file"):
+        (tmp_path / "junk.npz").write_text("nope")
+        dmftc.Solution.load(tmp_path / "junk.npz")
+
+
+def test_sweep_reuses_the_model(two_layer):
+    sols = two_layer.sweep("gamma", [0.5, 1.0], samples=300, T=5)
+    assert [s.params["gamma"] for s in sols] == [0.5, 1.0]
+    assert sols[0].mean("K")[-1] != sols[1].mean("K")[-1]
