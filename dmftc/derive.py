@@ -207,9 +207,7 @@ class _Deriver:
             what = "contains a number out of the floating-point range"
         else:
             return value
-        raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError,
-                       hint="check for a division by zero, the log of zero or of a negative number, or the square "
-                            "root or a fractional power of a negative number")
+        raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError, hint=_FINITE_HINT)
 
     def activation(self, name, arg, order):
         if name in self.activations:
@@ -296,7 +294,7 @@ class _Deriver:
                     for i in cidx:
                         self.index_size[i + "'"] = self.index_size[i]
                     past.append(PastTerm(sd.name, col, a, b, dummies))
-        self.supported(fields, sample_sums, saddles, ft, st, ot)
+        self.supported(fields, sample_sums, saddles, ft, st, ot, past)
         singular = sorted({s for t in ft + st + ot for s in singular_terms(t.expr)})
         return Derivation(self.m, dict(self.index_size), orders, sources, sample_sums, order_sums, fields,
                           tuple(saddles), drivers, primed, tuple(ft), tuple(st), tuple(ot), tuple(past),
@@ -329,7 +327,7 @@ class _Deriver:
                 return f"the observable of {sd.name}, {sd.observable}, is not a polynomial of degree <= 2"
         return None
 
-    def supported(self, fields, sample_sums, saddles, ft, st, ot):
+    def supported(self, fields, sample_sums, saddles, ft, st, ot, past):
         """Reject what the generated kernels cannot evaluate, at the statement it comes from."""
         decl = {f.name: f for f in self.spec.fields}
         log = next((x for a in self.spec.actions for x in ast.walk(a.body) if isinstance(x, ast.Expectation)), None)
@@ -349,6 +347,9 @@ class _Deriver:
         where += [(t.expr, self.sum_pos.get(t.target), f"the sensitivity of the integrand to {t.driver}") for t in st]
         where += [(s.observable, obs_pos, f"the observable of {s.name}") for s in saddles if s.observable is not None]
         where += [(t.expr, obs_pos, f"the sensitivity of the observable of {t.target} to {t.driver}") for t in ot]
+        order_pos = {o.name: o.pos for o in self.spec.orders}
+        where += [(e, order_pos[s.name], f"the constraint of '{s.name}'") for s in saddles for e in (s.coeff, s.rest)]
+        where += [(e, order_pos[p.row], f"the constraint of '{p.row}'") for p in past for e in (p.at_t, p.at_s)]
         for expr, pos, what in where:
             bad = unsupported(expr)
             if bad is None:
@@ -358,6 +359,8 @@ class _Deriver:
                         "second derivative is already a delta function; use a smooth activation such as tanh or erf")
                 raise self.err(f"{what} needs a derivative of a delta function ({bad}), which cannot be evaluated",
                                pos, hint=hint)
+            if bad in (sp.I, sp.nan, sp.zoo, sp.oo, -sp.oo):
+                raise self.err(f"{what} is undefined or not real (it contains {bad})", pos, hint=_FINITE_HINT)
             raise self.err(f"{what} contains {bad}, which dmftc cannot evaluate", pos,
                            hint="use the built-in functions: " + ", ".join(sorted(_BUILTINS)))
 
@@ -419,6 +422,8 @@ class _Deriver:
 
 
 _BIG = 1e300  # magnitude beyond which a constant is not safely a double
+_FINITE_HINT = ("check for a division by zero, a power of zero, the log of zero or of a negative number, or the "
+                "square root or a fractional power of a negative number")
 
 
 def _out_of_range(a, b) -> bool:

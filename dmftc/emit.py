@@ -48,6 +48,8 @@ class Printer:
             return repr(float(e))
         if e is sp.pi:
             return "jnp.pi"
+        if e is sp.E:
+            return "jnp.e"
         if isinstance(e, sp.Symbol):
             name = str(e)
             if name in self.L.sizes or name in self.L.axes:

@@ -19,30 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels as _k
+from .geometry import place_sources, source_factors
 from .geometry import tangent_shape as _tangent_shape
 
 
 def basis_sources(mod, p, sz):
     """Sources at x = 0 and x = e_i (i over all standard-normal coordinates), uniform layout."""
-    covs = [np.asarray(c, dtype=float) for c in mod.source_covariances(p, sz)]
-    factors = []
-    for c in covs:
-        w, v = np.linalg.eigh(c)
-        factors.append(v * np.sqrt(np.clip(w, 0.0, None)))
-    n = sum(f.shape[1] for f in factors)
-    out, off = {}, 0
-    for group, L in zip(mod.SOURCES, factors):
-        d = L.shape[1]
+    factors = source_factors(mod, p, sz)
+    n = sum(L.shape[1] for L in factors)
+    xs, off = [], 0
+    for L in factors:
         x = np.zeros((n + 1, L.shape[0]))
-        x[1 + off:1 + off + d] = L.T            # point 1+off+i carries column i of the factor
-        if len(group) == 1 and group[0][1]:
-            name = group[0][0]
-            out[name] = _k.place(jnp.asarray(x), (0,) + mod.STORED_AXES[name], mod.RANK)
-        else:
-            for j, (name, _) in enumerate(group):
-                out[name] = jnp.reshape(jnp.asarray(x[:, j]), (n + 1,) + (1,) * (mod.RANK - 1))
-        off += d
-    return out, n
+        x[1 + off:1 + off + L.shape[1]] = L.T       # point 1+off+i carries column i of the factor
+        xs.append(x)
+        off += L.shape[1]
+    return place_sources(mod, xs), n
 
 
 def _affine(values, x):

@@ -1,12 +1,14 @@
 """Runtime: saddle-point march, sensitivities, kappa and the propagator for a generated module.
 
-Pass 1 marches the single-site process forward once over all samples: at each
-step the fields need only the past (strict causality), their averages give the
-order parameters at that step, and running sums advance.  Pass 2 re-runs the
-same samples in batches with the order parameters fixed, propagating tangents
-(forward-mode field sensitivities) to get D, and centred observables to get
-kappa.  The propagator is Sigma = U^-1 kappa U^-T with U lower triangular in
-time (forward substitution).
+Monte Carlo backend, for each of G independent groups of samples: pass 1
+marches the single-site process forward once: at each step the fields need only
+the past (strict causality), their averages give the order parameters at that
+step, and running sums advance.  Pass 2 re-runs the same samples in batches with
+the order parameters fixed, propagating tangents (forward-mode field
+sensitivities) to get D, and centred observables to get kappa.  The propagator
+is Sigma = U^-1 kappa U^-T with U lower triangular in time (forward
+substitution); group results are averaged and their spread gives standard
+errors.  Proven-linear processes use the exact backend (:mod:`dmftc.exact`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 from . import kernels as _k
 from .errors import NumericalError, ParameterError
 from .exact import exact_moments
-from .geometry import Geometry, tangent_shape
+from .geometry import Geometry, place_sources, source_factors, tangent_shape
 from .linalg import causal_sandwich
 from .params import resolve_params
 
@@ -33,21 +35,10 @@ _MEMORY_BUDGET = 1.0e8  # floats per batch of tangents (~1.6 GB in float64)
 
 
 def _sample_sources(mod, p, sz, samples, seed):
-    covs = mod.source_covariances(p, sz)
     key = jax.random.PRNGKey(seed)
-    out = {}
-    for gi, (group, cov) in enumerate(zip(mod.SOURCES, covs)):
-        w, v = np.linalg.eigh(np.asarray(cov, dtype=float))
-        factor = v * np.sqrt(np.clip(w, 0.0, None))
-        z = jax.random.normal(jax.random.fold_in(key, gi), (samples, factor.shape[0]), dtype=jnp.float64)
-        x = z @ jnp.asarray(factor.T)
-        if len(group) == 1 and group[0][1]:
-            name = group[0][0]
-            out[name] = _k.place(x, (0,) + mod.STORED_AXES[name], mod.RANK)
-        else:
-            for j, (name, _) in enumerate(group):
-                out[name] = jnp.reshape(x[:, j], (samples,) + (1,) * (mod.RANK - 1))
-    return out
+    xs = [jax.random.normal(jax.random.fold_in(key, gi), (samples, L.shape[0]), dtype=jnp.float64)
+          @ jnp.asarray(L.T) for gi, L in enumerate(source_factors(mod, p, sz))]
+    return place_sources(mod, xs)
 
 
 def _broadcast(d, shapes):

@@ -104,8 +104,9 @@ def unsupported(expr):
     """The first part of ``expr`` that generated code cannot evaluate (an unevaluated derivative, the
     derivative of a delta function, a complex or non-finite constant), or None."""
     for a in sp.preorder_traversal(expr):
-        if isinstance(a, (sp.Derivative, sp.Subs, sp.re, sp.im)) or (isinstance(a, sp.DiracDelta) and len(a.args) > 1) \
-                or a in (sp.I, sp.nan, sp.zoo, sp.oo, -sp.oo):
+        if isinstance(a, (sp.Derivative, sp.Subs, sp.re, sp.im)) or a in (sp.I, sp.nan, sp.zoo, sp.oo, -sp.oo):
+            return a
+        if (isinstance(a, sp.DiracDelta) and len(a.args) > 1) or (a.is_NumberSymbol and a not in (sp.pi, sp.E)):
             return a
     return None
 

@@ -101,7 +101,7 @@ def test_lazy_limit_closed_form(two_layer):
     """gamma -> 0: K is frozen at its random initial value, Delta(t) = y (1 - eta K)^t, so
     N Var(Delta(t)) = kappa_K(0,0) * (dDelta(t)/dK)^2 = kappa * (y t eta (1 - eta K)^(t-1))^2
     (the discrete-time form of the paper's kappa y^2 t^2 e^{-2t}), with kappa taken from the same run."""
-    sol = two_layer.solve(samples=4000, seed=1, gamma=1e-6, T=40, eta=0.05)
+    sol = two_layer.solve(samples=4000, seed=1, gamma=1e-6, T=40, eta=0.05, groups=1)  # one consistent pipeline
     K0 = sol.mean("K")[0]
     kappa = sol.kappa("K")[0, 0]
     t = np.arange(40)
