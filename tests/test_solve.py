@@ -153,7 +153,7 @@ def _symbolic_D(sol, name):
 
 
 def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):
-    sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0)
+    sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0, groups=1)
     for name in ("K", "K_star"):
         ad = np.asarray(_autodiff_D(two_layer, sol, name))[:, 0, :]          # (T, T)
         sym = _symbolic_D(sol, name)[:, 0, :, 0]
@@ -164,7 +164,7 @@ def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):
 def test_symbolic_sensitivities_match_autodiff_multi(multi):
     # autodiff through a ReLU is pathwise (phi'' = 0 a.e.): compare with the delta terms switched off
     sol = multi.solve(samples=200, seed=2, T=8, eta=0.1, gamma=1.5, P=3, Kx=np.eye(3) * 0.5 + 0.5,
-                      y=[1.0, -0.5, 0.3], dirac_width=0.0)
+                      y=[1.0, -0.5, 0.3], dirac_width=0.0, groups=1)
     ad = np.asarray(_autodiff_D(multi, sol, "K"))                          # (T, P*P, P, T)
     sym = _symbolic_D(sol, "K")                                            # (T, P*P, T, P)
     assert np.abs(ad).max() > 0.01
