@@ -1,6 +1,6 @@
 """Benchmark: exact Gaussian backend vs Monte Carlo for linear_whitened (P = 10, T = 200).
 
-Run: python benchmarks/bench_exact_vs_mc.py [--P 10] [--T 200] [--samples 10000]
+Run: python benchmarks/bench_exact_vs_mc.py [--P 10] [--T 200] [--samples 2000]
 Prints wall-clock times (first call includes compilation; second is steady state),
 the ratio, and the largest difference of N Var(Delta) between the backends in
 units of the Monte Carlo standard error.
@@ -26,7 +26,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--P", type=int, default=10)
     ap.add_argument("--T", type=int, default=200)
-    ap.add_argument("--samples", type=int, default=10_000)
+    ap.add_argument("--samples", type=int, default=2_000)
     args = ap.parse_args()
     import dmftc
 
