@@ -147,3 +147,21 @@ def test_linear_whitened_target_and_orthogonal_directions():
             z = np.abs(nvar - theory)[1:] / se[1:]
             # width-N ensembles carry O(1/N) corrections; at N = 512 they are below 4 standard errors here
             assert z.max() < 4, z.max()
+
+
+def test_two_layer_with_linear_activation_uses_exact_moments(tmp_path):
+    """The two_layer spec with phi(h) = linear(h) is proven Gaussian; exact and Monte Carlo agree."""
+    spec = tmp_path / "two_layer_linear.dmft"
+    spec.write_text((ROOT / "specs" / "two_layer.dmft").read_text()
+                    .replace("activation phi(h) = tanh(h)", "activation phi(h) = linear(h)"))
+    m = dmftc.load(spec, tmp_path / "gen")
+    assert m.module.NONLINEAR is None
+    params = dict(T=30, eta=0.05, gamma=1.0, kx=0.4)
+    ex = m.solve(**params)
+    assert ex.info["diagnostics"]["backend"] == "exact"
+    mc = m.solve(backend="mc", samples=20000, seed=4, **params)
+    for n in ex.names:
+        z = np.abs(mc.var(n) - ex.var(n))[1:] / np.maximum(mc.stderr(n)[1:], 1e-300)
+        assert z.max() < 4, (n, z.max())
+        zm = np.abs(mc.mean(n) - ex.mean(n))[1:] / np.maximum(mc.stderr(n, "mean")[1:], 1e-300)
+        assert zm.max() < 4, (n, zm.max())
