@@ -27,6 +27,8 @@ from .lower import lower
 from .parse import parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_UMASK = os.umask(0o022)  # read the process umask (at import, before any threads) ...
+os.umask(_UMASK)          # ... and restore it
 DEFAULT_OUT = REPO_ROOT / "generated"
 
 
@@ -70,6 +72,7 @@ def atomic_write(path: Path, text: str) -> bool:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+            os.fchmod(fh.fileno(), 0o666 & ~_UMASK)  # mkstemp creates 0600; give the module a normal file's mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -98,7 +101,10 @@ def _import(path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    # Run the current source, not a cached .pyc: those are validated by mtime (1 s resolution) and size only, so
+    # a module regenerated within the same second with the same length (a spec edit such as 1.0 -> 2.0) would
+    # run the old bytecode.
+    exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
     return module
 
 

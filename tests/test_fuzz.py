@@ -3,10 +3,14 @@
 Random textual mutations of the shipped specs (token deletions, insertions of
 tokens from the spec's own vocabulary and punctuation, truncations, swaps of
 adjacent tokens, renamings of an identifier at one or all occurrences,
-duplicated and deleted lines) are run through parse -> check -> derive ->
-lower -> emit.  Every outcome must be either generated code that is valid
-Python, or a :class:`SpecError` with a source location that renders; any other
-exception escaping the compiler is a bug.
+duplicated and deleted lines, and splices of small expressions around an
+identifier) are run through parse -> check -> derive -> lower -> emit.  Every
+outcome must be either generated code that is valid Python, or a
+:class:`SpecError` with a source location that renders; any other exception
+escaping the compiler is a bug.  A second property uses edits that mostly keep
+a spec valid (renamings, numbers, activations), so that many mutants reach the
+code generator.  The escapes the fuzzer found are kept as regression cases at
+the end of the file.
 
 The examples are derandomized, so the suite is deterministic.
 """
@@ -16,7 +20,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from dmftc.check import check
@@ -185,7 +189,7 @@ FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None
 @given(mutated_specs())
 def test_mutated_specs_compile_or_fail_with_located_spec_error(case):
     name, text, log = case
-    compile_text(text, name)
+    event("compiles" if compile_text(text, name) is not None else "located SpecError")
 
 
 # Edits that mostly keep a spec valid, so that the code generator sees many compiling variants.
@@ -212,7 +216,7 @@ def m_edit_number(text, draw):
 
 def m_activation(text, draw):
     body = draw(st.sampled_from(["relu(h)", "erf(h)", "sigmoid(h)", "h", "h^2", "sin(h) * cos(h)", "abs(h)",
-                                 "min(h, 1)", "exp(-h^2)", "log(1 + exp(h))", "h / (1 + abs(h))"]))
+                                 "min(h, 1)", "exp(-h^2)", "log(1 + exp(h))", "max(h, -h / 2)"]))
     new = re.sub(r"(activation phi\(h\) = )[^\n]*", lambda m: m.group(1) + body, text)
     return new, f"activation {body}"
 
@@ -225,6 +229,7 @@ def m_activation(text, draw):
 def test_compiling_mutants_generate_valid_python(case):
     name, text, log = case
     code = compile_text(text, name)
+    event("compiles" if code is not None else "located SpecError")
     if code is not None:
         assert "def fields(" in code and "def saddle(" in code
 
@@ -240,3 +245,100 @@ def test_every_prefix_of_a_line_boundary_is_handled(name):
     text = TEXTS[name]
     for end in [m.end() for m in re.finditer("\n", text)]:
         compile_text(text[:end], name)
+
+
+# ------------------------------------------------------------------ regressions: escapes the fuzzer found
+# Fixed copies of two shipped specs, so that these cases do not depend on later edits of specs/.
+SCALAR = """\
+model eos "two-layer linear net, one point"
+param gamma = 3.0
+param y = 1.0
+time t: T = 40 steps of eta = 0.5
+order Delta(t), K(t)
+process:
+  u ~ normal(0, 1);  r ~ normal(0, 1)
+  h(t) = u + gamma * integral(Delta(s) * z(s), s < t)
+  z(t) = r + gamma * integral(Delta(s) * h(s), s < t)
+action:
+    integral(hat Delta(t) (Delta(t) - y) + hat K(t) K(t), t)
+  + log E[exp(-integral(hat Delta(t) (u r - z(t) h(t)) / gamma + hat K(t) (h(t)^2 + z(t)^2), t))]
+"""
+MULTI = """\
+model two_layer_multi "two-layer ReLU net on P points"
+param P = 4
+param Kx[P, P] = 0.7 * eye(P) + 0.3
+param y[P] = 1.0
+param gamma = 1.0
+time t: T = 100 steps of eta = 0.02
+index mu, nu in 1..P
+activation phi(h) = sqrt(2) * max(0, h)
+order Delta[mu](t), K[mu, nu](t)
+process:
+  u[mu] ~ normal(0, Kx)
+  r ~ normal(0, 1)
+  h[mu](t) = u[mu] + gamma * integral(sum(nu: Kx[mu, nu] * Delta[nu](s) * g[nu](s)), s < t)
+  z(t) = r + gamma * integral(sum(nu: Delta[nu](s) * phi(h[nu](s))), s < t)
+  g[mu](t) = phi'(h[mu](t)) * z(t)
+action:
+    integral(sum(mu, nu: hat K[mu, nu](t) K[mu, nu](t)), t)
+  + integral(sum(mu: hat Delta[mu](t) (Delta[mu](t) - y[mu]
+                                       + integral(sum(nu: K[mu, nu](s) Delta[nu](s)), s < t))), t)
+  + log E[exp(-integral(sum(mu, nu: hat K[mu, nu](t) (phi(h[mu](t)) phi(h[nu](t))
+                                                     + Kx[mu, nu] g[mu](t) g[nu](t))), t))]
+"""
+_DEEP_TANH = "tanh(" * 150 + "gamma" + ")" * 150
+
+# (id, base text, [(old, new)], None if it must compile, else (message fragment, text at the reported location))
+REGRESSIONS = [
+    ("abs-activation-indexed", MULTI, [("sqrt(2) * max(0, h)", "abs(h)")], None),
+    ("abs-of-indexed-field", MULTI, [("Kx[mu, nu] g[mu](t) g[nu](t)", "abs(h[mu](t)) abs(h[nu](t))")], None),
+    ("exp-of-one", SCALAR, [("h(t) = u +", "h(t) = exp(1) * u +")], None),
+    ("delta-derivative", MULTI, [("activation phi(h) = sqrt(2) * max(0, h)",
+                                  "activation phi(h) = relu(h)\nactivation psi(h) = phi'(h)"),
+                                 ("g[mu](t) = phi'", "g[mu](t) = psi'")], ("delta function", "g[mu](t)")),
+    ("product-of-integrals", SCALAR, [("u + gamma * integral", "u + integral(gamma, s < t) * integral")],
+     ("affine in its causal integrals", "integral(gamma")),
+    ("power-of-integral", SCALAR, [("h(t) = u + gamma * integral(Delta(s) * z(s), s < t)",
+                                    "h(t) = (u + gamma * integral(Delta(s) * z(s), s < t))^2")],
+     ("affine in its causal integrals", "integral(Delta(s) * z(s)")),
+    ("division-by-zero", SCALAR, [("h(t) = u +", "h(t) = u / 0 +")], ("undefined", "u / 0")),
+    ("log-of-zero", SCALAR, [("h(t) = u +", "h(t) = log(0) * u +")], ("undefined", "log(0)")),
+    ("sqrt-of-negative", SCALAR, [("h(t) = u +", "h(t) = sqrt(-1) * u +")], ("not a real number", "sqrt(-1)")),
+    ("nan-constraint", MULTI, [("(Delta[mu](t) - y[mu]", "(0 ^ y[mu] + Delta[mu](t) - y[mu]")],
+     ("undefined", "Delta[mu](t)")),
+    ("huge-literal", SCALAR, [("h(t) = u +", "h(t) = 1e999 * u +")], ("too large", "1e999")),
+    ("power-tower", SCALAR, [("h(t) = u +", "h(t) = 2^2^2^2^2 * u +")], ("floating-point range", "2^2^2")),
+    ("huge-power", SCALAR, [("h(t) = u +", "h(t) = 9^9^8 * u +")], ("floating-point range", "9^9^8")),
+    ("tiny-power", SCALAR, [("h(t) = u +", "h(t) = 0.5^(10^30) * u +")], ("floating-point range", "0.5^")),
+    ("huge-power-of-constraint", SCALAR, [("(Delta(t) - y)", "(Delta(t) - y)^100000")],
+     ("not linear", "Delta(t), K(t)")),
+    ("deep-nesting", SCALAR, [("h(t) = u +", f"h(t) = u * {_DEEP_TANH} +")], ("nested too deeply", "tanh(")),
+    ("long-sum", SCALAR, [("h(t) = u +", "h(t) = u + " + " + ".join(["gamma"] * 3000) + " +")],
+     ("nested too deeply", "gamma")),
+    ("many-minus-signs", SCALAR, [("h(t) = u +", "h(t) = u + " + "-" * 3000 + "gamma +")],
+     ("nested too deeply", "-")),
+    ("source-in-integrand", MULTI, [("z(t) = r +", "z(t) = integral(r, s < t) +")],
+     ("cannot be integrated", "r, s < t")),
+    ("time-in-activation", MULTI, [("max(0, h)", "max(0, t)")], ("time variable 't'", "t)")),
+]
+
+
+@pytest.mark.parametrize("base, edits, expect", [c[1:] for c in REGRESSIONS], ids=[c[0] for c in REGRESSIONS])
+def test_regressions(base, edits, expect):
+    text = base
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    if expect is None:
+        assert compile_text(text, "regression") is not None
+        return
+    fragment, at = expect
+    with pytest.raises(SpecError) as info:
+        d = derive(check(parse(text, "specs/regression.dmft")))
+        emit(d, lower(d), spec_path="specs/regression.dmft", spec_sha256="0" * 64)
+    err = info.value
+    assert fragment in err.message, err.render()
+    assert err.pos is not None
+    line = text.splitlines()[err.pos.line - 1]
+    assert line[err.pos.col - 1:].startswith(at), err.render()
+    assert compile_text(text, "regression") is None  # and the property's own checks hold
