@@ -63,7 +63,8 @@ def cmd_run(args) -> int:
         k, v = item.split("=", 1)
         params[k.strip()] = _parse_value(v.strip(), k.strip())
     model = load(args.spec)
-    sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend, **params)
+    sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend,
+                      progress=not args.quiet, **params)
     if not args.quiet:
         print(sol.summary())
     if args.out:

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erf
 
+from .progress import Progress
+
 __all__ = ["EnsembleStats", "simulate_two_layer", "inputs_from_gram", "draw_parameters",
            "activation_fns", "gd_step", "ACTIVATIONS"]
 
@@ -235,8 +237,11 @@ def _positive_int(name, value, minimum=1):
 
 def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, gamma: float,
                        eta: float, T: int, N: int, E: int, seed: int = 0,
-                       batch: int | None = None, keep_samples: bool = False) -> EnsembleStats:
+                       batch: int | None = None, keep_samples: bool = False,
+                       progress: bool = False) -> EnsembleStats:
     """Train E independent width-N two-layer networks for T recorded steps (see module doc).
+
+    ``progress`` draws a progress bar (members trained) on stderr.
 
     Returns ensemble means, N * variances and their standard errors for
     "Delta" (P, T), "f" (P+Q, T), "K" (P+Q, P+Q, T) and "M" (P+Q, T).
@@ -270,16 +275,20 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
     # write disjoint slices of `out`.  At most 2 * workers batches are in flight.
     rng = np.random.default_rng(seed)
     workers = max(1, min(2, os.cpu_count() or 1, -(-E // batch)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool, \
+            Progress(f"ensemble N={N}", E, enabled=progress) as bar:
         pending = []
         for b0 in range(0, E, batch):
             sl = slice(b0, min(E, b0 + batch))
             W, w = draw_parameters(rng, sl.stop - sl.start, N, D)
-            pending.append(pool.submit(_run_batch, W, w, X, Kx, y, act, gamma, eta, T, out, sl))
+            pending.append((sl, pool.submit(_run_batch, W, w, X, Kx, y, act, gamma, eta, T, out, sl)))
             while len(pending) > 2 * workers:
-                pending.pop(0).result()
-        for fut in pending:
+                done, fut = pending.pop(0)
+                fut.result()
+                bar.advance(done.stop - done.start, note="members")
+        for done, fut in pending:
             fut.result()
+            bar.advance(done.stop - done.start, note="members")
 
     stats = {q: _summarise(out[q], N) for q in QUANTITIES}
     pick = lambda k: {q: stats[q][k] for q in QUANTITIES}  # noqa: E731

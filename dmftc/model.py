@@ -20,17 +20,17 @@ class CompiledModel:
         return self.module.defaults({})
 
     def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8,
-              dirac_width: float = 0.1, backend: str = "auto", **params):
+              dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults.
 
         ``samples`` single-site draws (seeded by ``seed``) estimate every average; ``groups``
         independent sample groups give Monte Carlo standard errors; ``dirac_width`` is the
         width of the Gaussian that stands for DiracDelta terms of non-smooth activations;
         ``backend`` is "auto" (exact Gaussian moments when the process is proven linear,
-        Monte Carlo otherwise), "exact" or "mc".
+        Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr.
         """
         return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups,
-                            dirac_width=dirac_width, backend=backend, **params)
+                            dirac_width=dirac_width, backend=backend, progress=progress, **params)
 
     def sweep(self, name: str, values, **kwargs) -> list:
         """Solve for each value of one parameter; compiled kernels are reused across the sweep."""

@@ -206,12 +206,14 @@ class RunInfo:
 
 
 def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
-                 **kwargs):
+                 progress=False, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution.
 
     ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (Gaussian
     moments, only for processes proven linear) or "auto" (exact when proven).
+    ``progress``: draw a progress bar on stderr (saddle march, moments, propagator per group).
     """
+    from .progress import Progress
     from .solution import Solution
 
     if backend not in ("auto", "exact", "mc"):
@@ -224,7 +226,9 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     timings = {}
     t0 = _time.perf_counter()
     if exact:
+        bar = Progress(f"{mod.MODEL} exact", 2, enabled=progress)
         q, Rq, kappa_obs, D = exact_moments(mod, geo, p, sz, T)
+        bar.advance(note="moments")
         q = {k: np.asarray(v) for k, v in q.items()}
         _check_finite(mod, geo, q, "saddle-point march")
         timings["exact moments"] = _time.perf_counter() - t0
@@ -233,6 +237,8 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
         sigma, U, kappa, cond = propagator(U0, kappa_obs, D, geo, T)
         timings["propagator"] = _time.perf_counter() - t0
+        bar.advance(note="propagator")
+        bar.close()
         var_se = np.zeros(len(sigma))     # no sampling error
     else:
         S = _sample_sources(mod, p, sz, samples, seed)
@@ -248,20 +254,25 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         batch = max(1, min(batch, int(np.diff(edges).max())))
         results = []
         timings.update(saddle=0.0, moments=0.0, propagator=0.0)
-        for a, b in zip(edges[:-1], edges[1:]):
+        bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
+        for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
             t0 = _time.perf_counter()
             Sg = {k: v[a:b] for k, v in S.items()}
             q, Rq, avg = march(Sg, pj)
             q = {k: np.asarray(v) for k, v in q.items()}
             _check_finite(mod, geo, q, "saddle-point march")
+            bar.advance(note=f"group {g + 1}/{G}: saddle march")
             t1 = _time.perf_counter()
             kappa_obs, D = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, batch)
             t2 = _time.perf_counter()
+            bar.advance(note=f"group {g + 1}/{G}: kappa and D")
             U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
             results.append((q, *propagator(U0, kappa_obs, D, geo, T)))
+            bar.advance(note=f"group {g + 1}/{G}: propagator")
             timings["saddle"] += t1 - t0
             timings["moments"] += t2 - t1
             timings["propagator"] += _time.perf_counter() - t2
+        bar.close()
         q = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
         sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
         cond = max(r[4] for r in results)

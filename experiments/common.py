@@ -1,0 +1,160 @@
+"""Shared helpers for the figure scripts: arguments, statistics, agreement checks, output.
+
+Agreement is measured as in ``tests/test_validation.py``: pointwise in time,
+
+    z = |theory - ensemble| / sqrt(se_ensemble^2 + se_theory^2),
+
+with the ensemble Richardson-extrapolated in 1/N from widths N and 2N
+(``finite_width_truth(..., extrapolate=True)`` for order parameters; the same
+formula, :func:`richardson`, for derived observables such as eigenmode
+projections or the total variance).  Points where theory and ensemble agree
+exactly (Delta(0) = y, zero variance at t = 0) count as z = 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+Z_MAX = 4.0
+
+
+def parse_args(name: str, doc: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small T, P, E and samples (about 1-3 minutes)")
+    ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "out" / name, help="output directory")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+# ----------------------------------------------------------------------------- statistics
+def sample_stats(x: np.ndarray, N: int):
+    """mean, N*var (ddof=1) and their standard errors over axis 0 (formulas of dmftc.ensemble)."""
+    E = x.shape[0]
+    m = x.mean(axis=0)
+    d2 = (x - m) ** 2
+    s2 = d2.sum(axis=0) / (E - 1)
+    m4 = (d2 * d2).mean(axis=0)
+    var_s2 = np.clip((m4 - (E - 3) / (E - 1) * s2 * s2) / E, 0.0, None)
+    return m, N * s2, np.sqrt(s2 / E), N * np.sqrt(var_s2)
+
+
+def total_nvar_stats(x: np.ndarray, N: int, axis: int = 1):
+    """N * sum over `axis` of the per-component variances, with its standard error.
+
+    sum_k var_k = <|x - <x>|^2> (ddof=1), the mean of the per-member squared
+    deviations d_i, so its standard error is std(d_i) / sqrt(E); this accounts
+    for correlations between components.
+    """
+    E = x.shape[0]
+    d = ((x - x.mean(axis=0)) ** 2).sum(axis=axis) * (E / (E - 1))
+    return N * d.mean(axis=0), N * d.std(axis=0, ddof=1) / np.sqrt(E)
+
+
+def richardson(x_n, se_n, x_2n, se_2n):
+    """Remove O(1/N) corrections from widths N and 2N: 2 x(2N) - x(N) (as dmftc.validation)."""
+    return 2 * x_2n - x_n, np.sqrt(4 * se_2n ** 2 + se_n ** 2)
+
+
+# ----------------------------------------------------------------------------- agreement
+class Agreement:
+    """Collects theory-vs-ensemble comparisons and writes summary.json."""
+
+    def __init__(self, name: str, quick: bool):
+        self.name, self.quick, self.rows, self.t0 = name, quick, {}, time.time()
+        self.meta: dict = {}
+
+    def add(self, label, theory, theory_se, ens, ens_se, *, raw=None, check=True, note=None, local=False):
+        """Compare arrays (time last); `raw` is the plotted (unextrapolated) ensemble, reported only.
+
+        With `local`, also report max_t |theory - ensemble| / |ensemble| (for curves on a log scale)."""
+        theory, ens = np.asarray(theory, float), np.asarray(ens, float)
+        se = np.sqrt(np.asarray(ens_se, float) ** 2 + np.asarray(theory_se, float) ** 2)
+        d = np.abs(theory - ens)
+        z = np.where(d > 1e-12, d / np.maximum(se, 1e-300), 0.0)
+        peak = max(np.abs(ens).max(), 1e-300)
+        row = {"z_max": float(z.max()), "rel_max": float(d.max() / peak), "checked": bool(check)}
+        if raw is not None:
+            row["raw_rel_max"] = float(np.abs(theory - raw).max() / max(np.abs(raw).max(), 1e-300))
+        if local:
+            row["local_rel_max"] = float(np.max(d / np.maximum(np.abs(ens), 1e-300)))
+        if note:
+            row["note"] = note
+        self.rows[label] = row
+        return row
+
+    def failures(self):
+        return {k: r for k, r in self.rows.items() if r["checked"] and not r["z_max"] <= Z_MAX}
+
+    def finish(self, out: Path, **extra) -> None:
+        """Write summary.json, print the table, exit 1 if any checked comparison has z > Z_MAX."""
+        checked = [r for r in self.rows.values() if r["checked"]]
+        summary = {"figure": self.name, "mode": "quick" if self.quick else "full",
+                   "runtime_s": round(time.time() - self.t0, 1), "z_threshold": Z_MAX,
+                   "max_z_checked": max((r["z_max"] for r in checked), default=0.0),
+                   "max_rel_checked": max((r["rel_max"] for r in checked), default=0.0),
+                   "passed": not self.failures(), **self.meta, **extra, "comparisons": self.rows}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+        print(f"\n{self.name} ({summary['mode']}, {summary['runtime_s']} s): theory vs Richardson-extrapolated ensembles")
+        print(f"  {'comparison':<44}{'max z':>8}{'max rel':>9}{'raw rel':>9}  checked")
+        for k, r in self.rows.items():
+            raw = f"{r['raw_rel_max']:9.3f}" if "raw_rel_max" in r else " " * 9
+            loc = f" (local rel {r['local_rel_max']:.3f})" if "local_rel_max" in r else ""
+            print(f"  {k:<44}{r['z_max']:8.2f}{r['rel_max']:9.3f}{raw}  {'yes' if r['checked'] else 'no'}{loc}")
+        print(f"  wrote {out / 'summary.json'}")
+        bad = self.failures()
+        if bad:
+            lines = "\n".join(f"  {k}: z = {r['z_max']:.2f} > {Z_MAX}" for k, r in bad.items())
+            sys.exit(f"FAILED: {self.name}: theory and finite-width ensembles disagree\n{lines}")
+
+
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
+        return v.item()
+    raise TypeError(f"not JSON serialisable: {type(v)}")
+
+
+def add_truth(agree: Agreement, label: str, sol, truth, names, raw=None, check=True, note=None):
+    """Compare sol.mean / sol.var with a (extrapolated) Truth for each order parameter in `names`."""
+    for n in names:
+        agree.add(f"{label} <{n}>", sol.mean(n), sol.stderr(n, "mean"), truth.mean[n], truth.mean_se[n],
+                  raw=None if raw is None else raw.mean[n], check=check, note=note)
+        agree.add(f"{label} N Var({n})", sol.var(n), sol.stderr(n), truth.nvar[n], truth.nvar_se[n],
+                  raw=None if raw is None else raw.nvar[n], check=check, note=note)
+
+
+# ----------------------------------------------------------------------------- plotting
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 7.5,
+                         "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+THEORY = dict(color="k", ls="--", lw=1.3)
+
+
+def theory_handle(plt, label="DMFT theory"):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **THEORY, label=label)
+
+
+def save_figure(fig, out: Path, name: str) -> Path:
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    print(f"  wrote {path}")
+    return path
