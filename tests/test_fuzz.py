@@ -249,20 +249,7 @@ def test_every_prefix_of_a_line_boundary_is_handled(name):
 
 # ------------------------------------------------------------------ regressions: escapes the fuzzer found
 # Fixed copies of two shipped specs, so that these cases do not depend on later edits of specs/.
-SCALAR = """\
-model eos "two-layer linear net, one point"
-param gamma = 3.0
-param y = 1.0
-time t: T = 40 steps of eta = 0.5
-order Delta(t), K(t)
-process:
-  u ~ normal(0, 1);  r ~ normal(0, 1)
-  h(t) = u + gamma * integral(Delta(s) * z(s), s < t)
-  z(t) = r + gamma * integral(Delta(s) * h(s), s < t)
-action:
-    integral(hat Delta(t) (Delta(t) - y) + hat K(t) K(t), t)
-  + log E[exp(-integral(hat Delta(t) (u r - z(t) h(t)) / gamma + hat K(t) (h(t)^2 + z(t)^2), t))]
-"""
+from spec_texts import EOS as SCALAR  # noqa: E402  (the eos spec with T = 40, eta = 0.5)
 MULTI = """\
 model two_layer_multi "two-layer ReLU net on P points"
 param P = 4
