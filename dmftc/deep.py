@@ -1,0 +1,144 @@
+"""Deep networks (L hidden layers, one training point): one entry point over the deep solvers.
+
+    sol = dmftc.deep.solve_deep(activation="linear", L=3, gamma=1.0, y=1.0, eta=0.05, T=30)
+    sol.mean("Phi[1]")    # (T, T) infinite-width feature kernel of layer 1
+    sol.var("Phi[1]")     # (T,)  lim N Var(Phi[1](t, t))
+    sol.sigma("Delta", "K")   # (T, T) lim N Cov(Delta(t), K(s))
+
+Backends:
+
+* linear activation: exact discrete-time saddle and the propagator from the autodiff Hessian
+  of the closed-form Gaussian action with the response functions folded in by the Schur
+  complement (:mod:`dmftc.deep_linear`).  The Hessian is dense, O((L T^2)^2) memory; sizes
+  that do not fit ``memory_limit`` are refused up front with the size they would need.
+* other activations: the Monte Carlo saddle point of the exact discrete-time DMFT
+  (:mod:`dmftc.deep_dmft`): means of every order parameter and response function with Monte
+  Carlo standard errors.  The finite-width propagator of deep *nonlinear* networks is not
+  implemented yet; asking for it raises an error that says so.
+
+Names: "Delta", "K" (time series), "Phi[l]", "G[l]" (two-time kernels, l = 1..L), and for the
+means also "Rphi[l]", "Rg[l]" (response functions) and "f".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ParameterError
+
+__all__ = ["DeepSolution", "solve_deep", "propagator_bytes"]
+
+_NOT_YET = ("the finite-width propagator of deep nonlinear networks is not implemented yet "
+            "(only means are available for activation {act!r}); use activation='linear' for "
+            "fluctuations")
+
+
+def propagator_bytes(L: int, T: int) -> int:
+    """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve."""
+    from .deep_linear import Layout
+
+    lay = Layout(L, T)
+    return 8 * (2 * lay.n * lay.n + lay.n * lay.n_phys)
+
+
+@dataclass(frozen=True)
+class DeepSolution:
+    """Infinite-width means and (for linear networks) the finite-width propagator."""
+    activation: str
+    L: int
+    T: int
+    params: dict
+    means: dict                       # name -> (T,) or (T, T)
+    mean_se: dict                     # Monte Carlo standard errors of the means (zeros when exact)
+    propagator: object = None         # dmftc.deep_linear.Propagator, or None
+    diagnostics: dict = field(default_factory=dict)
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.params["eta"] * np.arange(self.T)
+
+    def names(self) -> list:
+        return list(self.means)
+
+    def mean(self, name: str) -> np.ndarray:
+        self._known(name, self.means)
+        return self.means[name]
+
+    def stderr(self, name: str) -> np.ndarray:
+        self._known(name, self.mean_se)
+        return self.mean_se[name]
+
+    def var(self, name: str) -> np.ndarray:
+        """lim N Var(name(t)) over t; kernels on the time diagonal, name(t, t)."""
+        return np.diag(self.sigma(name, name)).copy()
+
+    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
+        """(T, T) block lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l] (time-diagonal kernels)."""
+        if self.propagator is None:
+            raise ParameterError(_NOT_YET.format(act=self.activation))
+        b = a if b is None else b
+        for n in (a, b):
+            self._known(n, self.propagator.sigma)
+        return self.propagator.sigma[a][b]
+
+    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
+        """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l]."""
+        if self.propagator is None:
+            raise ParameterError(_NOT_YET.format(act=self.activation))
+        for n in (a, b or a):
+            if n not in self.propagator.layout.blocks or not n.startswith(("Phi[", "G[")):
+                raise ParameterError(f"two_time needs kernels Phi[l] or G[l] (l = 1..{self.L}), got {n!r}")
+        return self.propagator.two_time(a, b)
+
+    def summary(self) -> str:
+        rows = [f"deep {self.activation} network, L = {self.L}, T = {self.T}, "
+                + ", ".join(f"{k} = {v:g}" for k, v in self.params.items())]
+        rows.append(f"  {'name':<10}{'final mean':>12}{'peak N Var':>12}")
+        for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, self.L + 1)]:
+            m = self.means[n]
+            final = m[-1] if m.ndim == 1 else m[-1, -1]
+            peak = f"{self.var(n).max():12.4g}" if self.propagator is not None else f"{'-':>12}"
+            rows.append(f"  {n:<10}{final:12.4g}{peak}")
+        return "\n".join(rows)
+
+    def _known(self, name, table):
+        if name not in table:
+            raise ParameterError(f"unknown name {name!r}; known: {', '.join(table)}")
+
+
+def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,
+               eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
+               memory_limit: float = 8e9) -> DeepSolution:
+    """Solve the deep network's discrete-time DMFT; the propagator too for linear networks."""
+    if not isinstance(activation, str):
+        raise ParameterError(f"activation must be a string, got {activation!r}")
+    params = {"gamma": gamma, "y": y, "eta": eta}
+    if activation == "linear":
+        from .deep_linear import deep_linear_propagator
+
+        need = propagator_bytes(_count("L", L), _count("T", T))
+        if need > memory_limit:
+            raise ParameterError(
+                f"the dense deep-linear propagator at L = {L}, T = {T} needs about {need / 1e9:.1f} GB "
+                f"(memory_limit = {memory_limit / 1e9:.1f} GB); lower T or L, or raise memory_limit")
+        prop = deep_linear_propagator(L=L, gamma=gamma, y=y, eta=eta, T=T)
+        sad = prop.saddle
+        means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
+        for l in range(1, L + 1):
+            means.update({f"Phi[{l}]": sad.Phi[l - 1], f"G[{l}]": sad.G[l - 1],
+                          f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
+        zeros = {k: np.zeros_like(v) for k, v in means.items()}
+        return DeepSolution(activation, L, T, params, means, zeros, prop, dict(prop.diagnostics))
+    from .deep_dmft import solve_deep as mc_saddle
+
+    sad = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed)
+    means = {k: np.asarray(sad[k]) for k in sad.keys()}
+    se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
+    return DeepSolution(activation, L, T, params, means, se, None, {"samples": samples, "seed": seed})
+
+
+def _count(name, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ParameterError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)

@@ -1,0 +1,58 @@
+"""dmftc.deep.solve_deep: the user-facing deep-network entry point."""
+import numpy as np
+import pytest
+
+from dmftc.deep import propagator_bytes, solve_deep
+from dmftc.deep_linear import deep_linear_propagator
+from dmftc.errors import ParameterError
+
+
+@pytest.fixture(scope="module")
+def linear():
+    return solve_deep(activation="linear", L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
+
+
+def test_linear_solution_exposes_means_and_propagator(linear):
+    ref = deep_linear_propagator(L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
+    assert linear.mean("Phi[1]").shape == (6, 6) and linear.mean("Delta").shape == (6,)
+    np.testing.assert_allclose(linear.mean("G[2]"), ref.saddle.G[1], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(linear.var("Phi[1]"), ref.var("Phi[1]"), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(linear.sigma("Delta", "K"), ref["Delta"]["K"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(linear.sigma("K", "Delta"), linear.sigma("Delta", "K").T, atol=1e-12)
+    blk = linear.two_time("Phi[2]")
+    assert blk.shape == (6,) * 4
+    np.testing.assert_allclose([blk[t, t, t, t] for t in range(6)], linear.var("Phi[2]"), atol=1e-12)
+    assert np.all(linear.stderr("K") == 0)
+    text = linear.summary()
+    assert "Phi[2]" in text and "peak N Var" in text
+
+
+def test_exact_initial_variances(linear):
+    # at t = 0 the kernels of a linear net are sums of squares of independent Gaussians:
+    # N Var Phi[l](0,0) = 2 l, N Var G[l](0,0) = 2 (L + 1 - l) (here L = 2)
+    assert linear.var("Phi[1]")[0] == pytest.approx(2.0, abs=1e-10)
+    assert linear.var("Phi[2]")[0] == pytest.approx(4.0, abs=1e-10)
+    assert linear.var("G[1]")[0] == pytest.approx(4.0, abs=1e-10)
+    assert linear.var("G[2]")[0] == pytest.approx(2.0, abs=1e-10)
+
+
+def test_too_large_is_refused_with_the_size():
+    need = propagator_bytes(3, 200)
+    with pytest.raises(ParameterError, match=r"needs about [0-9.]+ GB") as e:
+        solve_deep(activation="linear", L=3, T=200, memory_limit=1e9)
+    assert f"{need / 1e9:.1f} GB" in str(e.value)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"L": 0}, "L must be a positive integer"),
+    ({"T": 2.5}, "T must be a positive integer"),
+    ({"activation": 3}, "activation must be a string"),
+])
+def test_bad_arguments(kw, match):
+    with pytest.raises(ParameterError, match=match):
+        solve_deep(**kw)
+
+
+def test_unknown_name(linear):
+    with pytest.raises(ParameterError, match="unknown name 'Phi\\[3\\]'"):
+        linear.var("Phi[3]")
