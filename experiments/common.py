@@ -153,6 +153,15 @@ def theory_handle(plt, label="DMFT theory"):
     return Line2D([], [], **THEORY, label=label)
 
 
+def finish_row_figure(plt, fig, legend_ax, title: str, out: Path, name: str) -> Path:
+    """Title, tight layout, one shared legend (legend_ax's curves + the theory line) below, save."""
+    h, lab = legend_ax.get_legend_handles_labels()
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(h + [theory_handle(plt)], lab + ["DMFT theory"], loc="lower center", ncol=len(h) + 1)
+    return save_figure(fig, out, name)
+
+
 def save_figure(fig, out: Path, name: str) -> Path:
     path = out / f"{name}.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")

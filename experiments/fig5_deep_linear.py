@@ -88,12 +88,9 @@ def main():
     axes[3].set(title=f"(d) gradient kernels, $\\gamma$ = {g:g}", ylabel=r"$N\,\mathrm{Var}\,G^\ell(t,t)$")
     for ax in axes:
         ax.set_xlabel(r"$t = \eta\,\times$ step")
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.suptitle(f"Depth-4 linear network (L = {L} hidden layers), one point: width N = {N} ensembles "
-                 f"(E = {E}, solid) vs DMFT propagator (dashed)")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.legend(h + [common.theory_handle(plt)], lab + ["DMFT theory"], loc="lower center", ncol=len(h) + 1)
-    common.save_figure(fig, args.out, "fig5_deep_linear")
+    common.finish_row_figure(plt, fig, axes[0], f"Depth-4 linear network (L = {L} hidden layers), one point: "
+                             f"width N = {N} ensembles (E = {E}, solid) vs DMFT propagator (dashed)",
+                             args.out, "fig5_deep_linear")
     agree.finish(args.out)
 
 

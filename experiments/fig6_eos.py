@@ -73,11 +73,8 @@ def main():
     axes[2].set(title="(c) kernel variance", ylabel=r"$N\,\mathrm{Var}\,K(t)$", yscale="log")
     for ax in axes:
         ax.set_xlabel(r"$t = \eta\,\times$ step")
-    h, lab = axes[0].get_legend_handles_labels()
-    fig.suptitle(f"Edge of stability, $\\eta$ = {ETA:g}: width N = {N} ensembles (E = {E}, solid) vs DMFT (dashed)")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.legend(h + [common.theory_handle(plt)], lab + ["DMFT theory"], loc="lower center", ncol=len(h) + 1)
-    common.save_figure(fig, args.out, "fig6_eos")
+    common.finish_row_figure(plt, fig, axes[0], f"Edge of stability, $\\eta$ = {ETA:g}: width N = {N} ensembles "
+                             f"(E = {E}, solid) vs DMFT (dashed)", args.out, "fig6_eos")
     agree.finish(args.out)
 
 
