@@ -66,7 +66,7 @@ import scipy.linalg as sla
 jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "Layout",
-           "Saddle", "Propagator", "saddle_point_vector", "observable_names"]
+           "Saddle", "Propagator", "saddle_point_vector", "observable_names", "propagator_from_hessian"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,11 +339,17 @@ def saddle_point_vector(sad: Saddle) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # Hessian and propagator
 # ----------------------------------------------------------------------------------------------
-def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked"):
+def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=None):
     """Hessian of S at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
-    ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part."""
+    ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part.
+
+    ``local_hessians`` (blocked only): a sequence of L matrices, the Hessian of ln Z_l (l = 1..L) over its
+    local variables in :func:`_log_z_local` order, used instead of the closed form (hook for estimates of
+    ln Z_l of nonlinear networks, :mod:`dmftc.deep_propagator`)."""
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
+    if local_hessians is not None and method != "blocked":
+        raise ValueError("local_hessians needs method='blocked'")
     if method == "dense":
         fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, gamma=gamma, y=y, eta=eta, T=T)))
         return np.asarray(fn(x0))
@@ -368,7 +374,12 @@ def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked"):
     hess = _local_hessian(T)
     for l in range(1, L + 1):
         v, idx = _gather_local(x0, lay, l)
-        h = np.asarray(hess(v, gamma, eta, float(l == L)))
+        if local_hessians is not None:
+            h = np.asarray(local_hessians[l - 1], dtype=float)
+            if h.shape != (len(idx), len(idx)):
+                raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
+        else:
+            h = np.asarray(hess(v, gamma, eta, float(l == L)))
         keep = idx >= 0
         H[np.ix_(idx[keep], idx[keep])] += h[np.ix_(keep, keep)]
     return H
@@ -421,6 +432,18 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
     t1 = _time.perf_counter()
     H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, method=method)
     t2 = _time.perf_counter()
+    P = propagator_from_hessian(sad, H)
+    P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1,
+                          "time_total": _time.perf_counter() - t0, "method": method})
+    return P
+
+
+def propagator_from_hessian(sad: Saddle, H) -> Propagator:
+    """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
+    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals)."""
+    L, T = sad.L, sad.T
+    lay = Layout(L, T)
+    t2 = _time.perf_counter()
     rhs = np.zeros((lay.n, lay.n_phys))
     rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
     lu = sla.lu_factor(H)
@@ -447,6 +470,5 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
     diag = {"n_vars": lay.n, "n_phys": lay.n_phys, "asymmetry": asym,
             "min_eig": float(ev.min()), "max_eig": float(ev.max()),
             "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
-            "time_saddle": t1 - t0, "time_hessian": t2 - t1, "time_solve": t3 - t2,
-            "time_total": _time.perf_counter() - t0, "method": method}
+            "time_solve": t3 - t2}
     return Propagator(sad, lay, sigma, Sp, diag)

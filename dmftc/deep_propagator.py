@@ -1,0 +1,719 @@
+"""Finite-width propagator of DEEP NONLINEAR networks: Hessian of the discrete-time MSR action with each
+layer's single-site log-partition function ln Z_l estimated by Monte Carlo and differentiated by JAX.
+
+Same route as :mod:`dmftc.deep_linear` (same order parameters, :class:`~dmftc.deep_linear.Layout`, bilinear
+part S_0 = sum_{t>=s}(Phi_hat Phi + G_hat G) + sum_t Delta_hat (Delta - y) - sum_l Tr(A^l B^l), assembly,
+inversion and mapping to Delta, K, Phi[l](t,t), G[l](t,t)); only ln Z_l changes.
+
+Single-site problem of layer l
+------------------------------
+Fields x = (h(0..T-1), z(0..T-1)), sources w = (u, r) ~ N(0, Sw), Sw = diag(Phi[l-1], G[l+1]), and
+
+    x = w + F(x),   F_h(t) = sum_s C(t,s) g(s),  F_z(t) = sum_s E(t,s) phi(h(s)),  g = phi'(h) z,
+    C = A^{l-1} + [s<t] eta gamma Delta(s) Phi[l-1](t,s),   E = B^l + [s<t] eta gamma Delta(s) G[l+1](t,s)
+
+(C, E general T x T: their anti-causal entries are variables of the action).  The MSR integral is
+Z_l = int dx dx_hat Dw exp(i x_hat.(x - w - F(x)) - Q(x)); integrating x_hat gives the delta function
+delta(x - w - F(x)), and integrating it over x (change of variables w = x - F(x), dw = |det(I - J)| dx,
+J = dF/dx) leaves
+
+    Z_l = E_w[ exp(-Q(x*)) / |det(I - J(x*))| ],     x* = w + F(x*),
+    Q(x) = sum_{t>=s} [Phi_hat(t,s) phi(h(t)) phi(h(s)) + G_hat(t,s) g(t) g(s)]
+           - [l = L] sum_t Delta_hat(t) (z(t) phi(h(t)) - z(0) phi(h(0))) / gamma.
+
+The 1/det is the Jacobian of the constraint: it equals 1 whenever C, E are causal (J is strictly lower
+triangular in the order h(0), z(0), h(1), z(1), ...: h(t) reads z(s<t), z(t) reads h(s<=t)), but its
+derivatives in the anti-causal directions are not zero: d(-ln det(I-J))/dC(t,s) = <dg(s)/du(t)>, the response
+that pairs A with B in -Tr(A B).  Signs as in deep_linear: Q enters as exp(-Q) (the hats are conjugate to the
+kernels with +Phi_hat Phi in S), and the Delta_hat source carries +z phi / gamma, so dS/dDelta_hat = 0 gives
+Delta = y - (<z phi>(t) - <z phi>(0)) / gamma.  For phi = identity the integral is Gaussian and equals
+deep_linear's closed form -1/2 ln det [[-Q, M^T], [M, Sw]] (checked in the tests, value, gradient, Hessian).
+
+Estimator
+---------
+Default (method 'fast'): the closed-form per-path derivatives of :mod:`dmftc.site_moments` (first, second and
+third source derivatives of the single-site fields; the Price block summed over paths and times in one matrix
+product).  It computes exactly the sums of the autodiff estimator described below, which is kept as the
+reference ('struct', and 'full' = brute force); the tests check fast = struct = full on the same paths.
+
+* Derivatives in the couplings, hats and Delta ("theta"): pathwise.  x* at the saddle (causal C, E) is the
+  march's field x0 (exact); off the saddle x*(theta, w) is reproduced by TWO Newton steps from the stopped x0,
+  x_{k+1} = x_k - (I - J(x_k))^{-1} (x_k - w - F(x_k)), everything differentiable.  Newton's map N satisfies
+  N(x*) = x*, N'(x*) = 0, so x1 - x* = O(|x0 - x*|^2) = O(|d theta|^2) and x2 - x* = O(|d theta|^4): the
+  derivatives of x2 (and of F, det(I-J) built on it) agree with those of the implicit solution through THIRD
+  order (one step would give first order only).  tests/test_deep_propagator.py checks this against finite
+  differences of a converged solver.
+* Derivatives in the source covariance Sw (the kernels Phi[l-1], G[l+1] in their source role): NOT by a
+  reparametrisation w = sqrt(Sw) xi.  The saddle kernels are nearly singular (tanh, L = 2, T = 6, eta = 0.1:
+  eigenvalues of Phi[1] from 2.4 down to 1.8e-9) and d sqrt(K) ~ dK / sqrt(lambda_min) makes that estimator's
+  variance explode.  Instead Price's theorem (Gaussian integration by parts), exact for any PSD K:
+  dE_K[F]/dK(t,s) = E_K[d^2 F / dw(t) dw(s)] (t > s; one half of it for t = s), so the mixed block
+  d^2 Z / dK dtheta = E[d_theta d_w d_w F] (third order, still exact with two Newton steps), and the pure
+  block d^2 Z / dK dK = 0 at the saddle because there F(w) = 1 for every w (hats 0, causal couplings).
+* The linear solves and ln det inside the Newton steps use R0 = (I - J(x0))^-1 at the base point (J(x0) is
+  nilpotent there, so R0 is a finite product) and a Neumann series in J - J(x0) truncated after third order:
+  exact for every derivative the estimator takes, matrix products only (no pivoting, no batched LAPACK, which
+  deadlocked under vmap on this machine, see local_logf).
+* ln Z_l = ln mean_n F_n with common random numbers: its Hessian is H_Z / Z - g_Z g_Z^T / Z^2 from chunked
+  per-sample sums.  Default ('struct', LocalEstimator): derivatives in the reduced variables (C, E, hats),
+  using that at the saddle ln F = hats . f(x) - ln det(I - J) vanishes identically on the causal subspace of
+  (C, E), so only the T^2 anti-causal directions need Hessian-vector products; chain rule to the local
+  variables.  'full': jax.hessian over all local variables (forward-over-reverse) and the Price block by
+  reverse mode over second directional derivatives in w; the two agree to round-off (tests).
+* Every Hessian entry is a plain sample mean of per-path derivatives: no division by kernel eigenvalues, no
+  reweighting; the Monte Carlo error of the propagator comes from these means and from the group's own saddle.
+
+Saddle point
+------------
+Each group marches the exact discrete-time DMFT of /work/notes/deep_equations.md with its own samples
+(sources from causally extended Cholesky factors of its own kernels, responses from forward tangents), and
+uses the SAME samples for ln Z_l.  With f(t) = (<z phi>(t) - <z phi>(0)) / gamma estimated by the same
+samples, every first derivative of the Monte Carlo action vanishes at that saddle to round-off (checked:
+``diagnostics['stationarity']``).  Each group is a complete estimate (saddle, Hessian, inverse); the result is
+the mean over groups and ``se`` their standard error std / sqrt(groups).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time as _time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg as sla
+
+from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
+                          propagator_from_hessian, saddle_point_vector)
+from .errors import NumericalError, ParameterError
+from .site_moments import SiteMoments
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "local_logf"]
+
+ACTIVATIONS = ("tanh", "linear", "erf")
+_PIVOT_TOL = 1e-10
+_ERF_C = 2.0 / math.sqrt(math.pi)
+
+
+# ----------------------------------------------------------------------------------------------
+# activations: (phi, phi', phi'') in numpy (march) and jax (action; differentiated to higher order)
+# ----------------------------------------------------------------------------------------------
+def _act_np(name):
+    if name == "tanh":
+        def f(h):
+            p = np.tanh(h)
+            d = 1.0 - p * p
+            return p, d, -2.0 * p * d
+    elif name == "linear":
+        def f(h):
+            return h, np.ones_like(h), np.zeros_like(h)
+    else:
+        from scipy.special import erf as _erf
+
+        def f(h):
+            d = _ERF_C * np.exp(-h * h)
+            return _erf(h), d, -2.0 * h * d
+    return f
+
+
+def _act_jax(name):
+    if name == "tanh":
+        def f(h):
+            p = jnp.tanh(h)
+            d = 1.0 - p * p
+            return p, d, -2.0 * p * d
+    elif name == "linear":
+        def f(h):
+            return h, jnp.ones_like(h), jnp.zeros_like(h)
+    else:
+        def f(h):
+            d = _ERF_C * jnp.exp(-h * h)
+            return jax.scipy.special.erf(h), d, -2.0 * h * d
+    return f
+
+
+# ----------------------------------------------------------------------------------------------
+# Monte Carlo saddle point (exact discrete-time DMFT march with the group's samples)
+# ----------------------------------------------------------------------------------------------
+def _extend_cholesky(Cf, krow, t):
+    """Row t of the causal Cholesky factor Cf of a PSD kernel with row t (s <= t) ``krow``; zero pivots
+    (residual variance below _PIVOT_TOL K(t,t)) are kept as zero columns (rank-deficient kernels)."""
+    live = np.diagonal(Cf)[:t] > 0
+    x = np.zeros(t)
+    if live.any():
+        x[live] = sla.solve_triangular(Cf[:t, :t][np.ix_(live, live)], krow[:t][live], lower=True)
+    d = krow[t] - x @ x
+    Cf[t, :t] = x
+    Cf[t, t] = math.sqrt(d) if d > _PIVOT_TOL * max(krow[t], 0.0) else 0.0
+
+
+@dataclass
+class _Fields:
+    """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
+    w: list
+    x: list
+
+
+def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir):
+    """Discrete-time DMFT march on given standard normals xiu, xir (L, S, T) (sources u^l = chol(Phi[l-1]) xi,
+    r^l = chol(G[l+1]) xi, extended causally).  Returns (deep_linear.Saddle, _Fields).  All averages are
+    sample means over these S paths; f(t) = (<z^L phi(h^L)>(t) - <z^L phi(h^L)>(0)) / gamma."""
+    act = _act_np(activation)
+    S = xiu.shape[1]
+    eg = eta * gamma
+    ones = np.ones((T, T))
+    Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]               # index 0..L
+    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [ones]        # index 1..L+1
+    Rphi = [np.zeros((T, T)) for _ in range(L + 1)]                    # index 0..L (0: zero)
+    Rg = [np.zeros((T, T)) for _ in range(L + 2)]                      # index 1..L+1 (L+1: zero)
+    Cu = [None] + [np.zeros((T, T)) for _ in range(L)]
+    Cr = [None] + [np.zeros((T, T)) for _ in range(L)]
+    new = lambda: [None] + [np.zeros((S, T)) for _ in range(L)]        # noqa: E731
+    u, r, h, z, P, D1, D2, g = (new() for _ in range(8))
+    tan = lambda: [None] + [np.zeros((S, T, T)) for _ in range(L)]     # noqa: E731  [n, t, s]
+    Dhu, Dhr, Dpu, Dpr, Dgu, Dgr = (tan() for _ in range(6))
+    Delta, f, fz = np.zeros(T), np.zeros(T), np.zeros(T)
+    for t in range(T):
+        for l in range(1, L + 1):                                      # forward sweep
+            _extend_cholesky(Cu[l], Phi[l - 1][t], t)
+            u[l][:, t] = xiu[l - 1][:, : t + 1] @ Cu[l][t, : t + 1]
+            c = Rphi[l - 1][t, :t] + eg * Delta[:t] * Phi[l - 1][t, :t]
+            h[l][:, t] = u[l][:, t] + g[l][:, :t] @ c
+            Dhu[l][:, t] = np.einsum("nsk,s->nk", Dgu[l][:, :t], c)
+            Dhu[l][:, t, t] += 1.0
+            Dhr[l][:, t] = np.einsum("nsk,s->nk", Dgr[l][:, :t], c)
+            p, d1, d2 = act(h[l][:, t])
+            P[l][:, t], D1[l][:, t], D2[l][:, t] = p, d1, d2
+            Dpu[l][:, t] = d1[:, None] * Dhu[l][:, t]
+            Dpr[l][:, t] = d1[:, None] * Dhr[l][:, t]
+            row = p @ P[l][:, : t + 1] / S
+            Phi[l][t, : t + 1] = row
+            Phi[l][: t + 1, t] = row
+            Rphi[l][t, :t] = Dpr[l][:, t, :t].mean(axis=0)
+        for l in range(L, 0, -1):                                      # backward sweep
+            _extend_cholesky(Cr[l], G[l + 1][t], t)
+            r[l][:, t] = xir[l - 1][:, : t + 1] @ Cr[l][t, : t + 1]
+            e = Rg[l + 1][t, : t + 1].copy()
+            e[:t] += eg * Delta[:t] * G[l + 1][t, :t]
+            z[l][:, t] = r[l][:, t] + P[l][:, : t + 1] @ e
+            dzu = np.einsum("nsk,s->nk", Dpu[l][:, : t + 1], e)
+            dzr = np.einsum("nsk,s->nk", Dpr[l][:, : t + 1], e)
+            dzr[:, t] += 1.0
+            d1, d2 = D1[l][:, t], D2[l][:, t]
+            g[l][:, t] = d1 * z[l][:, t]
+            Dgu[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhu[l][:, t] + d1[:, None] * dzu
+            Dgr[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhr[l][:, t] + d1[:, None] * dzr
+            row = g[l][:, t] @ g[l][:, : t + 1] / S
+            G[l][t, : t + 1] = row
+            G[l][: t + 1, t] = row
+            Rg[l][t, : t + 1] = Dgu[l][:, t, : t + 1].mean(axis=0)
+        fz[t] = np.mean(z[L][:, t] * P[L][:, t])
+        f[t] = (fz[t] - fz[0]) / gamma
+        Delta[t] = y - f[t]
+        rows = [Phi[l][t] for l in range(1, L + 1)] + [G[l][t] for l in range(1, L + 1)] + [Delta[t:t + 1]]
+        if not all(np.all(np.isfinite(r)) for r in rows) or max(np.abs(r).max() for r in rows) > 1e150:
+            raise NumericalError(f"the Monte Carlo DMFT march diverges at step t={t} (non-finite or > 1e150 order "
+                                 f"parameters); reduce eta (= {eta}) or gamma (= {gamma})")
+    K = sum(np.diag(G[l + 1]) * np.diag(Phi[l]) for l in range(L + 1))
+    sad = Saddle(L, float(gamma), float(y), float(eta), T, Delta, f, K, Phi[1:], G[1:L + 1],
+                 Rphi[1:], Rg[1:L + 1], None)
+    fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
+                     [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
+    return sad, fields
+
+
+# ----------------------------------------------------------------------------------------------
+# the single-site integrand and its derivatives
+# ----------------------------------------------------------------------------------------------
+def _nilpotent_inverse(J0):
+    """(I - J0)^-1 = prod_j (I + J0^(2^j)) for nilpotent J0 (J0^n = 0, n = J0.shape[-1])."""
+    n = J0.shape[-1]
+    R, P = jnp.eye(n) + J0, J0
+    for _ in range(max(0, math.ceil(math.log2(n)) - 1)):
+        P = P @ P
+        R = R + R @ P
+    return R
+
+
+def _couplings(v, T, gamma, eta):
+    """(C, E, hats) of the local vector v (deep_linear._log_z_local order); hats = (Phi_hat, G_hat, Delta_hat)
+    = (ph (nt), gh (nt), dh (T)), the coefficients of the features (see _features)."""
+    tril = np.tril_indices(T)
+    low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
+    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
+    strict = jnp.asarray(np.tril(np.ones((T, T)), -1))
+    eg = eta * gamma
+    C = strict * eg * _sym(low(pp)) * Delta[None, :] + a.reshape(T, T)
+    E = strict * eg * _sym(low(gn)) * Delta[None, :] + b.reshape(T, T)
+    return C, E, jnp.concatenate([ph, gh, dh])
+
+
+def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
+    """(x, ln|det(I - J(x))|) with x the implicit solution of x = w + F(x; C, E) from ``newton`` Newton steps
+    started at x0 (a constant), exact through ``order`` derivatives at a causal base point (see local_logf)."""
+    act = _act_jax(activation)
+    zero = jnp.zeros((T, T))
+
+    def system(x):
+        hh, zz = x[:T], x[T:]
+        p, d1, d2 = act(hh)
+        R = x - w - jnp.concatenate([C @ (d1 * zz), E @ p])
+        Jm = jnp.block([[C * (d2 * zz)[None, :], C * d1[None, :]], [E * d1[None, :], zero]])
+        return R, Jm
+
+    J0 = jax.lax.stop_gradient(system(x0)[1])
+    R0 = _nilpotent_inverse(J0)
+
+    def solve(Jm, r):                     # (I - Jm)^-1 r, Jm = J0 + delta, through O(delta^order)
+        M = R0 @ (Jm - J0)
+        y = R0 @ r
+        out = y
+        for _ in range(order):
+            y = M @ y
+            out = out + y
+        return out
+
+    x = x0
+    for _ in range(newton):
+        R, Jm = system(x)
+        x = x - solve(Jm, R)
+    M = R0 @ (system(x)[1] - J0)
+    logdet, Mk = 0.0, jnp.eye(2 * T)
+    for k in range(1, order + 1):
+        Mk = Mk @ M
+        logdet = logdet - jnp.trace(Mk) / k
+    return x, logdet
+
+
+def _features(x, *, T, activation, top, gamma):
+    """f(x) with -Q + (Delta_hat source) = hats . f:  (-phi(h(t)) phi(h(s)), t >= s; -g(t) g(s), t >= s;
+    top (z(t) phi(h(t)) - z(0) phi(h(0))) / gamma)."""
+    act = _act_jax(activation)
+    tril = np.tril_indices(T)
+    hh, zz = x[:T], x[T:]
+    p, d1, _ = act(hh)
+    g = d1 * zz
+    return jnp.concatenate([-jnp.outer(p, p)[tril], -jnp.outer(g, g)[tril], top * (zz * p - zz[0] * p[0]) / gamma])
+
+
+def local_logf(v, w, x0, *, T, activation, top, gamma, eta, newton=2, order=3):
+    """ln of the integrand F = exp(-Q(x)) / |det(I - J(x))| of one sample, x = the implicit solution of
+    x = w + F(x) reproduced by ``newton`` differentiable Newton steps from x0 (treated as a constant).
+    v: local variables in deep_linear._log_z_local order; w = (u, r), x0 = (h, z), each (2T,).
+
+    Exact through ``order`` (= 3) derivatives at a CAUSAL base point (v, w) with x0 its exact solution, which
+    is all the estimator needs: there J0 = J(x0) is nilpotent (strictly lower triangular in the causal order),
+    R0 = (I - J0)^-1 is a finite product, det(I - J0) = 1, and with delta = J(x) - J0 = O(eps) (eps the
+    distance from the base point)
+        (I - J)^-1 = sum_{k <= order} (R0 delta)^k R0 + O(eps^(order+1)),
+        ln det(I - J) = -sum_{k=1..order} tr((R0 delta)^k) / k + O(eps^(order+1)).
+    Only matrix products: no pivoting, no sequential loop, no batched LAPACK call (jnp.linalg.solve /
+    slogdet under vmap deadlocked intermittently in jaxlib 0.10.2 on this machine: gdb showed
+    lapack_dtrsm_ffi -> jax::ParallelBatchMap waiting in BlockingCounter::Wait with every pool worker idle).
+    Newton: x_{k+1} = x_k - (I - J(x_k))^-1 (x_k - w - F(x_k)); x1 - x* = O(eps^2), x2 - x* = O(eps^4)."""
+    C, E, hats = _couplings(v, T, gamma, eta)
+    x, logdet = _solve_site(C, E, w, x0, T=T, activation=activation, newton=newton, order=order)
+    return hats @ _features(x, T=T, activation=activation, top=top, gamma=gamma) - logdet
+
+
+def _price_pairs(T, vary_u, vary_r):
+    """Index pairs (a >= b) of the varying source blocks, their positions in v and the factors 1 (a > b), 1/2."""
+    nt = T * (T + 1) // 2
+    ti, si = np.tril_indices(T)
+    pa, pb, pos, fac = [], [], [], []
+    for off, vary, voff in ((0, vary_u, 0), (T, vary_r, nt)):        # (w offset, varies?, offset in v)
+        if vary:
+            pa.append(ti + off)
+            pb.append(si + off)
+            pos.append(voff + np.arange(nt))
+            fac.append(np.where(ti == si, 0.5, 1.0))
+    cat = lambda q, dt: np.concatenate(q).astype(dt) if q else np.zeros(0, dt)  # noqa: E731
+    return cat(pa, int), cat(pb, int), cat(pos, int), cat(fac, float)
+
+
+def _second(fn, w, a, b):
+    """d^2 fn(w) / dw_a dw_b by forward-over-forward mode (fn may return a pytree)."""
+    ea = jnp.zeros(w.shape[0]).at[a].set(1.0)
+    eb = jnp.zeros(w.shape[0]).at[b].set(1.0)
+    return jax.jvp(lambda w1: jax.jvp(fn, (w1,), (ea,))[1], (w,), (eb,))[1]
+
+
+_JIT: dict = {}
+
+
+class LocalEstimator:
+    """Monte Carlo estimate of ln Z_l of one layer kind (T, activation, which source blocks vary) and its
+    gradient and Hessian over the local variables v, from chunked per-sample sums (common random numbers).
+
+    method 'struct' (default; valid at a causal base point with zero hats, i.e. the saddle): derivatives in
+    the reduced variables theta = (C, E (full T x T), hats).  There, per sample, ln F = hats . f(x) + ell(C, E)
+    with ell = -ln det(I - J(x)) and F = 1; ell = 0 on the whole causal subspace, so
+        dF/dhats = f,  dF/dc = dell/dc (nonzero only for anti-causal c),  d2F/dhats2 = f f^T,
+        d2F/dhats dc = df/dc + f dell/dc^T  (df/dc = f'(x) dx/dc, dx/dC(t,s) = R0[:, t] g(s),
+                                             dx/dE(t,s) = R0[:, T+t] phi(h(s)), R0 = (I - J0)^-1),
+        d2F/dc dc' = d2ell + dell dell^T, whose causal-causal block vanishes: only the T^2 anti-causal
+        directions need Hessian-vector products of ell.
+      Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
+      [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
+    method 'full': jax.hessian of sum_n F_n over v (forward-over-reverse) and the Price block by reverse mode
+      over v of second w-derivatives of F: general (any base point where local_logf is exact), slower;
+      kept as the reference the structured method is tested against (same samples: equal to round-off)."""
+
+    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, method="fast"):
+        if method not in ("fast", "struct", "full"):
+            raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")  # noqa: E501
+        self.T, self.activation, self.method = T, activation, method
+        nt = T * (T + 1) // 2
+        self.nt, self.nf = nt, 2 * nt + T
+        self.nv = 4 * nt + 2 * T * T + 2 * T
+        self.pa, self.pb, self.pos, self.fac = _price_pairs(T, vary_u, vary_r)
+        tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+        self.anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])   # T^2 entries
+        if method == "fast":
+            key = ("fast", T, activation, bool(vary_u), bool(vary_r), chunk)
+            if key not in _JIT:
+                _JIT[key] = SiteMoments(T=T, activation=activation, pa=self.pa, pb=self.pb, anti=self.anti,
+                                        chunk=chunk)
+            self._site = _JIT[key]
+            return
+        per_sample = (self.nv if method == "full" else len(self.anti) + len(self.pa) + 2) * 40 * (2 * T) ** 2
+        self.chunk = chunk or int(max(16, min(1024, 4e7 / per_sample)))
+        key = (T, activation, len(self.pa), self.chunk, method)   # layer kinds with as many pairs share it
+        if key not in _JIT:
+            _JIT[key] = jax.jit(self._moments_full if method == "full" else self._moments_struct)
+        self._fn = _JIT[key]
+
+    # ---------------------------------------------------------------- brute force over v
+    def _moments_full(self, v, W, X0, mask, top, gamma, eta, pa, pb):
+        T, act = self.T, self.activation
+        one = lambda vv, ww, xx: jnp.exp(local_logf(vv, ww, xx, T=T, activation=act, top=top,  # noqa: E731
+                                                    gamma=gamma, eta=eta))
+        total = lambda vv: jnp.sum(mask * jax.vmap(one, in_axes=(None, 0, 0))(vv, W, X0))      # noqa: E731
+        Z, g = jax.value_and_grad(total)(v)
+        H = jax.jacfwd(jax.grad(total))(v)
+
+        def d2(vv, a, b):          # sum_n d^2 F_n / dw_a dw_b
+            return jnp.sum(mask * jax.vmap(lambda ww, xx: _second(lambda w2: one(vv, w2, xx), ww, a, b))(W, X0))
+
+        if pa.shape[0]:
+            p0, P = jax.vmap(jax.value_and_grad(d2), in_axes=(None, 0, 0))(v, pa, pb)
+        else:
+            p0, P = jnp.zeros(0), jnp.zeros((0, self.nv))
+        return Z, g, H, p0, P
+
+    # ---------------------------------------------------------------- structured, at the saddle
+    def _moments_struct(self, v, W, X0, mask, top, gamma, eta, pa, pb):
+        T, act = self.T, self.activation
+        T2 = T * T
+        C0, E0, _ = _couplings(v, T, gamma, eta)
+        c0 = jnp.concatenate([C0.reshape(-1), E0.reshape(-1)])
+        feats = lambda x: _features(x, T=T, activation=act, top=top, gamma=gamma)  # noqa: E731
+        anti = jnp.asarray(self.anti)
+
+        def site(c, w, x0):
+            return _solve_site(c[:T2].reshape(T, T), c[T2:].reshape(T, T), w, x0, T=T, activation=act)
+
+        def ell(c, w, x0):
+            return -site(c, w, x0)[1]
+
+        def per(w, x0):
+            l0, gl = jax.value_and_grad(ell)(c0, w, x0)
+            Ha = jax.vmap(lambda i: jax.jvp(lambda c: jax.grad(ell)(c, w, x0), (c0,),
+                                            (jnp.zeros(2 * T2).at[i].set(1.0),))[1])(anti)       # (T^2, 2T^2)
+            hh, zz = x0[:T], x0[T:]
+            p, d1, _ = _act_jax(act)(hh)
+            # dx/dc at the base point: (I - J0)^-1 dF/dc with dF_h(t)/dC(t,s) = g(s), dF_z(t)/dE(t,s) = phi(h(s))
+            J0 = jax.lax.stop_gradient(jax.jacfwd(lambda x: _site_map(x, C0, E0, T, act))(x0))
+            R0 = _nilpotent_inverse(J0)
+            g = d1 * zz
+            dx = jnp.concatenate([(R0[:, :T, None] * g[None, None, :]).reshape(2 * T, T2),
+                                  (R0[:, T:, None] * p[None, None, :]).reshape(2 * T, T2)], axis=1)
+            f0, Df = feats(x0), jax.jacfwd(feats)(x0)
+            Jf = Df @ dx                                                                        # (nf, 2T^2)
+
+            def price(a, b):
+                def both(c):
+                    def one(ww):
+                        x, logdet = site(c, ww, x0)
+                        return -logdet, feats(x)
+                    return _second(one, w, a, b)
+                (_, fe), gc = jax.value_and_grad(both, has_aux=True)(c0)
+                return gc, fe
+
+            if pa.shape[0]:
+                Pc, Pe = jax.vmap(price)(pa, pb)
+            else:
+                Pc, Pe = jnp.zeros((0, 2 * T2)), jnp.zeros((0, self.nf))
+            F = jnp.exp(l0)
+            return (F, l0 ** 2, gl, f0, jnp.outer(f0, f0), Jf + jnp.outer(f0, gl), Ha + jnp.outer(gl[anti], gl),
+                    Pc, Pe)
+
+        out = jax.vmap(per)(W, X0)
+        return tuple(jnp.tensordot(mask, o, axes=1) for o in out)
+
+    def moments(self, v, W, X0, *, top, gamma, eta):
+        if self.method == "fast":
+            C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
+            return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma)
+        S, c = W.shape[0], self.chunk
+        acc = None
+        for i0 in range(0, S, c):
+            Wc, Xc = W[i0:i0 + c], X0[i0:i0 + c]
+            n = Wc.shape[0]
+            mask = np.zeros(c)
+            mask[:n] = 1.0
+            if n < c:                                   # pad to the fixed chunk shape (one compilation)
+                Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - n, axis=0)])
+                Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - n, axis=0)])
+            out = [np.asarray(o) for o in self._fn(jnp.asarray(v), jnp.asarray(Wc), jnp.asarray(Xc),
+                                                   jnp.asarray(mask), float(top), gamma, eta,
+                                                   jnp.asarray(self.pa), jnp.asarray(self.pb))]
+            acc = out if acc is None else [a + o for a, o in zip(acc, out)]
+        return acc
+
+    def log_z(self, v, W, X0, *, top, gamma, eta):
+        """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
+        folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
+        if self.method == "full":
+            return self._log_z_full(v, W, X0, top=top, gamma=gamma, eta=eta)
+        T, S, nt, T2 = self.T, W.shape[0], self.nt, self.T * self.T
+        pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
+        if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
+                or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
+            raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
+                                 "use method='full' elsewhere")
+        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta)
+        if l2 > 1e-16 * S:
+            what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
+            raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
+                                 "are not causal or x0 is not the solution of the single-site equations")
+        Zb = Fs / S                                       # = 1 at the base point
+        nc, nf = 2 * T2, self.nf
+        m = np.concatenate([gl, f]) / S                   # <dF/dtheta>, theta = (c, hats)
+        Hc = np.zeros((nc, nc))
+        Hc[self.anti] = Ha / S
+        Hc[:, self.anti] = Ha.T / S
+        aa = np.ix_(self.anti, self.anti)
+        Hc[aa] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
+        Ht = np.block([[Hc, Jf.T / S], [Jf / S, ff / S]])
+        Ht = Ht / Zb - np.outer(m, m) / Zb ** 2
+        J, second = (np.asarray(q) for q in _theta_map(T)(jnp.asarray(v), jnp.asarray(m / Zb), gamma, eta))
+        hess = J.T @ Ht @ J + second
+        grad = J.T @ m / Zb
+        if len(self.pos):
+            Pv = (np.concatenate([Pc, Pe], axis=1) / S / Zb) @ J
+            Pf = np.zeros((self.nv, self.nv))
+            np.add.at(Pf, self.pos, self.fac[:, None] * Pv)
+            hess = hess + Pf + Pf.T
+        return math.log(Zb), grad, hess
+
+    def _log_z_full(self, v, W, X0, *, top, gamma, eta):
+        S = W.shape[0]
+        Z, g, H, p0, P = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta)
+        grad = g / Z
+        hess = H / Z - np.outer(g, g) / Z ** 2
+        Pf = np.zeros((self.nv, self.nv))
+        if len(self.pos):
+            np.add.at(Pf, self.pos, self.fac[:, None] * (P / Z - np.outer(p0, g) / Z ** 2))
+            np.add.at(grad, self.pos, self.fac * p0 / Z)
+        hess = hess + Pf + Pf.T
+        return math.log(Z / S), grad, hess
+
+
+_THETA: dict = {}
+
+
+def _theta_map(T):
+    """jitted (v, m, gamma, eta) -> (d theta/dv, Hessian of m . theta(v)), theta = (C, E, hats) flattened."""
+    if T not in _THETA:
+        def fn(v, m, gamma, eta):
+            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, gamma, eta)])  # noqa: E731
+            return jax.jacfwd(theta)(v), jax.hessian(lambda vv: m @ theta(vv))(v)
+        _THETA[T] = jax.jit(fn)
+    return _THETA[T]
+
+
+def _site_map(x, C, E, T, activation):
+    """F(x) of the single-site equations x = w + F(x) (used for J0 = dF/dx at the base point)."""
+    p, d1, _ = _act_jax(activation)(x[:T])
+    return jnp.concatenate([C @ (d1 * x[T:]), E @ p])
+
+
+_EST: dict = {}
+
+
+def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
+    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
+    if key not in _EST:
+        _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                                   method=method)
+    return _EST[key]
+
+
+# ----------------------------------------------------------------------------------------------
+# propagator
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class DeepPropagator:
+    """Group-mean propagator.  ``P[a][b]`` (T,T) = lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l]
+    (time-diagonal kernels); ``se[a][b]`` its Monte Carlo standard error (std over groups / sqrt(groups));
+    ``saddle``: group-mean saddle (deep_linear.Saddle fields, dict); ``groups``: per-group Propagators."""
+    L: int
+    T: int
+    params: dict
+    sigma: dict
+    se: dict
+    saddle: dict
+    saddle_se: dict
+    groups: list = field(repr=False)
+    diagnostics: dict = field(default_factory=dict)
+
+    def __getitem__(self, a):
+        return self.sigma[a]
+
+    def names(self):
+        return list(self.sigma)
+
+    def var(self, name):
+        """lim N Var(name(t)), (T,)."""
+        self._known(name)
+        return np.diag(self.sigma[name][name]).copy()
+
+    def se_var(self, name):
+        """Monte Carlo standard error of var(name), (T,)."""
+        self._known(name)
+        return np.diag(self.se[name][name]).copy()
+
+    def _known(self, name):
+        if name not in self.sigma:
+            raise ParameterError(f"unknown observable {name!r}; known: {', '.join(self.sigma)}")
+
+
+def _number(name, v, *, low=None, strict=False):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+        raise ParameterError(f"{name} must be a finite real number, got {v!r}")
+    if low is not None and (float(v) <= low if strict else float(v) < low):
+        raise ParameterError(f"{name} must be {'>' if strict else '>='} {low}, got {v!r}")
+    return float(v)
+
+
+def _integer(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
+        raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
+    return int(v)
+
+
+def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast"):
+    """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
+    (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
+    (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|))."""
+    t0 = _time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):
+        sad, fields = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xiu, xir=xir)
+    if not all(np.all(np.isfinite(a)) for a in (sad.Delta, sad.K, *sad.Phi, *sad.G, *sad.Rphi, *sad.Rg,
+                                                  *fields.w, *fields.x)):
+        raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "
+                             f"diverge; reduce eta (= {eta}) or gamma (= {gamma})")
+    t1 = _time.perf_counter()
+    lay = Layout(L, T)
+    x0 = saddle_point_vector(sad)
+    hessians, grads, stat, tl = [], np.zeros(lay.n), 0.0, []
+    for l in range(1, L + 1):
+        v, idx = _gather_local(jnp.asarray(x0), lay, l)
+        est = _estimator(T, activation, l > 1, l < L, chunk, method)
+        ta = _time.perf_counter()
+        _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=gamma,
+                             eta=eta)
+        tl.append(_time.perf_counter() - ta)
+        keep = idx >= 0
+        np.add.at(grads, idx[keep], gr[keep])
+        hessians.append(h)
+    # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l
+    q = {k: np.asarray(a) for k, a in lay.unpack(jnp.asarray(x0)).items()}
+    g0 = np.zeros(lay.n)
+    for l in range(1, L + 1):
+        g0[lay.slice(f"Phi_hat[{l}]")] = q[f"Phi[{l}]"][lay.tril]
+        g0[lay.slice(f"G_hat[{l}]")] = q[f"G[{l}]"][lay.tril]
+    g0[lay.slice("Delta_hat")] = q["Delta"] - y
+    for l in range(1, L):
+        g0[lay.slice(f"A[{l}]")] = -q[f"B[{l}]"].T.reshape(-1)
+        g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
+    stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
+    H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, local_hessians=hessians)
+    t2 = _time.perf_counter()
+    if not np.all(np.isfinite(H)):
+        raise NumericalError("non-finite Monte Carlo Hessian of the action (overflowing integrand weights)")
+    P = propagator_from_hessian(sad, H)
+    diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
+                time_hessian_layers=tl, time_total=_time.perf_counter() - t0)
+    P.diagnostics = diag
+    if not np.all(np.isfinite(P.sigma_phys)):
+        raise NumericalError("non-finite propagator: the Monte Carlo Hessian of the action is singular")
+    return P
+
+
+def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
+                    samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
+                    method: str = "fast") -> DeepPropagator:
+    """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
+    (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
+    its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
+    standard error over groups."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ParameterError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
+                             + (" (the ReLU's phi'' is a Dirac delta: no pathwise third derivatives)"
+                                if activation == "relu" else ""))
+    L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
+    gamma = _number("gamma", gamma, low=0.0, strict=True)
+    y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    seed = _integer("seed", seed, 0)
+    groups = _integer("groups", groups, 2)
+    samples = _integer("samples", samples, 2 * groups)
+    if chunk is not None:
+        chunk = _integer("chunk", chunk, 1)
+    per = samples // groups
+    t0 = _time.perf_counter()
+    runs = []
+    for gi in range(groups):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
+        xi = rng.standard_normal((2, L, per, T))
+        runs.append(group_propagator(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
+                                     xiu=xi[0], xir=xi[1], chunk=chunk, method=method))
+    names = observable_names(L)
+    stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
+    sigma, se = {}, {}
+    for a in names:
+        sigma[a], se[a] = {}, {}
+        for b in names:
+            arr = stack(lambda p: p.sigma[a][b])
+            sigma[a][b] = arr.mean(axis=0)
+            se[a][b] = arr.std(axis=0, ddof=1) / math.sqrt(groups)
+    sad_keys = {"Delta": lambda s: s.Delta, "f": lambda s: s.f, "K": lambda s: s.K}
+    for l in range(1, L + 1):
+        for kind in ("Phi", "G", "Rphi", "Rg"):
+            sad_keys[f"{kind}[{l}]"] = (lambda s, k=kind, i=l - 1: getattr(s, k)[i])
+    saddle = {k: stack(lambda p, fn=fn: fn(p.saddle)).mean(axis=0) for k, fn in sad_keys.items()}
+    saddle_se = {k: stack(lambda p, fn=fn: fn(p.saddle)).std(axis=0, ddof=1) / math.sqrt(groups)
+                 for k, fn in sad_keys.items()}
+    allS = np.array([p.sigma_phys for p in runs])
+    Sp = allS.mean(axis=0)
+    ev = sla.eigh(0.5 * (Sp + Sp.T), eigvals_only=True, driver="evr")
+    # eigenvalue noise scale: spectral norm of the matrix of entrywise standard errors (a bound on |d lambda|
+    # for perturbations of that size); exact zero modes (e.g. Delta(0) = y) show up as O(noise) eigenvalues
+    noise = float(np.linalg.norm(allS.std(axis=0, ddof=1) / math.sqrt(groups), 2))
+    d = [p.diagnostics for p in runs]
+    diag = {"samples_per_group": per, "groups": groups,
+            "stationarity": max(x["stationarity"] for x in d),
+            "asymmetry": max(x["asymmetry"] for x in d),
+            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
+            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
+            "eig_noise": noise, "psd_within_mc": bool(ev.min() >= -4 * noise),
+            "group_min_eig": [x["min_eig"] for x in d],
+            "time_saddle": sum(x["time_saddle"] for x in d), "time_hessian": sum(x["time_hessian"] for x in d),
+            "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0}
+    params = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups, seed=seed,
+                  groups=groups)
+    return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

@@ -1,0 +1,370 @@
+"""Finite-width propagator of deep nonlinear networks from the Monte Carlo Hessian of the discrete-time MSR
+action (dmftc.deep_propagator).
+
+Chain of checks: (1) the single-site integrand's derivatives from two Newton steps equal finite differences of
+a converged solver, through third order (and one step does not); (2) the structured estimator equals the
+brute-force autodiff Hessian on the same samples (round-off), and the closed-form sums of dmftc.site_moments (the
+default, fast path) equal the structured estimator on the same samples (round-off); (3) phi = identity: the Monte Carlo ln Z_l, its
+gradient and Hessian agree with deep_linear's closed form within Monte Carlo error, and the propagator with
+deep_linear_propagator; (4) tanh: exact initial covariances by quadrature; (5) tanh vs Richardson-extrapolated
+finite-width networks.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dmftc.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
+                               deep_linear_saddle, observable_names, saddle_point_vector)
+from dmftc.deep_propagator import LocalEstimator, deep_propagator, local_logf, mc_saddle
+from dmftc.errors import NumericalError, ParameterError
+
+
+# ------------------------------------------------------------------ 1. Newton steps vs a converged solver
+def _site_problem(T, seed=3):
+    """A causal base point of one layer (random PSD kernels, causal couplings, NONZERO hats so that every
+    block of the Hessian is exercised), one source sample w0 and its exact causal solution x0."""
+    rng = np.random.default_rng(seed)
+    nt = T * (T + 1) // 2
+    tril = np.tril_indices(T)
+
+    def psd():
+        A = rng.standard_normal((T, T))
+        return (A @ A.T / T + 0.3 * np.eye(T))[tril]
+
+    a = np.tril(rng.standard_normal((T, T)), -1) * 0.4
+    b = np.tril(rng.standard_normal((T, T))) * 0.4
+    v0 = np.concatenate([psd(), psd(), a.ravel(), b.ravel(), 0.1 * rng.standard_normal(2 * nt),
+                         rng.standard_normal(T), 0.2 * rng.standard_normal(T)])
+    return v0, rng.standard_normal(2 * T)
+
+
+class _Converged:
+    """Independent numpy implementation, batched over rows of v (B, nv) and w (B, 2T): Newton iterated to
+    machine precision, ln F = -Q + src - ln|det(I - J)|."""
+
+    def __init__(self, T, gamma, eta):
+        self.T, self.gamma, self.eta = T, gamma, eta
+        self.tril = np.tril_indices(T)
+        self.strict = np.tril(np.ones((T, T)), -1)
+
+    def parts(self, v):
+        T, nt = self.T, self.T * (self.T + 1) // 2
+        return np.split(v, np.cumsum([nt, nt, T * T, T * T, nt, nt, T, T])[:-1], axis=-1)
+
+    def low(self, q):
+        M = np.zeros(q.shape[:-1] + (self.T, self.T))
+        M[..., self.tril[0], self.tril[1]] = q
+        return M
+
+    def couplings(self, v):
+        T = self.T
+        pp, gn, a, b, *_, D, _ = self.parts(v)
+        sym = lambda M: M + np.swapaxes(M, -1, -2) - M * np.eye(T)  # noqa: E731
+        eg = self.eta * self.gamma
+        C = self.strict * eg * sym(self.low(pp)) * D[..., None, :] + a.reshape(a.shape[:-1] + (T, T))
+        E = self.strict * eg * sym(self.low(gn)) * D[..., None, :] + b.reshape(b.shape[:-1] + (T, T))
+        return C, E
+
+    def causal_solution(self, v, w):
+        T = self.T
+        C, E = self.couplings(v)
+        h, z = np.zeros(T), np.zeros(T)
+        for t in range(T):
+            d1 = 1 - np.tanh(h) ** 2
+            h[t] = w[t] + C[t, :t] @ (d1[:t] * z[:t])
+            z[t] = w[T + t] + E[t, : t + 1] @ np.tanh(h[: t + 1])
+        return np.concatenate([h, z])
+
+    def logf(self, v, w):
+        T = self.T
+        v, w = np.atleast_2d(v), np.atleast_2d(w)
+        B = max(len(v), len(w))
+        v, w = np.broadcast_to(v, (B, v.shape[1])), np.broadcast_to(w, (B, 2 * T))
+        C, E = self.couplings(v)
+        x = w.copy()
+        zero = np.zeros(C.shape)
+        for it in range(60):
+            h, z = x[:, :T], x[:, T:]
+            p = np.tanh(h)
+            d1 = 1 - p * p
+            d2 = -2 * p * d1
+            R = x - w - np.concatenate([np.einsum("bts,bs->bt", C, d1 * z), np.einsum("bts,bs->bt", E, p)], axis=1)
+            A = np.eye(2 * T) - np.block([[C * (d2 * z)[:, None], C * d1[:, None]], [E * d1[:, None], zero]])
+            if np.abs(R).max() < 1e-15 and it > 2:
+                break
+            x = x - np.linalg.solve(A, R[..., None])[..., 0]
+        *_, ph, gh, _, dh = self.parts(v)
+        h, z = x[:, :T], x[:, T:]
+        p = np.tanh(h)
+        g = (1 - p * p) * z
+        Q = np.einsum("bt,bts,bs->b", p, self.low(ph), p) + np.einsum("bt,bts,bs->b", g, self.low(gh), g)
+        src = np.sum(dh * (z * p - z[:, :1] * p[:, :1]), axis=1) / self.gamma
+        return -Q + src - np.linalg.slogdet(A)[1]
+
+
+def _fd_hessian(fn, v0, h):
+    """Central second differences of fn (batched over rows) at v0, all entries."""
+    n = len(v0)
+    I = np.eye(n) * h
+    i, j = np.triu_indices(n)
+    val = (fn(v0 + I[i] + I[j]) - fn(v0 + I[i] - I[j]) - fn(v0 - I[i] + I[j]) + fn(v0 - I[i] - I[j])) / (4 * h * h)
+    H = np.zeros((n, n))
+    H[i, j] = val
+    H[j, i] = val
+    return H
+
+
+@pytest.mark.slow
+def test_two_newton_steps_give_exact_derivatives_through_third_order():
+    """x2 = N(N(x0)) with x0 = the exact solution at the base point: N(x*) = x*, N'(x*) = 0 give
+    x1 - x* = O(eps^2), x2 - x* = O(eps^4), so the Hessian in v and the third derivatives d_v d_w d_w F (the
+    Price block) of the 2-step integrand equal those of the implicit solution; one step gets only first order.
+    Reference: central finite differences of an independent, fully converged numpy solver (tanh, T = 3)."""
+    T, gamma, eta = 3, 1.3, 0.4
+    v0, w0 = _site_problem(T)
+    ref = _Converged(T, gamma, eta)
+    x0 = ref.causal_solution(v0, w0)
+    nv = len(v0)
+    kw = dict(T=T, activation="tanh", top=1.0, gamma=gamma, eta=eta)
+    assert abs(float(local_logf(jnp.asarray(v0), jnp.asarray(w0), jnp.asarray(x0), **kw)) - ref.logf(v0, w0)[0]) < 1e-13
+
+    fn = lambda v: ref.logf(v, w0[None])  # noqa: E731
+    H1, H2 = _fd_hessian(fn, v0, 4e-4), _fd_hessian(fn, v0, 2e-4)
+    Hfd = H2 + (H2 - H1) / 3                                     # Richardson: O(h^4)
+    scale = np.abs(Hfd).max()
+    err = {}
+    for k in (1, 2):
+        H = np.asarray(jax.jit(jax.hessian(lambda v: local_logf(v, jnp.asarray(w0), jnp.asarray(x0), newton=k,
+                                                                  **kw)))(jnp.asarray(v0)))
+        err[k] = np.abs(H - Hfd).max() / scale
+    assert err[2] < 1e-8, err
+    assert err[1] > 1e-3, err            # the check can fail: one Newton step is visibly wrong
+
+    # third order, d_v d_wa d_wb F, against Richardson-extrapolated finite differences (steps 2h, h)
+    F = lambda v, w: np.exp(ref.logf(v, w))  # noqa: E731
+    pa, pb = np.tril_indices(2 * T)
+
+    def fd3(h):
+        Iv, Iw = np.eye(nv) * h, np.eye(2 * T) * h
+        q, i = np.meshgrid(np.arange(len(pa)), np.arange(nv), indexing="ij")
+        q, i = q.ravel(), i.ravel()
+        tot = 0.0
+        for si in (1, -1):
+            for sa in (1, -1):
+                for sb in (1, -1):
+                    tot = tot + si * sa * sb * F(v0 + si * Iv[i], w0 + sa * Iw[pa[q]] + sb * Iw[pb[q]])
+        return (tot / (8 * h ** 3)).reshape(len(pa), nv)
+
+    D1, D2 = fd3(4e-3), fd3(2e-3)
+    D3 = D2 + (D2 - D1) / 3
+    scale3 = np.abs(D3).max()
+    Fj = lambda v, w: jnp.exp(local_logf(v, w, jnp.asarray(x0), **kw))  # noqa: E731
+    Hw = lambda v: jax.hessian(Fj, argnums=1)(v, jnp.asarray(w0))[pa, pb]  # noqa: E731
+    J3 = np.asarray(jax.jit(jax.jacfwd(Hw))(jnp.asarray(v0)))
+    assert np.abs(J3 - D3).max() / scale3 < 1e-5        # (one Newton step: ~0.1)
+
+
+# ------------------------------------------------------------------ 2. structured estimator = brute force
+@pytest.mark.slow
+def test_structured_estimator_equals_brute_force_autodiff():
+    """At the saddle (causal couplings, zero hats) the reduced-variable estimator (only T^2 anti-causal
+    Hessian-vector products, closed-form dx/dc, chain rule to v) gives the same ln Z_l, gradient and Hessian
+    as jax.hessian of sum_n F_n over all local variables, on the same samples, for every layer kind.
+    (slow: ~40 s, almost all of it compiling the brute-force estimator.)"""
+    L, T, S = 2, 3, 160
+    kw = dict(L=L, gamma=1.0, y=1.0, eta=0.3, T=T)
+    xi = np.random.default_rng(0).standard_normal((2, L, S, T))
+    sad, fields = mc_saddle(activation="tanh", xiu=xi[0], xir=xi[1], **kw)
+    lay = Layout(L, T)
+    x0 = saddle_point_vector(sad)
+    for l in range(1, L + 1):
+        v, idx = _gather_local(jnp.asarray(x0), lay, l)
+        res = [LocalEstimator(T=T, activation="tanh", vary_u=l > 1, vary_r=l < L, method=m).log_z(
+            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.0, eta=0.3)
+            for m in ("struct", "full")]
+        (z1, g1, h1), (z2, g2, h2) = res
+        assert abs(z1) < 1e-14 and abs(z2) < 1e-14
+        np.testing.assert_allclose(g1, g2, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(h1, h2, rtol=0, atol=1e-12 * np.abs(h2).max())
+        assert np.abs(h2).max() > 0.1
+
+
+@pytest.mark.parametrize("activation", ["tanh", pytest.param("erf", marks=pytest.mark.slow)])
+def test_closed_form_site_moments_equal_autodiff_estimator(activation):
+    """Every sum of dmftc.site_moments (first, second and third source derivatives in closed form, Price block
+    summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
+    paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying)."""
+    L, T, S = 3, 3, 64
+    kw = dict(L=L, gamma=1.3, y=1.0, eta=0.4, T=T)
+    xi = np.random.default_rng(5).standard_normal((2, L, S, T))
+    sad, fields = mc_saddle(activation=activation, xiu=xi[0], xir=xi[1], **kw)
+    lay = Layout(L, T)
+    x0 = saddle_point_vector(sad)
+    names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
+    for l in range(1, L + 1):
+        v, _ = _gather_local(jnp.asarray(x0), lay, l)
+        fast, ref = (LocalEstimator(T=T, activation=activation, vary_u=l > 1, vary_r=l < L, method=m).moments(
+            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.3, eta=0.4)
+            for m in ("fast", "struct"))
+        assert fast[1] < 1e-24 * S                       # the march's fields solve the single-site equations
+        for name, a, b in zip(names, fast, ref):
+            if name == "residual":
+                continue
+            a, b = np.asarray(a), np.asarray(b)
+            assert a.shape == b.shape, (l, name)
+            scale = np.abs(b).max()
+            assert scale > 1e-3, (l, name)            # every block is exercised
+            assert np.abs(a - b).max() <= 1e-12 * scale, (l, name, np.abs(a - b).max(), scale)
+
+
+# ------------------------------------------------------------------ 3. phi = identity
+LIN = dict(L=2, gamma=1.0, y=1.0, eta=0.2, T=4)
+
+
+def test_linear_monte_carlo_log_z_matches_closed_form():
+    """phi = identity at the exact linear saddle, sources drawn from N(0, Sw): value and gradient of ln Z_l and
+    every Hessian entry agree with -1/2 ln det [[-Q, M^T], [M, Sw]].  Entries without sampling noise (e.g. the
+    A-B and A-Delta blocks, the source-source block 0) agree to round-off; the rest within Monte Carlo error
+    over 16 independent groups (|z| <= 4 for 99% of them, all <= 6: ~3000 correlated entries, Student t15)."""
+    L, T, gamma, eta = LIN["L"], LIN["T"], LIN["gamma"], LIN["eta"]
+    ex = deep_linear_saddle(**LIN)
+    lay = Layout(L, T)
+    x0 = saddle_point_vector(ex)
+    rng = np.random.default_rng(5)
+    groups, S = 16, 400
+    for l in range(1, L + 1):
+        v, idx = _gather_local(jnp.asarray(x0), lay, l)
+        zero = np.zeros((T, T))
+        Sw = np.block([[ex.phi(l - 1), zero], [zero, ex.g(l + 1)]])
+        ev, U = np.linalg.eigh(Sw)
+        root = U * np.sqrt(np.clip(ev, 0, None))
+        Hm, Zm = ex.maps[l - 1]                                  # exact fields as linear maps of the sources
+        est = LocalEstimator(T=T, activation="linear", vary_u=l > 1, vary_r=l < L)
+        runs = []
+        for _ in range(groups):
+            w = rng.standard_normal((S, 2 * T)) @ root.T
+            runs.append(est.log_z(np.asarray(v), w, w @ np.vstack([Hm, Zm]).T, top=float(l == L), gamma=gamma,
+                                  eta=eta))
+        f = lambda q: _log_z_local(q, gamma, eta, float(l == L), T=T)  # noqa: E731
+        value, grad = float(f(v)), np.asarray(jax.jit(jax.grad(f))(v))
+        hess = np.asarray(_local_hessian(T)(v, gamma, eta, float(l == L)))
+        assert all(abs(r[0]) < 1e-13 for r in runs) and abs(value) < 1e-13       # ln Z_l = 0 at the saddle
+        keep = idx >= 0
+        for k, ref in ((1, grad), (2, hess)):
+            est_k = np.array([r[k] for r in runs])
+            m, se = est_k.mean(0), est_k.std(0, ddof=1) / math.sqrt(groups)
+            mask = np.outer(keep, keep) if k == 2 else keep
+            scale = np.abs(ref).max()
+            det = se < 1e-12 * scale
+            assert np.abs(m - ref)[det & mask].max() < 1e-10 * scale, (l, k)
+            z = (np.abs(m - ref) / np.where(det, 1.0, se))[mask & ~det]
+            assert np.mean(z > 4) < 0.01 and z.max() < 6, (l, k, np.sort(z)[-5:])
+
+
+@pytest.fixture(scope="module")
+def linear_mc():
+    return deep_propagator(activation="linear", samples=8000, groups=8, seed=1, **LIN)
+
+
+def test_linear_propagator_matches_deep_linear(linear_mc):
+    """The Monte Carlo propagator with phi = identity vs the closed-form deep_linear_propagator: N Var of Delta,
+    K and every kernel diagonal within 4 standard errors (8 groups) at every time; stationarity to round-off."""
+    P, R = linear_mc, deep_linear_propagator(**LIN)
+    d = P.diagnostics
+    assert d["stationarity"] < 1e-12 and d["asymmetry"] < 1e-10 and d["psd_within_mc"]
+    for n in observable_names(LIN["L"]):
+        se = P.se_var(n)
+        exact = R.var(n) == 0                                  # Delta(0) = y
+        assert np.all(np.abs(P.var(n)[exact]) < 1e-10), n
+        z = np.abs(P.var(n) - R.var(n))[~exact] / se[~exact]
+        assert z.max() <= 4, (n, z.round(2))
+        assert se.max() < 0.1 * R.var(n).max(), n              # and the test has power
+
+
+# ------------------------------------------------------------------ 4. tanh: exact initial covariances
+TANH_SMALL = dict(L=2, gamma=1.0, y=1.0, eta=0.3, T=3)
+
+
+@pytest.fixture(scope="module")
+def tanh_small():
+    return deep_propagator(activation="tanh", samples=16000, groups=16, seed=4, **TANH_SMALL)
+
+
+def test_tanh_initial_covariances_match_quadrature(tanh_small):
+    """At t = 0 (L = 2): h^1 = W^0 ~ N(0, 1) iid, h^2 | layer 1 ~ N(0, Phi1) iid with Phi1 = Phi[1](0,0), w iid,
+    so by the law of total covariance (E_v: Gaussian average at variance v, P1 = E_1 tanh^2)
+        N Var Phi[1] = V1 = Var_1(tanh^2),   N Var Phi[2] = Var_P1(tanh^2) + (dE_v tanh^2/dv)^2 V1,
+        N Var G[2] = 3 E_P1 d^4 - (E_P1 d^2)^2 + (dE_v d^2/dv)^2 V1   (d = tanh'),  and the cross terms.
+    The dE/dv terms enter only through the source covariance of layer 2 (Price block).  16 groups: the G[2]
+    entries carry w^4 moments, and with 8 groups their group standard error was seen to be 3x too small."""
+    P = tanh_small
+    x, wq = np.polynomial.hermite_e.hermegauss(160)
+    wq = wq / wq.sum()
+    E = lambda fn, var: float(np.sum(wq * fn(math.sqrt(var) * x)))  # noqa: E731
+    dE = lambda fn, var, e=1e-5: (E(fn, var + e) - E(fn, var - e)) / (2 * e)  # noqa: E731
+    t2 = lambda h: np.tanh(h) ** 2  # noqa: E731
+    d2 = lambda h: (1 - np.tanh(h) ** 2) ** 2  # noqa: E731
+    P1 = E(t2, 1.0)
+    V1 = E(lambda h: t2(h) ** 2, 1.0) - P1 ** 2
+    exact = {("Phi[1]", "Phi[1]"): V1,
+             ("Phi[2]", "Phi[2]"): E(lambda h: t2(h) ** 2, P1) - E(t2, P1) ** 2 + dE(t2, P1) ** 2 * V1,
+             ("Phi[1]", "Phi[2]"): dE(t2, P1) * V1,
+             ("G[2]", "G[2]"): 3 * E(lambda h: d2(h) ** 2, P1) - E(d2, P1) ** 2 + dE(d2, P1) ** 2 * V1,
+             ("G[2]", "Phi[1]"): dE(d2, P1) * V1,
+             ("G[2]", "Phi[2]"): E(lambda h: d2(h) * t2(h), P1) - E(d2, P1) * E(t2, P1)
+             + dE(d2, P1) * dE(t2, P1) * V1}
+    for (a, b), val in exact.items():
+        m, se = P[a][b][0, 0], P.se[a][b][0, 0]
+        assert abs(m - val) <= 4 * se and se < 0.1 * abs(val), (a, b, m, val, se)
+
+
+# ------------------------------------------------------------------ 5. tanh vs finite-width networks
+def _compare_with_networks(P, params, E):
+    from dmftc.deep_ensemble import deep_truth
+
+    truth = deep_truth(activation="tanh", N=256, E=E, seed=11, extrapolate=True, **params)
+    assert P.diagnostics["stationarity"] < 1e-12 and P.diagnostics["psd_within_mc"]
+    worst = {}
+    for n in observable_names(params["L"]):
+        se = np.hypot(P.se_var(n), truth.se_nvar[n])
+        ok = se > 0
+        assert np.all(np.abs(P.var(n)[~ok]) < 1e-10), n
+        z = np.abs(P.var(n) - truth.nvar[n])[ok] / se[ok]
+        assert z.max() <= 4, (n, z.round(2))
+        worst[n] = z.max()
+    return worst
+
+
+def test_tanh_propagator_matches_finite_width_networks_short(tanh_small):
+    """tanh, L = 2, T = 3, eta = 0.3: N Var of Delta, K, Phi[l](t,t), G[l](t,t) vs Richardson-extrapolated
+    (N = 256, 512) ensembles of real networks (4000 members each), within 4 combined standard errors."""
+    _compare_with_networks(tanh_small, TANH_SMALL, 4000)
+
+
+TANH = dict(L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
+
+
+@pytest.mark.slow
+def test_tanh_propagator_matches_finite_width_networks():
+    """The same at T = 6, eta = 0.1 (16000 source paths in 8 groups, ensembles of 8000 members): ~4 minutes on
+    2 cores, hence slow."""
+    _compare_with_networks(deep_propagator(activation="tanh", samples=16000, groups=8, seed=2, **TANH), TANH, 8000)
+
+
+# ------------------------------------------------------------------ errors
+def test_bad_input_and_divergence_are_reported():
+    kw = dict(L=2, gamma=1.0, y=1.0, eta=0.1, T=2, samples=64, groups=2)
+    for bad in (dict(activation="relu"), dict(activation="tanh", L=0), dict(activation="tanh", eta=-1.0),
+                dict(activation="tanh", groups=1), dict(activation="tanh", gamma=0.0),
+                dict(activation="tanh", T=2.5), dict(activation="tanh", samples=3)):
+        with pytest.raises(ParameterError):
+            deep_propagator(**{**kw, **bad})
+    with pytest.raises(NumericalError):
+        deep_propagator(**{**kw, "activation": "linear", "eta": 1e50, "gamma": 10.0, "T": 8})
+    v0, w0 = _site_problem(2)
+    est = LocalEstimator(T=2, activation="tanh", vary_u=False, vary_r=True)
+    with pytest.raises(ParameterError, match="causal"):                 # hats nonzero: not a saddle
+        est.log_z(v0, w0[None], w0[None], top=1.0, gamma=1.0, eta=0.1)
