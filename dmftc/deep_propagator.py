@@ -157,12 +157,13 @@ class _Fields:
     x: list
 
 
-def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir):
+def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
     """Discrete-time DMFT march on given standard normals xiu, xir (L, S, T) (sources u^l = chol(Phi[l-1]) xi,
     r^l = chol(G[l+1]) xi, extended causally).  Returns (deep_linear.Saddle, _Fields).  All averages are
     sample means over these S paths; f(t) = (<z^L phi(h^L)>(t) - <z^L phi(h^L)>(0)) / gamma."""
     act = _act_np(activation)
     S = xiu.shape[1]
+    wt = np.ones(S) if weights is None else np.asarray(weights, float) * (S / np.sum(weights))
     eg = eta * gamma
     ones = np.ones((T, T))
     Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]               # index 0..L
@@ -189,10 +190,10 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir):
             P[l][:, t], D1[l][:, t], D2[l][:, t] = p, d1, d2
             Dpu[l][:, t] = d1[:, None] * Dhu[l][:, t]
             Dpr[l][:, t] = d1[:, None] * Dhr[l][:, t]
-            row = p @ P[l][:, : t + 1] / S
+            row = (wt * p) @ P[l][:, : t + 1] / S
             Phi[l][t, : t + 1] = row
             Phi[l][: t + 1, t] = row
-            Rphi[l][t, :t] = Dpr[l][:, t, :t].mean(axis=0)
+            Rphi[l][t, :t] = wt @ Dpr[l][:, t, :t] / S
         for l in range(L, 0, -1):                                      # backward sweep
             _extend_cholesky(Cr[l], G[l + 1][t], t)
             r[l][:, t] = xir[l - 1][:, : t + 1] @ Cr[l][t, : t + 1]
@@ -206,11 +207,11 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir):
             g[l][:, t] = d1 * z[l][:, t]
             Dgu[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhu[l][:, t] + d1[:, None] * dzu
             Dgr[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhr[l][:, t] + d1[:, None] * dzr
-            row = g[l][:, t] @ g[l][:, : t + 1] / S
+            row = (wt * g[l][:, t]) @ g[l][:, : t + 1] / S
             G[l][t, : t + 1] = row
             G[l][: t + 1, t] = row
-            Rg[l][t, : t + 1] = Dgu[l][:, t, : t + 1].mean(axis=0)
-        fz[t] = np.mean(z[L][:, t] * P[L][:, t])
+            Rg[l][t, : t + 1] = wt @ Dgu[l][:, t, : t + 1] / S
+        fz[t] = np.mean(wt * z[L][:, t] * P[L][:, t])
         f[t] = (fz[t] - fz[0]) / gamma
         Delta[t] = y - f[t]
         rows = [Phi[l][t] for l in range(1, L + 1)] + [G[l][t] for l in range(1, L + 1)] + [Delta[t:t + 1]]
@@ -454,10 +455,12 @@ class LocalEstimator:
         out = jax.vmap(per)(W, X0)
         return tuple(jnp.tensordot(mask, o, axes=1) for o in out)
 
-    def moments(self, v, W, X0, *, top, gamma, eta):
+    def moments(self, v, W, X0, *, top, gamma, eta, weights=None):
         if self.method == "fast":
             C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
-            return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma)
+            return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma, weights=weights)
+        if weights is not None:
+            raise ParameterError("path weights need method='fast'")
         S, c = W.shape[0], self.chunk
         acc = None
         for i0 in range(0, S, c):
@@ -474,7 +477,7 @@ class LocalEstimator:
             acc = out if acc is None else [a + o for a, o in zip(acc, out)]
         return acc
 
-    def log_z(self, v, W, X0, *, top, gamma, eta):
+    def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
         if self.method == "full":
@@ -485,7 +488,7 @@ class LocalEstimator:
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
-        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta)
+        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta, weights=weights)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
@@ -553,6 +556,31 @@ def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
     return _EST[key]
 
 
+def gaussian_cubature5(d):
+    """Points (2 d^2 + 1, d) and weights of a symmetric cubature rule exact for every polynomial of degree <= 5
+    under the standard normal N(0, I_d) (the classical fully symmetric degree-5 rule: the origin,
+    +- sqrt(d + 2) e_i and +- sqrt((d + 2) / 2) (e_i +- e_j); weights 2/(d+2), (4-d)/(2(d+2)^2), 1/(d+2)^2).
+    For linear networks every sum of the propagator is a Gaussian moment of degree <= 4, so these points
+    give the EXACT propagator (no sampling error)."""
+    pts, wts = [np.zeros(d)], [2.0 / (d + 2)]
+    r, s2 = math.sqrt(d + 2.0), math.sqrt((d + 2.0) / 2.0)
+    for i in range(d):
+        for sg in (1.0, -1.0):
+            e = np.zeros(d)
+            e[i] = sg * r
+            pts.append(e)
+            wts.append((4.0 - d) / (2.0 * (d + 2.0) ** 2))
+    for i in range(d):
+        for j in range(i + 1, d):
+            for si in (1.0, -1.0):
+                for sj in (1.0, -1.0):
+                    e = np.zeros(d)
+                    e[i], e[j] = si * s2, sj * s2
+                    pts.append(e)
+                    wts.append(1.0 / (d + 2.0) ** 2)
+    return np.array(pts), np.array(wts)
+
+
 # ----------------------------------------------------------------------------------------------
 # propagator
 # ----------------------------------------------------------------------------------------------
@@ -606,13 +634,16 @@ def _integer(name, v, low):
     return int(v)
 
 
-def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast"):
+def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|))."""
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
-        sad, fields = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xiu, xir=xir)
+        if weights is not None:                       # normalised to sum to the number of paths (as plain means)
+            weights = np.asarray(weights, float) * (xiu.shape[1] / np.sum(weights))
+        sad, fields = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xiu, xir=xir,
+                                weights=weights)
     if not all(np.all(np.isfinite(a)) for a in (sad.Delta, sad.K, *sad.Phi, *sad.G, *sad.Rphi, *sad.Rg,
                                                   *fields.w, *fields.x)):
         raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "
@@ -626,7 +657,7 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
         est = _estimator(T, activation, l > 1, l < L, chunk, method)
         ta = _time.perf_counter()
         _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=gamma,
-                             eta=eta)
+                             eta=eta, weights=weights)
         tl.append(_time.perf_counter() - ta)
         keep = idx >= 0
         np.add.at(grads, idx[keep], gr[keep])

@@ -103,6 +103,15 @@ class SiteMoments:
         self.jc = np.concatenate([tt.ravel(), (T + tt).ravel()])
         self.tril = np.tril_indices(T)
         self.tri0, self.tri1 = self.tril
+        # output-time blocks of the Price products (each needs only earlier times: about 1/3 of the dense work)
+        nb = max(1, min(4, T // 4))
+        edges = [round(T * i / nb) for i in range(nb + 1)]
+        self.o_blocks = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        # anti-causal couplings by kind, as (t, s): C rows of anti first, then E (the order of ``anti``)
+        isC = self.anti < T * T
+        self.anti_ts = {"C": np.divmod(self.anti[isC], T), "E": np.divmod(self.anti[~isC] - T * T, T)}
+        if not np.all(np.diff(isC.astype(int)) <= 0):
+            raise ValueError("anti must list the C couplings before the E couplings")
         # varying source blocks (u: slots 0..T-1, r: T..2T-1); pairs must be their lower triangles in order
         self.blocks = []
         for off in (0, T):
@@ -204,27 +213,47 @@ class SiteMoments:
         m = mask
         oc, jc, anti = self.oc, self.jc, self.anti
         lam = Xi[:, oc, jc]                                                   # (S, 2T^2)
-        # sum_n Xi[o, j'] Xi[o', j]  and  sum_n Xi2[o; j, j'] y[o']
-        XiF = Xi.reshape(S, n * n) * m[:, None]
-        M = (XiF.T @ Xi.reshape(S, n * n)).reshape(n, n, n, n)                # [o, j', o', j]
-        Gy = jnp.einsum("noij,nm->oijm", Xi2 * m[:, None, None, None], y)      # [o, j, j', o']
-        oa, ja = oc[anti], jc[anti]
-        Ha = (M[oa[:, None], jc[None, :], oc[None, :], ja[:, None]]
-              + Gy[oa[:, None], ja[:, None], jc[None, :], oc[None, :]]
-              + Gy[oc[None, :], ja[:, None], jc[None, :], oa[:, None]]
-              + M[oa[:, None], ja[:, None], oc[None, :], jc[None, :]])       # + dlam_a dlam^T
+        # Ha by (row type, column type): only entries with o, j of the coupling's own kinds are ever needed
+        rows = {"C": slice(T, n), "E": slice(0, T)}                            # outputs: g for C, p for E
+        slots = {"C": slice(0, T), "E": slice(T, n)}                           # sources: u for C, r for E
+        ym = y * m[:, None]
+        Ha = []
+        for k in ("C", "E"):
+            ta, sa = self.anti_ts[k]                                            # anti-causal c = (t_a, s_a)
+            blocks = []
+            for k2 in ("C", "E"):
+                A1 = Xi[:, rows[k], slots[k2]][:, sa, :]                        # Xi[o_c, j'], (S, a, T)
+                B1 = Xi[:, rows[k2], slots[k]][:, :, ta]                        # Xi[o', j_c], (S, T, a)
+                t1 = jnp.einsum("naj,nba->ajb", A1 * m[:, None, None], B1)      # Xi[o_c, j'] Xi[o', j_c]
+                X2a = Xi2[:, rows[k], slots[k], slots[k2]][:, sa, ta, :]        # Xi2[o_c; j_c, j'], (S, a, T)
+                t2 = jnp.einsum("naj,nb->ajb", X2a * m[:, None, None], y[:, rows[k2]])
+                X2b = Xi2[:, rows[k2], slots[k], slots[k2]][:, :, ta, :]        # Xi2[o'; j_c, j'], (S, T, a, T)
+                t3 = jnp.einsum("na,nbaj->ajb", ym[:, rows[k]][:, sa], X2b)
+                blocks.append((t1 + t2 + t3).reshape(len(ta), T * T))            # columns c' = (t', s')
+            Ha.append(jnp.concatenate(blocks, axis=1))
+        lam_a = lam[:, anti]
+        Ha = jnp.concatenate(Ha, axis=0) + (lam_a * m[:, None]).T @ lam          # + dlam_a dlam^T
         fm = f * m[:, None]
         ff = fm.T @ f
-        Jf = (jnp.einsum("nm,nkj->kmj", y * m[:, None], Df)[:, oc, jc]       # y[o_c] df_k/dw[j_c]
+        Jf = (jnp.concatenate([jnp.einsum("ns,nkt->kts", ym[:, rows[k]], Df[:, :, slots[k]]).reshape(-1, T * T)
+                               for k in ("C", "E")], axis=1)                   # y[o_c] df_k/dw[j_c]
               + fm.T @ lam)
-        # Price block of the couplings: sum over paths AND times in one matrix product per factor pair
+        # Price block of the couplings: sum over paths AND times in one matrix product per factor pair, by
+        # blocks of output times o < hi, which only involve s, j, a, b < hi (causality)
         cols = {"C": [], "E": []}
+        nq = lambda k: k * (k + 1) // 2                                                 # noqa: E731
         for kind in ("C", "E"):
             for lsep, rsep, lns, rns in Xi3[kind]:
-                sep = jnp.einsum("nmsoj,nmsq->qoj", lsep * m[:, None, None, None, None], rsep)
-                ns = jnp.einsum("nmsja,nmsob->ojab", lns * m[:, None, None, None, None], rns)
-                ns = ns + jnp.swapaxes(ns, 2, 3)
-                cols[kind].append(sep + jnp.moveaxis(ns[:, :, self.tri0, self.tri1], 2, 0))   # (q, o, j)
+                parts = []
+                for lo, hi in self.o_blocks:
+                    mm = m[:, None, None, None, None]
+                    sep = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, :hi, lo:hi, :hi] * mm, rsep[:, :, :hi, :nq(hi)])
+                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, :hi, :hi, :hi] * mm, rns[:, :, :hi, lo:hi, :hi])
+                    ns = ns + jnp.swapaxes(ns, 2, 3)
+                    t0, t1 = self.tri0[:nq(hi)], self.tri1[:nq(hi)]
+                    blk = sep + jnp.moveaxis(ns[:, :, t0, t1], 2, 0)                     # (q < nq(hi), o, j < hi)
+                    parts.append(jnp.pad(blk, ((0, nq(T) - nq(hi)), (0, 0), (0, T - hi))))
+                cols[kind].append(jnp.concatenate(parts, axis=1))                         # (q, o, j)
         if self.blocks:
             C3, E3 = (jnp.concatenate(cols[k], axis=0) for k in ("C", "E"))
             Pc = jnp.concatenate([jnp.swapaxes(C3, 1, 2).reshape(-1, T * T),
@@ -234,14 +263,17 @@ class SiteMoments:
         Pe = jnp.einsum("n,nkq->qk", m, D2f)
         return (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
 
-    def moments(self, C, E, W, X0, *, top, gamma):
+    def moments(self, C, E, W, X0, *, top, gamma, weights=None):
+        """Sums over the paths (rows of W, X0), each weighted by ``weights`` (default 1; e.g. the weights of a
+        cubature rule, normalised by the caller)."""
         S, c = W.shape[0], self.chunk
+        wts = np.ones(S) if weights is None else np.asarray(weights, float)
         acc = None
         for i0 in range(0, S, c):
             Wc, Xc = W[i0:i0 + c], X0[i0:i0 + c]
             k = Wc.shape[0]
             mask = np.zeros(c)
-            mask[:k] = 1.0
+            mask[:k] = wts[i0:i0 + c]
             if k < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])

@@ -220,6 +220,31 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation):
             assert np.abs(a - b).max() <= 1e-12 * scale, (l, name, np.abs(a - b).max(), scale)
 
 
+def test_causal_blocking_of_the_price_products_is_exact():
+    """The Price-block products are split by output time (o < hi needs only s, j, a, b < hi); on arbitrary
+    paths (T = 9, both source blocks varying) the blocked sums equal the single dense product to round-off."""
+    import jax
+
+    from dmftc.site_moments import SiteMoments
+
+    T, S = 9, 40
+    rng = np.random.default_rng(1)
+    C, E = np.tril(rng.standard_normal((T, T)), -1) * 0.3, np.tril(rng.standard_normal((T, T))) * 0.3
+    W, X = rng.standard_normal((S, 2 * T)), rng.standard_normal((S, 2 * T))
+    tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])
+    t0, t1 = np.tril_indices(T)
+    kw = dict(T=T, activation="tanh", pa=np.concatenate([t0, T + t0]), pb=np.concatenate([t1, T + t1]), anti=anti)
+    blocked, dense = SiteMoments(**kw), SiteMoments(**kw)
+    assert len(blocked.o_blocks) > 1
+    dense.o_blocks = [(0, T)]
+    dense._fn = jax.jit(dense._chunk_sums)
+    a, b = (sm.moments(C, E, W, X, top=1.0, gamma=1.0) for sm in (blocked, dense))
+    assert np.abs(b[7]).max() > 1.0
+    for x, y in zip(a, b):
+        assert np.abs(x - y).max() <= 1e-13 * max(np.abs(y).max(), 1.0)
+
+
 # ------------------------------------------------------------------ 3. phi = identity
 LIN = dict(L=2, gamma=1.0, y=1.0, eta=0.2, T=4)
 
@@ -282,6 +307,29 @@ def test_linear_propagator_matches_deep_linear(linear_mc):
         z = np.abs(P.var(n) - R.var(n))[~exact] / se[~exact]
         assert z.max() <= 4, (n, z.round(2))
         assert se.max() < 0.1 * R.var(n).max(), n              # and the test has power
+
+
+@pytest.mark.parametrize("L,T", [(3, 8), pytest.param(2, 10, marks=pytest.mark.slow),
+                                 pytest.param(3, 10, marks=pytest.mark.slow)])
+def test_linear_propagator_is_exact_with_a_degree_5_gaussian_cubature(L, T):
+    """For phi = identity every sum behind the Hessian (kernels, fourth moments, responses, Price terms) is a
+    Gaussian moment of degree <= 4.  Running the SAME estimator (march, closed-form site derivatives,
+    assembly, inverse) on the points of a degree-5 cubature rule instead of random paths must therefore give
+    the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.deep_linear)
+    to round-off, for every block of Delta, K, Phi[l], G[l] (the issue asks for 1e-6 relative)."""
+    from dmftc.deep_propagator import gaussian_cubature5, group_propagator
+
+    kw = dict(L=L, gamma=1.2, y=1.0, eta=0.2, T=T)
+    pts, w = gaussian_cubature5(2 * T)
+    assert abs(w.sum() - 1) < 1e-14 and abs(w @ pts[:, 0] ** 4 - 3) < 1e-12
+    xiu, xir = np.repeat(pts[None, :, :T], L, axis=0), np.repeat(pts[None, :, T:], L, axis=0)
+    P = group_propagator(activation="linear", xiu=xiu, xir=xir, weights=w, **kw)
+    R = deep_linear_propagator(**kw)
+    assert P.diagnostics["stationarity"] < 1e-12
+    for a in observable_names(L):
+        for b in observable_names(L):
+            scale = np.abs(R.sigma[a][b]).max()
+            assert np.abs(P.sigma[a][b] - R.sigma[a][b]).max() <= 1e-9 * max(scale, 1e-3), (a, b)
 
 
 # ------------------------------------------------------------------ 4. tanh: exact initial covariances
