@@ -440,14 +440,15 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
 
 def propagator_from_hessian(sad: Saddle, H) -> Propagator:
     """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
-    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals)."""
+    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
+    A float64 H is factorised in place (overwritten) to halve the peak memory."""
     L, T = sad.L, sad.T
     lay = Layout(L, T)
     t2 = _time.perf_counter()
     rhs = np.zeros((lay.n, lay.n_phys))
     rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
-    lu = sla.lu_factor(H)
-    X = sla.lu_solve(lu, rhs)
+    lu = sla.lu_factor(np.asarray(H, dtype=float), overwrite_a=True, check_finite=False)   # H is consumed
+    X = sla.lu_solve(lu, rhs, check_finite=False)
     Sp = -X[: lay.n_phys]
     t3 = _time.perf_counter()
     asym = float(np.abs(Sp - Sp.T).max() / np.abs(Sp).max())
