@@ -103,6 +103,34 @@ class Matrix(Expr):
     rows: tuple[Expr, ...]
 
 
+@dataclass(frozen=True)
+class TimeSum(Expr):
+    """``sum(s < t: body)``: the plain sum over earlier steps (no factor eta); deep specs only."""
+
+    var: str
+    cmp: str
+    upper: str
+    body: Expr
+
+
+@dataclass(frozen=True)
+class LayerSum(Expr):
+    """``sum(l = 0..L: body)``: a sum over layer numbers; ``lo``/``hi`` are layer index texts."""
+
+    var: str
+    lo: str
+    hi: str
+    body: Expr
+
+
+@dataclass(frozen=True)
+class Response(Expr):
+    """``E[d of / d wrt]``: the average derivative of a field expression with respect to a source."""
+
+    of: Expr
+    wrt: Expr
+
+
 # ----------------------------------------------------------------- statements
 
 
@@ -153,6 +181,7 @@ class OrderDecl(Stmt):
     name: str
     indices: tuple[str, ...]
     time: str
+    time2: str | None = None      # second time argument of a two-time kernel, Phi[l](t, s)
 
 
 @dataclass(frozen=True)
@@ -166,6 +195,7 @@ class SourceDecl(Stmt):
     targets: tuple[SourceTarget, ...]
     mean: Expr
     cov: Expr
+    kind: str = "normal"          # "normal" (time-independent) or "gp" (a Gaussian process over time)
 
 
 @dataclass(frozen=True)
@@ -174,11 +204,22 @@ class FieldDecl(Stmt):
     indices: tuple[str, ...]
     time: str
     body: Expr
+    time2: str | None = None      # definitions of two-time kernels and responses, A[l](t, s) = ...
 
 
 @dataclass(frozen=True)
 class ActionDecl(Stmt):
     body: Expr
+
+
+@dataclass(frozen=True)
+class LayersDecl(Stmt):
+    """``layers l = 1..L``: the layer index of a deep network and its depth parameter."""
+
+    var: str
+    start: int
+    depth: str
+    description: str
 
 
 @dataclass(frozen=True)
@@ -197,6 +238,7 @@ class Spec:
     fields: tuple[FieldDecl, ...]
     actions: tuple[ActionDecl, ...]
     process_pos: Pos | None = None
+    layers: tuple[LayersDecl, ...] = ()
 
 
 def walk(expr: Expr):
@@ -210,11 +252,14 @@ def walk(expr: Expr):
         yield from walk(expr.right)
     elif isinstance(expr, Neg):
         yield from walk(expr.operand)
-    elif isinstance(expr, (Integral, IndexSum, Expectation)):
+    elif isinstance(expr, (Integral, IndexSum, Expectation, TimeSum, LayerSum)):
         yield from walk(expr.body)
     elif isinstance(expr, Matrix):
         for r in expr.rows:
             yield from walk(r)
+    elif isinstance(expr, Response):
+        yield from walk(expr.of)
+        yield from walk(expr.wrt)
 
 
 def to_text(e: Expr) -> str:

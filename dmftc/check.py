@@ -20,8 +20,10 @@ BUILTIN_FUNCTIONS = {"tanh": 1, "relu": 1, "linear": 1, "erf": 1, "exp": 1, "log
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
+_DEEP_HINT = "deep-network specs declare a layer index first, e.g. 'layers l = 1..L'"
 _KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
-               "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable"}
+               "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable",
+               "layer": "the layer index", "family": "an order parameter", "response": "a response function"}
 
 
 @dataclass(frozen=True)
@@ -143,16 +145,25 @@ class _Checker:
         for a in s.activations:
             self.declare("activation", a.name, (), a.pos)
         for o in s.orders:
+            if o.time2 is not None:
+                raise self.err(StructureSpecError, f"two-time order parameter '{o.name}' in a spec without layers",
+                               self.word_pos(o.time2, o.pos, after=self.word_pos(o.name, o.pos)), hint=_DEEP_HINT)
             self.check_index_names(o.indices, o.pos)
             if o.time != tm.var:
                 raise self.err(NameSpecError, f"order parameter '{o.name}' must depend on the time variable '{tm.var}'",
                                o.pos, hint=f"write {o.name}({tm.var})")
             self.declare("order", o.name, o.indices, o.pos)
         for src in s.sources:
+            if src.kind != "normal":
+                raise self.err(StructureSpecError, "Gaussian-process sources (~ gp) need a layered spec",
+                               self.word_pos("gp", src.pos), hint=_DEEP_HINT + "; otherwise use ~ normal(0, cov)")
             for tgt in src.targets:
                 self.check_index_names(tgt.indices, tgt.pos)
                 self.declare("source", tgt.name, tgt.indices, tgt.pos)
         for f in s.fields:
+            if f.time2 is not None:
+                raise self.err(StructureSpecError, f"'{f.name}' has two time arguments in a spec without layers",
+                               self.word_pos(f.time2, f.pos, after=self.word_pos(f.name, f.pos)), hint=_DEEP_HINT)
             self.check_index_names(f.indices, f.pos)
             if f.time != tm.var:
                 raise self.err(NameSpecError, f"field '{f.name}' must be defined at the time variable '{tm.var}'",
@@ -372,6 +383,10 @@ class _Checker:
             for r in e.rows:
                 rec(r)
             return
+        if isinstance(e, (ast.TimeSum, ast.LayerSum, ast.Response)):
+            what = {ast.TimeSum: "sum over earlier times", ast.LayerSum: "sum over layers",
+                    ast.Response: "response average E[d ... / d ...]"}[type(e)]
+            raise self.err(StructureSpecError, f"a {what} is only available in deep specs", e.pos, hint=_DEEP_HINT)
         raise AssertionError(type(e))  # pragma: no cover
 
     def _integral(self, e, ctx, bound, time, locals_, integral_var, in_log):
@@ -549,13 +564,22 @@ def _children(e):
         return (e.left, e.right)
     if isinstance(e, ast.Neg):
         return (e.operand,)
-    if isinstance(e, (ast.Integral, ast.IndexSum, ast.Expectation)):
+    if isinstance(e, (ast.Integral, ast.IndexSum, ast.Expectation, ast.TimeSum, ast.LayerSum)):
         return (e.body,)
     if isinstance(e, ast.Matrix):
         return e.rows
+    if isinstance(e, ast.Response):
+        return (e.of, e.wrt)
     return ()
 
 
-def check(spec: ast.Spec) -> Model:
-    """Check a parsed spec; raise a located :class:`SpecError` on the first problem."""
+def check(spec: ast.Spec):
+    """Check a parsed spec; raise a located :class:`SpecError` on the first problem.
+
+    Specs with a ``layers`` declaration (deep networks) are checked by :mod:`dmftc.check_deep` and give a
+    :class:`dmftc.check_deep.DeepModel`; all others a :class:`Model`.
+    """
+    if spec.layers:
+        from .check_deep import check_deep
+        return check_deep(spec)
     return _Checker(spec).run()

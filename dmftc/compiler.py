@@ -56,6 +56,9 @@ def generate(path: Path) -> str:
     """The generated module's source text for a spec file."""
     text, deriv = front_end(path)
     sha = hashlib.sha256(text.encode()).hexdigest()
+    if not isinstance(deriv, Derivation):  # a deep network
+        from .emit_deep import emit_deep
+        return emit_deep(deriv, spec_path=display_path(path), spec_sha256=sha)
     return emit(deriv, lower(deriv), spec_path=display_path(path), spec_sha256=sha)
 
 

@@ -109,8 +109,14 @@ class DeepSolution:
 
 def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,
                eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
-               memory_limit: float = 8e9) -> DeepSolution:
-    """Solve the deep network's discrete-time DMFT; the propagator too for linear networks."""
+               memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
+               **march_options) -> DeepSolution:
+    """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
+
+    ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.deep_dmft.SpecKernels`) and
+    parameters, which then drive the Monte Carlo march (used by :mod:`dmftc.runtime_deep`);
+    ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.deep_dmft.solve_deep`.
+    """
     if not isinstance(activation, str):
         raise ParameterError(f"activation must be a string, got {activation!r}")
     params = {"gamma": gamma, "y": y, "eta": eta}
@@ -132,7 +138,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
         return DeepSolution(activation, L, T, params, means, zeros, prop, dict(prop.diagnostics))
     from .deep_dmft import solve_deep as mc_saddle
 
-    sad = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed)
+    sad = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
+                    spec=spec, spec_params=spec_params, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
     return DeepSolution(activation, L, T, params, means, se, None, {"samples": samples, "seed": seed})

@@ -116,8 +116,13 @@ def _set_col(X, v, t):
     return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
 
 
-def _march(xiu, xir, prm, *, activation, L, T, exact):
+def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
     """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
+
+    ``spec`` (a :class:`SpecKernels`, from a compiled deep spec) supplies the activation, the coupling
+    kernels of the h and z equations, the boundary layers and the readout of the error signal; ``prm``
+    is then a dict of parameter values.  Without it the built-in network of the module doc is marched
+    and ``prm`` is the vector (eta, gamma, y, dirac width).
 
     Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
     fields h, phi(h), z, g (S, T); tangents Dgz, Pz, Dgh, Ph stored flat as (S*T_s, T_t'): entry
@@ -128,8 +133,12 @@ def _march(xiu, xir, prm, *, activation, L, T, exact):
     vmapped 3-D buffers every step, 5x slower.)  On the exact backend phi' = 1 and phi'' = 0, so the
     tangents are the same for every basis row and are carried for one row only.
     """
-    act = _activation(activation)
-    eta, gamma, y, width = prm[0], prm[1], prm[2], prm[3]
+    if spec is None:
+        act = _activation(activation)
+        eta, gamma, y, width = prm[0], prm[1], prm[2], prm[3]
+    else:
+        act = spec.activation(prm)
+        width = prm["dirac width"]
     S = xiu.shape[1]
     wprod = 1.0 if exact else 1.0 / S       # second moments: sum over basis rows, or sample mean
     St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
@@ -144,10 +153,17 @@ def _march(xiu, xir, prm, *, activation, L, T, exact):
         c = {k: (list(v) if k in per_layer else v) for k, v in c.items()}
         onehot = (idx == t).astype(jnp.float64)
         past, upto = idx < t, (idx <= t).astype(jnp.float64)
-        egD = eta * gamma * jnp.where(past, c["Delta"], 0.0)
+        if spec is None:
+            egD = eta * gamma * jnp.where(past, c["Delta"], 0.0)
+        else:
+            Dm = jnp.where(past, c["Delta"], 0.0)
         local = []
         for l in range(L):                                          # forward sweep, layer l+1
-            if l == 0:
+            if spec is not None:                                     # spec: boundary rows and couplings
+                rows = spec.forward_rows(c, l, t, T, prm)
+                krow = rows["Phi"] * upto
+                M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
+            elif l == 0:
                 krow, M = upto, egD                                  # Phi[0] = 1, Rphi[0] = 0
             else:
                 krow = c["Phi"][l - 1][t] * upto
@@ -165,12 +181,24 @@ def _march(xiu, xir, prm, *, activation, L, T, exact):
             c["Phi"][l] = c["Phi"][l].at[t].set(wprod * (p0 @ c["ph"][l]) * upto)
             c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, jnp.mean(Pzt, axis=0), 0.0))
             local.append((dhz, dhh, p1, p2))
-        # f(t) = (1/gamma) sum_{s<t} Rphi[L](t,s) + eta sum_{s<t} Delta(s) Phi[L](t,s)   (Stein, see doc)
-        f = (jnp.sum(c["Rphi"][L - 1][t]) + jnp.sum(egD * c["Phi"][L - 1][t])) / gamma
-        c["f"] = c["f"].at[t].set(f)
-        c["Delta"] = c["Delta"].at[t].set(y - f)
+        if spec is None:
+            # f(t) = (1/gamma) sum_{s<t} Rphi[L](t,s) + eta sum_{s<t} Delta(s) Phi[L](t,s)   (Stein, see doc)
+            f = (jnp.sum(c["Rphi"][L - 1][t]) + jnp.sum(egD * c["Phi"][L - 1][t])) / gamma
+            c["f"] = c["f"].at[t].set(f)
+            c["Delta"] = c["Delta"].at[t].set(y - f)
+        else:
+            # the spec's readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
+            last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
+            e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
+            c["f"] = c["f"].at[t].set(e_t)
+            c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
         for l in reversed(range(L)):                                 # backward sweep, layer l+1
-            if l == L - 1:
+            if spec is not None:
+                rows = spec.backward_rows(c, l, t, T, prm)
+                krow = rows["G"] * upto
+                c0, c1 = spec.z_coupling(rows, Dm, prm)
+                N = upto * c0 + jnp.where(past, c1, 0.0)
+            elif l == L - 1:
                 krow, N = upto, egD                                  # G[L+1] = 1, Rg[L+1] = 0
             else:
                 krow = c["G"][l + 1][t] * upto
@@ -188,7 +216,8 @@ def _march(xiu, xir, prm, *, activation, L, T, exact):
             c["Dgz"][l], c["Dgh"][l] = _set_col(c["Dgz"][l], dgz, t), _set_col(c["Dgh"][l], dgh, t)
             c["G"][l] = c["G"][l].at[t].set(wprod * (g @ c["g"][l]) * upto)
             c["Rg"][l] = c["Rg"][l].at[t].set(jnp.mean(dgh, axis=0) * upto)
-        c["fdir"] = c["fdir"].at[t].set(wprod * (c["z"][L - 1][:, t] @ c["ph"][L - 1][:, t]) / gamma)
+        zphi = wprod * (c["z"][L - 1][:, t] @ c["ph"][L - 1][:, t])
+        c["fdir"] = c["fdir"].at[t].set(zphi / gamma if spec is None else zphi)
         return c
 
     c = jax.lax.fori_loop(0, T, step, carry0)
@@ -196,18 +225,84 @@ def _march(xiu, xir, prm, *, activation, L, T, exact):
             for k in ("Phi", "G", "Rphi", "Rg", "Delta", "f", "fdir")}
 
 
+class SpecKernels:
+    """The numerics a compiled deep spec determines (its generated module), in the march's terms.
+
+    The march's internal names are the roles: kernels Phi (forward, covariance of u) and G (backward,
+    covariance of r), responses Rphi (spec role A) and Rg (role B).  Boundary layers 0 and L+1 are
+    constant rows from the spec's boundary values.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.key = ("spec", module.SPEC_SHA256, module.SPEC_PATH)
+        r = module.ROLES
+        self.names = {"Phi": r["Phi"], "A": r["A"], "G": r["G"], "B": r["B"]}
+        self.scalars = tuple(module.SCALARS)
+
+    def activation(self, p):
+        mod = self.module
+        return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
+
+    def _boundary(self, role, layer, T, p, depth):
+        """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""
+        mod, name = self.module, self.names[role]
+        for (fam, ref), value in mod.boundaries(p).items():
+            if fam == name and _layer_number(ref, mod.DEPTH, depth) == layer:
+                return jnp.full((T,), value, dtype=jnp.float64)
+        raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
+
+    def forward_rows(self, c, l, t, T, p):
+        """Rows t of the layer below hidden layer l+1 (0-based l): {'Phi', 'A'} keyed by spec names too."""
+        if l == 0:
+            L = len(c["Phi"])
+            rows = {"Phi": self._boundary("Phi", 0, T, p, L), "A": self._boundary("A", 0, T, p, L)}
+        else:
+            rows = {"Phi": c["Phi"][l - 1][t], "A": c["Rphi"][l - 1][t]}
+        return rows | {self.names[k]: v for k, v in rows.items()}
+
+    def backward_rows(self, c, l, t, T, p):
+        """Rows t of the layer above hidden layer l+1: {'G', 'B'} (boundary layer L+1 for the last one)."""
+        L = len(c["G"])
+        if l == L - 1:
+            rows = {"G": self._boundary("G", L + 1, T, p, L), "B": self._boundary("B", L + 1, T, p, L)}
+        else:
+            rows = {"G": c["G"][l + 1][t], "B": c["Rg"][l + 1][t]}
+        return rows | {self.names[k]: v for k, v in rows.items()}
+
+    def h_coupling(self, rows, Delta, p):
+        return self.module.h_coupling(rows, Delta, p)
+
+    def z_coupling(self, rows, Delta, p):
+        return self.module.z_coupling(rows, Delta, p)
+
+    def readout_average(self, last, nxt, Delta, past, upto, p):
+        last = last | {self.names[k]: v for k, v in last.items()}
+        return self.module.readout_average(last, nxt, Delta, past, upto, p)
+
+    def readout(self, e_t, e_0, p):
+        return self.module.readout(e_t, e_0, p)
+
+
+def _layer_number(ref: str, depth_name: str, depth: int) -> int:
+    if ref.isdigit():
+        return int(ref)
+    off = ref[len(depth_name):]
+    return depth + (int(off) if off else 0)
+
+
 _JIT: dict = {}
 
 
-def _compiled(activation, L, T, exact):
-    key = (activation, L, T, exact)
+def _compiled(activation, L, T, exact, spec=None):
+    key = (activation if spec is None else spec.key, L, T, exact)
     if key not in _JIT:
         _JIT[key] = jax.jit(lambda xiu, xir, prm: _march(xiu, xir, prm, activation=activation, L=L, T=T,
-                                                          exact=exact))
+                                                          exact=exact, spec=spec))
     return _JIT[key]
 
 
-def _assemble(out, L, T):
+def _assemble(out, L, T, spec=None, p=None):
     """Raw march output -> named arrays; kernels symmetrised from their causal rows."""
     sym = lambda A: np.tril(A) + np.tril(A, -1).T  # noqa: E731
     arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(out["f"]), "f_direct": np.asarray(out["fdir"])}
@@ -216,6 +311,18 @@ def _assemble(out, L, T):
         arr[f"G[{l}]"] = sym(np.asarray(out["G"][l - 1]))
         arr[f"Rphi[{l}]"] = np.asarray(out["Rphi"][l - 1])
         arr[f"Rg[{l}]"] = np.asarray(out["Rg"][l - 1])
+    if spec is not None:  # the spec's scalar order parameters from the time diagonals of the kernels
+        roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}
+
+        def diag(name, layer):
+            role = roles[name]
+            if 1 <= layer <= L:
+                return np.diagonal(arr[f"{role}[{layer}]"])
+            return np.asarray(spec._boundary(role, layer, T, p, L))
+
+        for name in spec.scalars:
+            arr[name] = np.asarray(getattr(spec.module, f"scalar_{name}")(diag, p), dtype=float)
+        return arr
     dPhi = [np.ones(T)] + [np.diagonal(arr[f"Phi[{l}]"]) for l in range(1, L + 1)]
     dG = [np.diagonal(arr[f"G[{l}]"]) for l in range(1, L + 1)] + [np.ones(T)]
     arr["K"] = sum(dG[l] * dPhi[l] for l in range(L + 1))
@@ -280,14 +387,18 @@ def _integer(name, v, low):
 
 def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
                samples: int = 20000, seed: int = 0, backend: str = "auto", groups: int = 8,
-               dirac_width: float = 0.1) -> DeepSaddle:
+               dirac_width: float = 0.1, spec=None, spec_params: dict | None = None) -> DeepSaddle:
     """Infinite-width saddle point of the discrete-time DMFT of an L-hidden-layer network (see module doc).
 
     ``backend``: 'exact' (linear activation only, no sampling), 'mc', or 'auto' (exact iff linear).
     MC: ``samples`` source paths in ``groups`` independent complete marches (means = group averages,
     ``stderr`` = their standard errors).  ``dirac_width`` mollifies the ReLU's phi'' (ignored otherwise).
+    ``spec``: a :class:`SpecKernels` of a compiled deep spec, which then supplies the activation, the
+    couplings and the readout; ``spec_params`` its parameter values (``activation`` is a label only,
+    gamma, y and eta are recorded but the spec's own parameters are used).
     """
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+    linear = activation == "linear" if spec is None else bool(spec.module.LINEAR)
+    if spec is None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
         raise ParameterError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
@@ -295,10 +406,10 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     dirac_width = _number("dirac_width", dirac_width, low=0.0)
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
-    if backend == "exact" and activation != "linear":
+    if backend == "exact" and not linear:
         raise ParameterError(f"the exact backend needs Gaussian fields (activation='linear'), got {activation!r}; "
                              "use backend='mc'")
-    exact = backend == "exact" or (backend == "auto" and activation == "linear")
+    exact = backend == "exact" or (backend == "auto" and linear)
     seed = _integer("seed", seed, 0)
     groups = _integer("groups", groups, 2)
     samples = _integer("samples", samples, 2 * groups)
@@ -306,8 +417,13 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
                              f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
-    prm = jnp.asarray([eta, gamma, y, dirac_width], dtype=jnp.float64)
-    march = _compiled(activation, L, T, exact)
+    if spec is None:
+        prm = jnp.asarray([eta, gamma, y, dirac_width], dtype=jnp.float64)
+    else:
+        prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
+        prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
+    march = _compiled(activation, L, T, exact, spec)
+    host = None if spec is None else {k: float(v) for k, v in (spec_params or {}).items()}
     params = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
                   backend="exact" if exact else "mc", dirac_width=dirac_width)
     t0 = _time.perf_counter()
@@ -316,7 +432,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
         out = march(basis[0], basis[1], prm)
         _check_finite(out, L, T, "exact backend")
-        arrays = _assemble(out, L, T)
+        arrays = _assemble(out, L, T, spec, host)
         stderr = {k: np.zeros_like(v) for k, v in arrays.items()}
         diag = dict(backend="exact", basis_size=n)
     else:
@@ -327,7 +443,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
             xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, T), dtype=jnp.float64)
             out = march(xi[0], xi[1], prm)
             _check_finite(out, L, T, f"Monte Carlo group {gi}")
-            runs.append(_assemble(out, L, T))
+            runs.append(_assemble(out, L, T, spec, host))
         arrays = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
         stderr = {k: np.std([r[k] for r in runs], axis=0, ddof=1) / math.sqrt(groups) for k in runs[0]}
         params.update(samples=per * groups, seed=seed, groups=groups)

@@ -467,6 +467,12 @@ def _terms(e, sign):
 
 
 def derive(model: Model) -> Derivation:
+    """Derive a checked model; a deep model (:mod:`dmftc.check_deep`) gives a :class:`dmftc.derive_deep.DeepDerivation`."""
+    from .check_deep import DeepModel
+
+    if isinstance(model, DeepModel):
+        from .derive_deep import derive_deep
+        return derive_deep(model)
     try:
         return _Deriver(model).run()
     except SpecError:

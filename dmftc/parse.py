@@ -30,7 +30,7 @@ _TOKEN_WORDS = {
     "_NL": "end of statement", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "COMMA": "','", "EQUAL": "'='", "COLON": "':'", "PLUS": "'+'", "MINUS": "'-'", "STAR": "'*'",
     "SLASH": "'/'", "CIRCUMFLEX": "'^'", "TILDE": "'~'", "CMP": "a comparison such as '<'",
-    "$END": "end of file", "QUOTE": "\"'\"",
+    "$END": "end of file", "QUOTE": "\"'\"", "DIFF": "'d' (derivative)",
 }
 
 
@@ -41,9 +41,17 @@ class _StatementPostLexer:
 
     def process(self, stream):
         depth = 0
-        prev = None
+        prev = before = None
+        diff_depths = []  # bracket depths of open E[d ... / d ...] response averages
         pending = None  # a newline waiting to see the next token
         for tok in stream:
+            if tok.type == "NAME" and tok.value == "d" and prev is not None:
+                # 'd' is the derivative sign right after 'E[' and after the '/' of such an average
+                if prev.type == "LSQB" and before is not None and before.value == "E" and before.type != "NAME":
+                    diff_depths.append(depth)
+                    tok = Token.new_borrow_pos("DIFF", "d", tok)
+                elif prev.type == "SLASH" and diff_depths and diff_depths[-1] == depth:
+                    tok = Token.new_borrow_pos("DIFF", "d", tok)
             if tok.type == "_NL":
                 if depth == 0 and prev is not None and prev.type not in _CONTINUE_AFTER:
                     pending = pending or tok
@@ -55,8 +63,10 @@ class _StatementPostLexer:
             if tok.type in ("LPAR", "LSQB"):
                 depth += 1
             elif tok.type in ("RPAR", "RSQB"):
+                if diff_depths and diff_depths[-1] == depth:
+                    diff_depths.pop()
                 depth = max(0, depth - 1)
-            prev = tok
+            before, prev = prev, tok
             yield tok
         # a trailing newline is optional; drop it
 
@@ -84,6 +94,13 @@ def _idx(children) -> tuple[str, ...]:
     return tuple(str(c) for c in children)
 
 
+def _shifted(children, op) -> str:
+    """Text of a shifted layer index, 'l-1' or 'L+1' (offsets are integers)."""
+    name, num = children
+    _integer(num)
+    return f"{name}{op}{int(str(num))}"
+
+
 @v_args(meta=True)
 class _Build(Transformer):
     # ---------------------------------------------------------- expressions
@@ -99,6 +116,22 @@ class _Build(Transformer):
 
     def idx(self, meta, c):
         return _idx(c)
+
+    def idx_plus(self, meta, c):
+        return _shifted(c, "+")
+
+    def idx_minus(self, meta, c):
+        return _shifted(c, "-")
+
+    def time_sum(self, meta, c):
+        return ast.TimeSum(_pos(meta), str(c[0]), str(c[1]), str(c[2]), c[3])
+
+    def layer_sum(self, meta, c):
+        return ast.LayerSum(_pos(meta), str(c[0]), str(c[1]), str(c[2]), c[3])
+
+    def response(self, meta, c):
+        atoms = [x for x in c if not isinstance(x, Token)]
+        return ast.Response(_pos(meta), atoms[0], atoms[1])
 
     def indexed(self, meta, c):
         return ast.Indexed(_pos(meta), str(c[0]), c[1])
@@ -174,8 +207,13 @@ class _Build(Transformer):
         return ast.ActivationDecl(_pos(meta), str(c[0]), str(c[1]), c[2])
 
     def order_decl(self, meta, c):
-        indices = c[1] if len(c) == 3 else ()
-        return ast.OrderDecl(_pos(meta), str(c[0]), indices, str(c[-1]))
+        indices = c[1] if len(c) > 1 and isinstance(c[1], tuple) else ()
+        times = [str(x) for x in c[1 + bool(indices):]]
+        return ast.OrderDecl(_pos(meta), str(c[0]), indices, times[0], times[1] if len(times) > 1 else None)
+
+    def layers(self, meta, c):
+        desc = str(c[3])[1:-1] if len(c) > 3 else ""
+        return ast.LayersDecl(_pos(meta), str(c[0]), _integer(c[1]), str(c[2]), desc)
 
     def order(self, meta, c):
         return list(c)
@@ -186,9 +224,14 @@ class _Build(Transformer):
     def source(self, meta, c):
         return ast.SourceDecl(_pos(meta), tuple(c[:-2]), c[-2], c[-1])
 
+    def gp_source(self, meta, c):
+        return ast.SourceDecl(_pos(meta), tuple(c[:-2]), c[-2], c[-1], "gp")
+
     def field(self, meta, c):
-        indices = c[1] if len(c) == 4 else ()
-        return ast.FieldDecl(_pos(meta), str(c[0]), indices, str(c[-2]), c[-1])
+        has_idx = isinstance(c[1], tuple)
+        indices = c[1] if has_idx else ()
+        times = [str(x) for x in c[1 + has_idx:-1]]
+        return ast.FieldDecl(_pos(meta), str(c[0]), indices, times[0], c[-1], times[1] if len(times) > 1 else None)
 
     def process(self, meta, c):
         return ("process", _pos(meta), c[0])
@@ -398,7 +441,7 @@ def parse(source: str, filename: str = "<spec>") -> ast.Spec:
 
 def _assemble(items, source: str, filename: str) -> ast.Spec:
     model = items[0]
-    params, indices, acts, orders, sources, fields, actions = [], [], [], [], [], [], []
+    params, indices, acts, orders, sources, fields, actions, layers = [], [], [], [], [], [], [], []
     time = None
     process_pos = None
     for it in items[1:]:
@@ -412,6 +455,8 @@ def _assemble(items, source: str, filename: str) -> ast.Spec:
             time = it
         elif isinstance(it, ast.IndexDecl):
             indices.append(it)
+        elif isinstance(it, ast.LayersDecl):
+            layers.append(it)
         elif isinstance(it, ast.ActivationDecl):
             acts.append(it)
         elif isinstance(it, list):
@@ -432,7 +477,7 @@ def _assemble(items, source: str, filename: str) -> ast.Spec:
         elif isinstance(it, ast.ActionDecl):
             actions.append(it)
     return ast.Spec(filename, source, model, tuple(params), time, tuple(indices), tuple(acts),
-                    tuple(orders), tuple(sources), tuple(fields), tuple(actions), process_pos)
+                    tuple(orders), tuple(sources), tuple(fields), tuple(actions), process_pos, tuple(layers))
 
 
 def parse_file(path: str | Path) -> ast.Spec:

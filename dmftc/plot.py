@@ -5,6 +5,8 @@ import numpy as np
 
 
 def plot_solution(sol, path):
+    if getattr(sol, "kind", None) == "deep":  # dmftc.runtime_deep.DeepSpecSolution draws itself
+        return sol.plot(path)
     import matplotlib
 
     matplotlib.use("Agg")

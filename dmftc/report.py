@@ -73,6 +73,9 @@ def _fmt(expr, latex):
 
 
 def format_derivation(d: Derivation, latex: bool = False) -> str:
+    if not isinstance(d, Derivation):  # a deep network (dmftc.derive_deep)
+        from .derive_deep import format_deep_derivation
+        return format_deep_derivation(d, latex=latex)
     spec = d.model.spec
     f = lambda e, when="t": _fmt(_timed(e, d, when), latex)
     running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"

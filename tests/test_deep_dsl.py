@@ -1,0 +1,311 @@
+"""Deep networks from specs: symbolic derivation against hand derivations, generated code, runtime.
+
+Hand derivations on the smallest cases (one generic hidden layer l, its neighbours' kernels as symbols):
+T = 1, where h(0) = u(0) ~ N(0, Phi[l-1](0, 0)); and T = 2 with a linear activation, where every average
+is a Gaussian moment written out below.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import dmftc
+from dmftc.check import check
+from dmftc.derive import derive
+from dmftc.derive_deep import (activation_functions, explicit_term, format_deep_derivation, gaussian_average,
+                               price_term, response_observable, unroll)
+from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
+from dmftc.parse import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def derivation(name):
+    return derive(check(parse((ROOT / "specs" / f"{name}.dmft").read_text(), f"specs/{name}.dmft")))
+
+
+@pytest.fixture(scope="module")
+def tanh_d():
+    return derivation("deep_tanh")
+
+
+@pytest.fixture(scope="module")
+def linear_d():
+    return derivation("deep_linear")
+
+
+F = sp.Function
+
+
+# ---------------------------------------------------------------- structure read off the spec
+
+def test_couplings_and_readout_are_derived(tanh_d):
+    t, s = tanh_d.t, tanh_d.s
+    eta, gamma = sp.symbols("eta gamma")
+    c = tanh_d.couplings
+    assert sp.simplify(c.h_past - (F("A[l-1]")(t, s) + eta * gamma * F("Delta")(s) * F("Phi[l-1]")(t, s))) == 0
+    assert c.z_upto == F("B[l+1]")(t, s)
+    assert sp.simplify(c.z_past - eta * gamma * F("Delta")(s) * F("G[l+1]")(t, s)) == 0
+    x = tanh_d.act_arg
+    assert sp.simplify(tanh_d.phi[1] - (1 - sp.tanh(x) ** 2)) == 0
+    assert sp.simplify(tanh_d.phi[2] + 2 * sp.tanh(x) * (1 - sp.tanh(x) ** 2)) == 0
+    # Stein: E[z[L](t) phi(h[L](t))] = sum_{s<t} G[L+1] A[L] + sum_{s<=t} B[L+1] Phi[L] + sum_{s<t} c_z Phi[L]
+    want = (sp.Sum(F("G[L+1]")(t, s) * F("A[L]")(t, s), (s, 0, t - 1))
+            + sp.Sum(F("B[L+1]")(t, s) * F("Phi[L]")(t, s), (s, 0, t))
+            + sp.Sum(eta * gamma * F("Delta")(s) * F("G[L+1]")(t, s) * F("Phi[L]")(t, s), (s, 0, t - 1)))
+    assert sp.simplify(tanh_d.readout_stein - want) == 0
+    assert tanh_d.roles == {"h": "h", "z": "z", "g": "g", "u": "u", "r": "r", "Phi": "Phi", "G": "G", "A": "A",
+                            "B": "B"}
+    assert not tanh_d.linear and derivation("deep_linear").linear
+
+
+# ---------------------------------------------------------------- T = 1: Price's theorem
+
+def test_price_term_t1_symbolic(tanh_d):
+    u = unroll(tanh_d, 1)
+    phi, dphi, ddphi = u.phi[:3]
+    h0 = u.fields["h"][0]
+    u0 = u.sources["u"][0]
+    assert h0 == u0                                           # h(0) = u(0)
+    got = price_term(phi(h0) ** 2, u.sources["u"], 0, 0)      # diagonal entry: factor 1/2
+    assert sp.expand(got - (dphi(u0) ** 2 + phi(u0) * ddphi(u0))) == 0
+    # no explicit dependence at T = 1: the coupling sums are empty
+    assert explicit_term(phi(h0) ** 2, F("Phi[l-1]")(0, 0)) == 0
+
+
+def test_price_term_t1_tanh_numbers(tanh_d):
+    """<phi'^2 + phi phi''> (Gauss-Hermite) equals d/d sigma^2 E[tanh(sigma xi)^2] (finite differences)."""
+    x = tanh_d.act_arg
+    expr = sp.lambdify(x, tanh_d.phi[1] ** 2 + tanh_d.phi[0] * tanh_d.phi[2], "numpy")
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)   # 120 nodes are 3e-7 off at var = 1.6
+    avg = lambda f, var: float(np.sum(weights * f(math.sqrt(var) * nodes)) / math.sqrt(2 * math.pi))  # noqa: E731
+    for var in (0.3, 0.7, 1.6):
+        price = avg(expr, var)
+        f = lambda v: avg(lambda x: np.tanh(x) ** 2, v)  # noqa: E731
+        e = 1e-3   # five-point stencil: truncation O(e^4)
+        fd = (-f(var + 2 * e) + 8 * f(var + e) - 8 * f(var - e) + f(var - 2 * e)) / (12 * e)
+        assert price == pytest.approx(fd, rel=1e-8)
+        assert price > 0.05
+
+
+def test_price_factor_off_diagonal(linear_d):
+    """d<u(0) u(1)>/d Phi[l-1](1, 0) = 1: the symmetric entry counts twice (factor 1, not 1/2)."""
+    u = unroll(linear_d, 2, concrete=True)
+    src = u.sources["u"]
+    assert price_term(src[0] * src[1], src, 1, 0) == 1
+    assert price_term(src[0] ** 2, src, 0, 0) == 1
+    assert gaussian_average(src[0] * src[1], [(src, u.cov["u"])]) == F("Phi[l-1]")(1, 0)
+
+
+# ---------------------------------------------------------------- T = 2, linear activation, by hand
+
+@pytest.fixture(scope="module")
+def t2(linear_d):
+    u = unroll(linear_d, 2, concrete=True)
+    eta, gamma = sp.symbols("eta gamma")
+    Phi, G, A, B, D = F("Phi[l-1]"), F("G[l+1]"), F("A[l-1]"), F("B[l+1]"), F("Delta")
+    c10 = A(1, 0) + eta * gamma * D(0) * Phi(1, 0)            # c_h(1, 0)
+    u0, u1 = u.sources["u"]
+    r0, r1 = u.sources["r"]
+    g0 = r0 + B(0, 0) * u0                                     # z(0) = r(0) + B[l+1](0,0) h(0), g = z (linear)
+    h1 = u1 + c10 * g0
+    groups = [(u.sources["u"], u.cov["u"]), (u.sources["r"], u.cov["r"])]
+    return dict(u=u, c10=c10, g0=g0, h1=h1, groups=groups, Phi=Phi, G=G, A=A, B=B, D=D, eta=eta, gamma=gamma)
+
+
+def test_t2_fields_by_hand(t2):
+    u = t2["u"]
+    assert sp.expand(u.fields["g"][0] - t2["g0"]) == 0
+    assert sp.expand(u.fields["h"][1] - t2["h1"]) == 0
+
+
+def test_t2_field_sensitivities(t2):
+    u, h1, g0 = t2["u"], t2["u"].fields["h"][1], t2["g0"]
+    # response block: d h(1) / d A[l-1](1, 0) = g(0)
+    assert sp.expand(sp.diff(h1, t2["A"](1, 0)) - g0) == 0
+    # error-signal sensitivity (paper eq. field_err_sensitivity at T = 2): eta gamma Phi[l-1](1,0) g(0)
+    assert sp.expand(sp.diff(h1, t2["D"](0)) - t2["eta"] * t2["gamma"] * t2["Phi"](1, 0) * g0) == 0
+    # kernel sensitivity: d h(1)/d Phi[l-1](1, 0) = eta gamma Delta(0) g(0)  (the g(s') factor is needed)
+    assert sp.expand(sp.diff(h1, t2["Phi"](1, 0)) - t2["eta"] * t2["gamma"] * t2["D"](0) * g0) == 0
+    # backward field: z(1) = r(1) + B(1,1) h(1) + (B(1,0) + eta gamma Delta(0) G(1,0)) h(0)
+    z1 = u.fields["z"][1]
+    assert sp.expand(sp.diff(z1, t2["B"](1, 0)) - u.sources["u"][0]) == 0
+    assert sp.expand(sp.diff(z1, t2["G"](1, 0)) - t2["eta"] * t2["gamma"] * t2["D"](0) * u.sources["u"][0]) == 0
+
+
+def test_t2_responses(t2):
+    u = t2["u"]
+    # A[l](1, 0) = <d phi(h(1)) / d r(0)> = c_h(1, 0)  (phi' = 1)
+    assert sp.expand(response_observable(u, "phi(h)", 1, "r", 0) - t2["c10"]) == 0
+    # B[l](1, 1) = <d g(1) / d u(1)> = B[l+1](1, 1): the same-time term of the discrete-time response
+    assert sp.expand(response_observable(u, "g", 1, "u", 1) - t2["B"](1, 1)) == 0
+    # B[l](1, 0) = B[l+1](1,0) + eta gamma Delta(0) G[l+1](1,0) + B[l+1](1,1) c_h(1,0) B[l+1](0,0)
+    want = t2["B"](1, 0) + t2["eta"] * t2["gamma"] * t2["D"](0) * t2["G"](1, 0) + t2["B"](1, 1) * t2["c10"] * t2["B"](0, 0)
+    assert sp.expand(response_observable(u, "g", 1, "u", 0) - want) == 0
+
+
+def test_t2_moments_and_d_blocks(t2):
+    h1, c, B00 = t2["h1"], t2["c10"], t2["B"](0, 0)
+    Phi, G = t2["Phi"], t2["G"]
+    avg = gaussian_average(h1 ** 2, t2["groups"])
+    # <h(1)^2> = Phi(1,1) + 2 c <u(1) g(0)> + c^2 <g(0)^2>, <u(1) g(0)> = B(0,0) Phi(1,0), <g0^2> = G(0,0) + B00^2 Phi(0,0)
+    hand = Phi(1, 1) + 2 * c * B00 * Phi(1, 0) + c ** 2 * (G(0, 0) + B00 ** 2 * Phi(0, 0))
+    assert sp.expand(avg - hand) == 0
+    # D[Phi[l](1,1), A[l-1](1,0)] = 2 <h(1) g(0)>
+    assert sp.expand(sp.diff(avg, t2["A"](1, 0)) - 2 * (B00 * Phi(1, 0) + c * (G(0, 0) + B00 ** 2 * Phi(0, 0)))) == 0
+    # D with respect to a source covariance = Price term + explicit term (both averaged)
+    u = t2["u"]
+    for (a, b) in ((1, 0), (0, 0), (1, 1)):
+        total = sp.diff(hand, Phi(a, b))
+        price = gaussian_average(price_term(h1 ** 2, u.sources["u"], a, b), t2["groups"])
+        explicit = gaussian_average(explicit_term(h1 ** 2, Phi(a, b)), t2["groups"])
+        assert sp.expand(price + explicit - total) == 0, (a, b)
+    assert sp.expand(sp.diff(hand, Phi(1, 0))) != 0
+
+
+def test_kappa_t1_linear(linear_d):
+    """kappa[Phi, Phi](0,0; 0,0) = Var(u^2) = 2 Phi[l-1](0,0)^2 for a linear net at T = 1."""
+    u = unroll(linear_d, 1, concrete=True)
+    h0 = u.fields["h"][0]
+    groups = [(u.sources["u"], u.cov["u"]), (u.sources["r"], u.cov["r"])]
+    kappa = gaussian_average(h0 ** 4, groups) - gaussian_average(h0 ** 2, groups) ** 2
+    assert sp.expand(kappa - 2 * F("Phi[l-1]")(0, 0) ** 2) == 0
+    g0 = u.fields["g"][0]
+    cross = gaussian_average(h0 ** 2 * g0 ** 2, groups) - gaussian_average(h0 ** 2, groups) * gaussian_average(
+        g0 ** 2, groups)
+    B00, P00 = F("B[l+1]")(0, 0), F("Phi[l-1]")(0, 0)
+    assert sp.expand(cross - 2 * B00 ** 2 * P00 ** 2) == 0       # kappa[Phi, G] through g(0) = r(0) + B00 u(0)
+
+
+def test_activation_functions_chain():
+    phi, d1, d2 = activation_functions("psi")[:3]
+    x = sp.Symbol("x")
+    assert sp.expand(sp.diff(phi(x) ** 2, x, 2) - (2 * d1(x) ** 2 + 2 * phi(x) * d2(x))) == 0
+
+
+def test_derive_text_lists_the_blocks(tanh_d):
+    text = format_deep_derivation(tanh_d)
+    for piece in ("c_h(t, s) = eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s)",
+                  "dh(t)/dA[l-1](t', s') = [t' = t, s' < t] (1) g(s')", "Price-theorem term",
+                  "w = 1/2 if t' = s' else 1", "kappa[Phi[l], G[l]]", "Schur complement", "readout by Stein"):
+        assert piece in text, piece
+
+
+# ---------------------------------------------------------------- generated module and runtime
+
+def test_generated_activation_and_couplings():
+    import jax.numpy as jnp
+
+    mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
+    x = jnp.linspace(-2.0, 2.0, 9)
+    p = mod.defaults({})
+    np.testing.assert_allclose(mod.phi(x, p, 0.1), np.tanh(x), rtol=1e-15)
+    np.testing.assert_allclose(mod.dphi(x, p, 0.1), 1 - np.tanh(x) ** 2, rtol=1e-14)
+    np.testing.assert_allclose(mod.ddphi(x, p, 0.1), -2 * np.tanh(x) * (1 - np.tanh(x) ** 2), rtol=1e-13, atol=1e-15)
+    prev = {"Phi": jnp.array([0.5, 0.25]), "A": jnp.array([0.1, 0.2])}
+    D = jnp.array([2.0, 3.0])
+    np.testing.assert_allclose(mod.h_coupling(prev, D, p), [0.1 + 0.05 * 2 * 0.5, 0.2 + 0.05 * 3 * 0.25])
+    c0, c1 = mod.z_coupling({"G": jnp.array([1.0, 2.0]), "B": jnp.array([0.3, 0.4])}, D, p)
+    np.testing.assert_allclose(c0, [0.3, 0.4])
+    np.testing.assert_allclose(c1, [0.05 * 2, 0.05 * 3 * 2])
+    assert mod.readout(0.7, 0.2, p) == pytest.approx(1.0 - 0.5)
+    diag = lambda name, l: np.full(3, {"G": 2.0, "Phi": 3.0}[name] + l)  # noqa: E731
+    # K = sum_{l=0..L} G[l+1] Phi[l] with G[j] = 2 + j, Phi[j] = 3 + j: 3*3 + 4*4 + 5*5
+    np.testing.assert_allclose(mod.scalar_K(diag, {"L": 2.0}), 9 + 16 + 25)
+    assert mod.BOUNDARIES == (("Phi", "0"), ("G", "L+1"), ("A", "0"), ("B", "L+1"))
+
+
+def test_deep_tanh_spec_matches_python_api():
+    """Same seed and samples: the spec-driven march reproduces dmftc.deep.solve_deep.
+
+    Not bitwise: phi'' is evaluated by a different (SymPy) formula, and the causal Cholesky extension
+    takes square roots of residual variances that are round-off sized for the rank-one input kernel
+    (Phi[0] = 1), which lifts 1e-16 differences to about sqrt(1e-16) = 1e-8.  The Monte Carlo standard
+    errors are 1e-3 and larger.
+    """
+    from dmftc.deep import solve_deep
+
+    m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")
+    kw = dict(L=2, T=8, gamma=1.0, y=1.0, eta=0.05)
+    sol = m.solve(samples=1600, seed=5, **kw)
+    ref = solve_deep(activation="tanh", samples=1600, seed=5, **kw)
+    assert set(sol.names) == {"Delta", "K"} | {f"{q}[{l}]" for q in ("Phi", "G", "A", "B") for l in (1, 2)}
+    for name in sol.names:
+        internal = sol._map[name]
+        np.testing.assert_allclose(sol.mean(name), ref.mean(internal), rtol=0, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(sol.stderr(name), ref.stderr(internal), rtol=0, atol=1e-7, err_msg=name)
+    assert np.max(sol.stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
+    with pytest.raises(ParameterError, match="not implemented yet"):
+        sol.var("Phi[1]")
+
+
+def test_deep_linear_spec_matches_python_api():
+    from dmftc.deep import solve_deep
+
+    m = dmftc.load(ROOT / "specs" / "deep_linear.dmft")
+    sol = m.solve(L=2, T=6, eta=0.1)
+    ref = solve_deep(activation="linear", L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
+    for name in ("Delta", "K", "Phi[1]", "G[2]", "A[2]", "B[1]"):
+        np.testing.assert_array_equal(sol.mean(name), ref.mean(sol._map[name]))
+    for name in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
+        np.testing.assert_array_equal(sol.var(name), ref.var(name))
+    np.testing.assert_array_equal(sol.sigma("Delta", "K"), ref.sigma("Delta", "K"))
+    assert sol.var("Phi[2]")[0] == pytest.approx(4.0, abs=1e-10)     # N Var Phi[l](0,0) = 2 l at t = 0
+    with pytest.raises(ParameterError, match="unknown name 'Phi\\[3\\]'"):
+        sol.mean("Phi[3]")
+
+
+def test_deep_linear_too_large_keeps_means_and_names_the_size():
+    m = dmftc.load(ROOT / "specs" / "deep_linear.dmft")
+    sol = m.solve(L=2, T=6, eta=0.1, memory_limit=1e5)
+    assert sol.mean("Delta").shape == (6,)
+    with pytest.raises(PropagatorTooLarge, match=r"needs about [0-9.]+ GB"):
+        sol.var("K")
+
+
+def test_linear_spec_of_another_network_gets_no_foreign_propagator(tmp_path):
+    text = (ROOT / "specs" / "deep_linear.dmft").read_text().replace(
+        "+ gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)",
+        "+ 2 * gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)")
+    spec = tmp_path / "other.dmft"
+    spec.write_text(text)
+    m = dmftc.load(spec, tmp_path / "gen")
+    with pytest.raises(StructureSpecError, match="not the deep linear network"):
+        m.solve(L=2, T=6, eta=0.1)
+
+
+@pytest.mark.parametrize("kw, match", [({"L": 2.5}, "must be an integer >= 1"), ({"L": 0}, "must be an integer"),
+                                       ({"gama": 1.0}, "did you mean 'gamma'"), ({"eta": -1.0}, "must be positive")])
+def test_bad_parameters(kw, match):
+    m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")
+    with pytest.raises(ParameterError, match=match):
+        m.solve(samples=100, **kw)
+
+
+def test_cli_run_deep_tanh_with_depth_and_plot(tmp_path, capsys, monkeypatch):
+    from dmftc.cli import main
+
+    monkeypatch.chdir(ROOT)
+    code = main(["run", "specs/deep_tanh.dmft", "--set", "L=3", "--set", "T=6", "--samples", "400",
+                 "--plot", str(tmp_path / "d.png"), "--out", str(tmp_path / "d.npz")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "model deep_tanh" in out.out and "Phi[3]" in out.out and "not implemented yet" in out.out
+    assert (tmp_path / "d.png").stat().st_size > 1000
+    with np.load(tmp_path / "d.npz") as z:
+        assert z["mean:Phi[3]"].shape == (6, 6) and "var:Phi[3]" not in z.files
+
+
+def test_cli_deep_errors_and_derive_in_process(capsys, monkeypatch):
+    from dmftc.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["run", "specs/deep_tanh.dmft", "--set", "L=1.5", "-q"]) == 2
+    assert "integer" in capsys.readouterr().err
+    assert main(["derive", "specs/deep_tanh.dmft"]) == 0
+    out = capsys.readouterr().out
+    assert "Price-theorem term" in out and "c0_z(t, s) = B[l+1](t, s)" in out
