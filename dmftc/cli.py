@@ -63,8 +63,14 @@ def cmd_run(args) -> int:
         k, v = item.split("=", 1)
         params[k.strip()] = _parse_value(v.strip(), k.strip())
     model = load(args.spec)
+    extra = {}
+    if args.propagator_samples is not None:
+        if getattr(model.module, "KIND", None) != "deep":
+            raise ParameterError("--propagator-samples applies to deep specs (layers l = 1..L) only; two-layer "
+                                 "specs use --samples for the propagator too")
+        extra["propagator_samples"] = args.propagator_samples
     sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend,
-                      progress=not args.quiet, **params)
+                      progress=not args.quiet, **extra, **params)
     if not args.quiet:
         print(sol.summary())
     if args.out:
@@ -96,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("spec")
     r.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter (repeatable)")
     r.add_argument("--samples", type=int, default=20000)
+    r.add_argument("--propagator-samples", type=int, default=None, metavar="S",
+                   help="deep nonlinear specs: source paths of the finite-width propagator (default 4000)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
     r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")

@@ -1,20 +1,23 @@
 """Deep networks (L hidden layers, one training point): one entry point over the deep solvers.
 
-    sol = dmftc.deep.solve_deep(activation="linear", L=3, gamma=1.0, y=1.0, eta=0.05, T=30)
-    sol.mean("Phi[1]")    # (T, T) infinite-width feature kernel of layer 1
-    sol.var("Phi[1]")     # (T,)  lim N Var(Phi[1](t, t))
+    sol = dmftc.deep.solve_deep(activation="tanh", L=2, gamma=1.0, y=1.0, eta=0.05, T=20)
+    sol.mean("Phi[1]")        # (T, T) infinite-width feature kernel of layer 1
+    sol.var("Phi[1]")         # (T,)  lim N Var(Phi[1](t, t))
+    sol.var_stderr("Phi[1]")  # its Monte Carlo standard error (zeros when exact)
     sol.sigma("Delta", "K")   # (T, T) lim N Cov(Delta(t), K(s))
 
 Backends:
 
 * linear activation: exact discrete-time saddle and the propagator from the autodiff Hessian
   of the closed-form Gaussian action with the response functions folded in by the Schur
-  complement (:mod:`dmftc.deep_linear`).  The Hessian is dense, O((L T^2)^2) memory; sizes
-  that do not fit ``memory_limit`` are refused up front with the size they would need.
-* other activations: the Monte Carlo saddle point of the exact discrete-time DMFT
-  (:mod:`dmftc.deep_dmft`): means of every order parameter and response function with Monte
-  Carlo standard errors.  The finite-width propagator of deep *nonlinear* networks is not
-  implemented yet; asking for it raises an error that says so.
+  complement (:mod:`dmftc.deep_linear`).
+* tanh, erf: the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.deep_dmft`)
+  for the means, and the finite-width propagator from the Monte Carlo Hessian of the MSR action
+  (:mod:`dmftc.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
+  independent groups), computed on first use of ``var`` / ``sigma`` (it costs far more than the means).
+
+Both propagators solve a dense system of O(L T^2) variables, O((L T^2)^2) memory; sizes that do not
+fit ``memory_limit`` are refused with the size they would need.
 
 Names: "Delta", "K" (time series), "Phi[l]", "G[l]" (two-time kernels, l = 1..L), and for the
 means also "Rphi[l]", "Rg[l]" (response functions) and "f".
@@ -27,11 +30,32 @@ import numpy as np
 
 from .errors import ParameterError
 
-__all__ = ["DeepSolution", "solve_deep", "propagator_bytes"]
+__all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes"]
 
-_NOT_YET = ("the finite-width propagator of deep nonlinear networks is not implemented yet "
-            "(only means are available for activation {act!r}); use activation='linear' for "
-            "fluctuations")
+_NOT_YET = ("the finite-width propagator of deep networks is implemented for the activations 'linear', "
+            "'tanh' and 'erf' (only means are available for activation {act!r})")
+PROPAGATOR_ACTIVATIONS = ("tanh", "erf")
+
+
+class LazyPropagator:
+    """The Monte Carlo propagator of a deep nonlinear network, computed on first use (``get``) and kept."""
+
+    def __init__(self, memory_limit: float, **kwargs):
+        self.kwargs, self.memory_limit, self._value = kwargs, memory_limit, None
+
+    def get(self):
+        if self._value is None:
+            from .deep_propagator import deep_propagator
+
+            L, T = self.kwargs["L"], self.kwargs["T"]
+            need = propagator_bytes(L, T)
+            if need > self.memory_limit:
+                raise ParameterError(
+                    f"the dense deep propagator at L = {L}, T = {T} needs about {need / 1e9:.1f} GB "
+                    f"(memory_limit = {self.memory_limit / 1e9:.1f} GB); means are available, for variances "
+                    "lower T or L, or raise memory_limit")
+            self._value = deep_propagator(**self.kwargs)
+        return self._value
 
 
 def propagator_bytes(L: int, T: int) -> int:
@@ -51,7 +75,7 @@ class DeepSolution:
     params: dict
     means: dict                       # name -> (T,) or (T, T)
     mean_se: dict                     # Monte Carlo standard errors of the means (zeros when exact)
-    propagator: object = None         # dmftc.deep_linear.Propagator, or None
+    propagator: object = None         # deep_linear.Propagator, LazyPropagator (nonlinear), or None
     diagnostics: dict = field(default_factory=dict)
 
     @property
@@ -73,23 +97,36 @@ class DeepSolution:
         """lim N Var(name(t)) over t; kernels on the time diagonal, name(t, t)."""
         return np.diag(self.sigma(name, name)).copy()
 
+    def var_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (zeros for the exact linear propagator)."""
+        prop = self._propagator()
+        self._known(name, prop.sigma)
+        se = getattr(prop, "se", None)
+        return np.zeros(self.T) if se is None else np.diag(se[name][name]).copy()
+
     def sigma(self, a: str, b: str | None = None) -> np.ndarray:
         """(T, T) block lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l] (time-diagonal kernels)."""
-        if self.propagator is None:
-            raise ParameterError(_NOT_YET.format(act=self.activation))
+        prop = self._propagator()
         b = a if b is None else b
         for n in (a, b):
-            self._known(n, self.propagator.sigma)
-        return self.propagator.sigma[a][b]
+            self._known(n, prop.sigma)
+        return prop.sigma[a][b]
 
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
-        """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l]."""
+        """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l] (linear networks)."""
+        prop = self._propagator()
+        if not hasattr(prop, "two_time"):
+            raise ParameterError("two-time blocks are available for linear networks only; nonlinear networks give "
+                                 "sigma(a, b) on the time diagonal")
+        for n in (a, b or a):
+            if n not in prop.layout.blocks or not n.startswith(("Phi[", "G[")):
+                raise ParameterError(f"two_time needs kernels Phi[l] or G[l] (l = 1..{self.L}), got {n!r}")
+        return prop.two_time(a, b)
+
+    def _propagator(self):
         if self.propagator is None:
             raise ParameterError(_NOT_YET.format(act=self.activation))
-        for n in (a, b or a):
-            if n not in self.propagator.layout.blocks or not n.startswith(("Phi[", "G[")):
-                raise ParameterError(f"two_time needs kernels Phi[l] or G[l] (l = 1..{self.L}), got {n!r}")
-        return self.propagator.two_time(a, b)
+        return self.propagator.get() if isinstance(self.propagator, LazyPropagator) else self.propagator
 
     def summary(self) -> str:
         rows = [f"deep {self.activation} network, L = {self.L}, T = {self.T}, "
@@ -98,7 +135,10 @@ class DeepSolution:
         for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, self.L + 1)]:
             m = self.means[n]
             final = m[-1] if m.ndim == 1 else m[-1, -1]
-            peak = f"{self.var(n).max():12.4g}" if self.propagator is not None else f"{'-':>12}"
+            try:
+                peak = f"{self.var(n).max():12.4g}"
+            except ParameterError:
+                peak = f"{'-':>12}"
             rows.append(f"  {n:<10}{final:12.4g}{peak}")
         return "\n".join(rows)
 
@@ -110,12 +150,15 @@ class DeepSolution:
 def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,
                eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
                memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
+               propagator_samples: int = 4000, propagator_groups: int = 8, progress: bool = False,
                **march_options) -> DeepSolution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
 
     ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.deep_dmft.SpecKernels`) and
     parameters, which then drive the Monte Carlo march (used by :mod:`dmftc.runtime_deep`);
-    ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.deep_dmft.solve_deep`.
+    ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.deep_dmft.solve_deep`;
+    ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
+    propagator (:func:`dmftc.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
     """
     if not isinstance(activation, str):
         raise ParameterError(f"activation must be a string, got {activation!r}")
@@ -142,7 +185,17 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                     spec=spec, spec_params=spec_params, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
-    return DeepSolution(activation, L, T, params, means, se, None, {"samples": samples, "seed": seed})
+    prop = None
+    if activation in PROPAGATOR_ACTIVATIONS:
+        _count("propagator_samples", propagator_samples)
+        if _count("propagator_groups", propagator_groups) < 2 or propagator_samples < 2 * propagator_groups:
+            raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
+                                 f"group, got {propagator_groups} groups and {propagator_samples} paths")
+        prop = LazyPropagator(memory_limit, activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
+                              samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress)
+    return DeepSolution(activation, L, T, params, means, se, prop,
+                        {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
+                         "propagator_groups": propagator_groups})
 
 
 def _count(name, v) -> int:

@@ -87,6 +87,7 @@ import scipy.linalg as sla
 from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
 from .errors import NumericalError, ParameterError
+from .progress import Progress
 from .site_moments import SiteMoments
 
 jax.config.update("jax_enable_x64", True)
@@ -688,7 +689,7 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
 
 def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
                     samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
-                    method: str = "fast") -> DeepPropagator:
+                    method: str = "fast", progress: bool = False) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
@@ -708,11 +709,13 @@ def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: flo
     per = samples // groups
     t0 = _time.perf_counter()
     runs = []
-    for gi in range(groups):
-        rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
-        xi = rng.standard_normal((2, L, per, T))
-        runs.append(group_propagator(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
-                                     xiu=xi[0], xir=xi[1], chunk=chunk, method=method))
+    with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
+        for gi in range(groups):
+            rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
+            xi = rng.standard_normal((2, L, per, T))
+            runs.append(group_propagator(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
+                                         xiu=xi[0], xir=xi[1], chunk=chunk, method=method))
+            bar.advance(note=f"group {gi + 1}: {per} paths")
     names = observable_names(L)
     stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
     sigma, se = {}, {}

@@ -219,7 +219,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime_deep
         from .runtime_deep import solve_deep_module
         return solve_deep_module(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width,
-                                 backend=backend, **kwargs)
+                                 backend=backend, progress=progress, **kwargs)
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and mod.NONLINEAR is not None:

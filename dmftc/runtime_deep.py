@@ -5,8 +5,11 @@ kernels, boundaries, readout, scalar order parameters); :func:`dmftc.deep_dmft.s
 (``spec=SpecKernels(module)``).  Propagator: for a linear activation it comes from
 :mod:`dmftc.deep_linear` through :func:`dmftc.deep.solve_deep`, after checking that the spec's own march
 reproduces that solver's saddle point (so a spec that describes a different network is not given a
-propagator that belongs to another); for other activations the means only, and asking for variances
-raises the Python API's "not implemented yet" error.
+propagator that belongs to another).  For tanh and erf the means come from the spec-driven march and the
+propagator from :mod:`dmftc.deep_propagator` (computed on first use of ``var``/``sigma``), after checking on
+random rows that the spec's couplings, boundaries and readout are those of the standard network that the
+propagator's action describes; other activations give means only, and asking for variances raises an
+error that says so.
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)
@@ -92,6 +95,12 @@ class DeepSpecSolution:
     def var(self, name: str) -> np.ndarray:
         return np.diag(self.sigma(name, name)).copy()
 
+    def var_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (zeros when exact)."""
+        if self._sigma_error is not None:
+            raise self._sigma_error
+        return self.inner.var_stderr(self._name(name))
+
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
         ia, ib = self._name(a), self._name(a if b is None else b)
         if self._sigma_error is not None:
@@ -115,7 +124,7 @@ class DeepSpecSolution:
             final, fse = (m[-1], se[-1]) if m.ndim == 1 else (m[-1, -1], se[-1, -1])
             try:
                 peak = f"{self.var(n).max():12.4g}"
-            except (ParameterError, PropagatorTooLarge) as err:
+            except (ParameterError, PropagatorTooLarge, StructureSpecError) as err:
                 peak, missing = f"{'-':>12}", err
             rows.append(f"  {n:<10}{final:12.4g}{fse:12.2g}{peak}")
         if missing is not None:
@@ -133,7 +142,7 @@ class DeepSpecSolution:
             arrays[f"stderr:{n}"] = self.stderr(n)
             try:
                 arrays[f"var:{n}"] = self.var(n)
-            except (ParameterError, PropagatorTooLarge):
+            except (ParameterError, PropagatorTooLarge, StructureSpecError):
                 pass
         meta = {"model": self.model, "kind": "deep", "params": {k: float(v) for k, v in self.params.items()},
                 "spec": self.module.SPEC_PATH, "spec_sha256": self.module.SPEC_SHA256, "dmftc": __version__,
@@ -169,7 +178,7 @@ class DeepSpecSolution:
                 axes[0, j].plot(self.times, m if m.ndim == 1 else np.diagonal(m), label=n)
                 try:
                     axes[1, j].plot(self.times, self.var(n), label=n)
-                except (ParameterError, PropagatorTooLarge):
+                except (ParameterError, PropagatorTooLarge, StructureSpecError):
                     missing = True
             if missing:
                 axes[1, j].text(0.5, 0.5, "not available", ha="center", transform=axes[1, j].transAxes)
@@ -217,7 +226,8 @@ def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
 
 
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
-                      backend: str = "auto", memory_limit: float = 8e9, **given) -> DeepSpecSolution:
+                      backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
+                      propagator_groups: int = 8, progress: bool = False, **given) -> DeepSpecSolution:
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults."""
     from . import deep
     from .deep_dmft import SpecKernels
@@ -258,8 +268,41 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         _check_same_model(mod, own, inner, L)
         return DeepSpecSolution(mod, inner, p, names)
     inner = deep.solve_deep(activation=label, L=L, T=T, samples=samples, seed=seed, spec=spec, spec_params=p,
-                            groups=groups, dirac_width=dirac_width, backend=backend, **std)
-    return DeepSpecSolution(mod, inner, p, names)
+                            groups=groups, dirac_width=dirac_width, backend=backend, memory_limit=memory_limit,
+                            propagator_samples=propagator_samples, propagator_groups=propagator_groups,
+                            progress=progress, **std)
+    why = _nonstandard(mod, p, T) if inner.propagator is not None else None
+    err = None if why is None else StructureSpecError(
+        f"the finite-width propagator (dmftc.deep_propagator) describes the standard deep network of "
+        f"specs/deep_tanh.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
+    return DeepSpecSolution(mod, inner, p, names, err)
+
+
+def _nonstandard(mod, p, T):
+    """None when the spec's couplings, boundaries and readout are those of the standard deep network (the one
+    dmftc.deep_propagator's action describes), checked on random rows; otherwise what differs."""
+    if "gamma" not in p or "y" not in p or mod.TIME["step"] != "eta":
+        return "the parameters gamma, y and the time step eta are needed"
+    r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
+    rng = np.random.default_rng(12345)
+    Phi, A, G, B, Delta = (rng.standard_normal(T) for _ in range(5))
+    eg = q["eta"] * q["gamma"]
+    prev = {"Phi": Phi, "A": A, r["Phi"]: Phi, r["A"]: A}
+    nxt = {"G": G, "B": B, r["G"]: G, r["B"]: B}
+    close = lambda a, b: np.allclose(np.asarray(a, float), b, rtol=1e-12, atol=1e-12)  # noqa: E731
+    if not close(mod.h_coupling(prev, Delta, q), eg * Delta * Phi + A):
+        return f"the h coupling is not {r['A']}[l-1](t,s) + eta gamma Delta(s) {r['Phi']}[l-1](t,s)"
+    c0, c = mod.z_coupling(nxt, Delta, q)
+    if not (close(c0, B) and close(c, eg * Delta * G)):
+        return f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + eta gamma Delta(s) {r['G']}[l+1](t,s) (s < t)"
+    role = {v: k for k, v in r.items()}
+    want = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
+    for (fam, ref), value in mod.boundaries(q).items():
+        if role.get(fam) in want and float(value) != want[role[fam]]:
+            return f"the boundary {fam}[{ref}] = {value} (the standard network has {want[role[fam]]:g})"
+    if not close(mod.readout(0.7, 0.2, q), q["y"] - 0.5 / q["gamma"]):
+        return "the readout is not Delta(t) = y - (E[z phi](t) - E[z phi](0)) / gamma"
+    return None
 
 
 def _from_saddle(deep, sad, activation, L, T, params, diag):

@@ -56,3 +56,46 @@ def test_bad_arguments(kw, match):
 def test_unknown_name(linear):
     with pytest.raises(ParameterError, match="unknown name 'Phi\\[3\\]'"):
         linear.var("Phi[3]")
+
+
+# ------------------------------------------------------------------ nonlinear: the Monte Carlo propagator
+TANH = dict(L=2, gamma=1.0, y=1.0, eta=0.1, T=4)
+
+
+@pytest.fixture(scope="module")
+def tanh_sol():
+    return solve_deep(activation="tanh", samples=2000, seed=3, propagator_samples=1600, propagator_groups=4, **TANH)
+
+
+def test_tanh_solution_gives_the_monte_carlo_propagator_on_first_use(tanh_sol):
+    from dmftc.deep import LazyPropagator
+    from dmftc.deep_propagator import deep_propagator
+
+    assert isinstance(tanh_sol.propagator, LazyPropagator) and tanh_sol.propagator._value is None
+    ref = deep_propagator(activation="tanh", samples=1600, groups=4, seed=3, **TANH)
+    for name in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
+        np.testing.assert_allclose(tanh_sol.var(name), ref.var(name), rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(tanh_sol.var_stderr(name), ref.se_var(name), rtol=1e-10, atol=1e-12)
+    assert tanh_sol.propagator._value is not None             # computed once, kept
+    assert np.all(tanh_sol.var_stderr("K") > 0) and tanh_sol.var("Delta")[0] == pytest.approx(0.0, abs=1e-10)
+    np.testing.assert_allclose(tanh_sol.sigma("Delta", "K"), ref["Delta"]["K"], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ParameterError, match="linear networks only"):
+        tanh_sol.two_time("Phi[1]")
+    rows = {line.split()[0]: line.split() for line in tanh_sol.summary().splitlines()[2:]}
+    assert float(rows["Phi[1]"][2]) == pytest.approx(tanh_sol.var("Phi[1]").max(), rel=1e-3)
+
+
+def test_tanh_propagator_too_large_keeps_means_and_names_the_size():
+    sol = solve_deep(activation="tanh", samples=200, memory_limit=1e4, **TANH)
+    assert sol.mean("Delta").shape == (4,)
+    with pytest.raises(ParameterError, match=r"needs about [0-9.]+ GB"):
+        sol.var("K")
+    assert "peak N Var" in sol.summary()
+
+
+def test_no_propagator_for_other_activations_and_bad_propagator_arguments():
+    sol = solve_deep(activation="relu", samples=200, **TANH)
+    with pytest.raises(ParameterError, match="'linear', 'tanh' and 'erf'"):
+        sol.var("K")
+    with pytest.raises(ParameterError, match="propagator_groups >= 2"):
+        solve_deep(activation="tanh", samples=200, propagator_groups=1, **TANH)

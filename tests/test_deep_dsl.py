@@ -231,16 +231,35 @@ def test_deep_tanh_spec_matches_python_api():
 
     m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")
     kw = dict(L=2, T=8, gamma=1.0, y=1.0, eta=0.05)
-    sol = m.solve(samples=1600, seed=5, **kw)
-    ref = solve_deep(activation="tanh", samples=1600, seed=5, **kw)
+    prop = dict(propagator_samples=800, propagator_groups=4)
+    sol = m.solve(samples=1600, seed=5, **prop, **kw)
+    ref = solve_deep(activation="tanh", samples=1600, seed=5, **prop, **kw)
     assert set(sol.names) == {"Delta", "K"} | {f"{q}[{l}]" for q in ("Phi", "G", "A", "B") for l in (1, 2)}
     for name in sol.names:
         internal = sol._map[name]
         np.testing.assert_allclose(sol.mean(name), ref.mean(internal), rtol=0, atol=1e-7, err_msg=name)
         np.testing.assert_allclose(sol.stderr(name), ref.stderr(internal), rtol=0, atol=1e-7, err_msg=name)
     assert np.max(sol.stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
-    with pytest.raises(ParameterError, match="not implemented yet"):
-        sol.var("Phi[1]")
+    for name in ("Delta", "K", "Phi[1]", "G[2]"):     # the propagator of the standard network, same seed
+        np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=1e-10, atol=1e-12)
+    assert sol.var("K").max() > 0.1
+    with pytest.raises(ParameterError, match="no propagator block for the response function"):
+        sol.var("A[1]")
+
+
+def test_tanh_spec_of_another_network_gets_no_foreign_propagator(tmp_path):
+    text = (ROOT / "specs" / "deep_tanh.dmft").read_text().replace(
+        "+ gamma * integral(Delta(s) G[l+1](t, s) phi(h[l](s)), s < t)",
+        "+ 2 * gamma * integral(Delta(s) G[l+1](t, s) phi(h[l](s)), s < t)")
+    spec = tmp_path / "other_tanh.dmft"
+    spec.write_text(text)
+    m = dmftc.load(spec, tmp_path / "gen")
+    sol = m.solve(L=2, T=4, eta=0.1, samples=200)
+    assert sol.mean("Delta").shape == (4,)                # means: the spec's own network
+    with pytest.raises(StructureSpecError, match="the z coupling is not B"):
+        sol.var("K")
+    assert "the z coupling is not" in sol.summary()
 
 
 def test_deep_linear_spec_matches_python_api():
@@ -291,13 +310,15 @@ def test_cli_run_deep_tanh_with_depth_and_plot(tmp_path, capsys, monkeypatch):
 
     monkeypatch.chdir(ROOT)
     code = main(["run", "specs/deep_tanh.dmft", "--set", "L=3", "--set", "T=6", "--samples", "400",
-                 "--plot", str(tmp_path / "d.png"), "--out", str(tmp_path / "d.npz")])
+                 "--propagator-samples", "400", "--plot", str(tmp_path / "d.png"), "--out", str(tmp_path / "d.npz")])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert "model deep_tanh" in out.out and "Phi[3]" in out.out and "not implemented yet" in out.out
+    assert "model deep_tanh" in out.out and "Phi[3]" in out.out and "not implemented" not in out.out
+    assert "deep propagator (L = 3, T = 6)" in out.err                 # progress bar on stderr
     assert (tmp_path / "d.png").stat().st_size > 1000
     with np.load(tmp_path / "d.npz") as z:
-        assert z["mean:Phi[3]"].shape == (6, 6) and "var:Phi[3]" not in z.files
+        assert z["mean:Phi[3]"].shape == (6, 6) and z["var:Phi[3]"].shape == (6,)
+        assert z["var:Phi[3]"][0] > 0
 
 
 def test_cli_deep_errors_and_derive_in_process(capsys, monkeypatch):
