@@ -75,7 +75,6 @@ the mean over groups and ``se`` their standard error std / sqrt(groups).
 from __future__ import annotations
 
 import math
-import numbers
 import time as _time
 from dataclasses import dataclass, field
 
@@ -86,9 +85,10 @@ import scipy.linalg as sla
 
 from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
+from .deep_dmft import _integer, _number
 from .errors import NumericalError, ParameterError
 from .progress import Progress
-from .site_moments import SiteMoments
+from .site_moments import SiteMoments, activation_derivatives
 
 jax.config.update("jax_enable_x64", True)
 
@@ -96,44 +96,19 @@ __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "
 
 ACTIVATIONS = ("tanh", "linear", "erf")
 _PIVOT_TOL = 1e-10
-_ERF_C = 2.0 / math.sqrt(math.pi)
 
 
 # ----------------------------------------------------------------------------------------------
 # activations: (phi, phi', phi'') in numpy (march) and jax (action; differentiated to higher order)
 # ----------------------------------------------------------------------------------------------
 def _act_np(name):
-    if name == "tanh":
-        def f(h):
-            p = np.tanh(h)
-            d = 1.0 - p * p
-            return p, d, -2.0 * p * d
-    elif name == "linear":
-        def f(h):
-            return h, np.ones_like(h), np.zeros_like(h)
-    else:
-        from scipy.special import erf as _erf
-
-        def f(h):
-            d = _ERF_C * np.exp(-h * h)
-            return _erf(h), d, -2.0 * h * d
-    return f
+    full = activation_derivatives(name, np)
+    return lambda h: full(h)[:3]
 
 
 def _act_jax(name):
-    if name == "tanh":
-        def f(h):
-            p = jnp.tanh(h)
-            d = 1.0 - p * p
-            return p, d, -2.0 * p * d
-    elif name == "linear":
-        def f(h):
-            return h, jnp.ones_like(h), jnp.zeros_like(h)
-    else:
-        def f(h):
-            d = _ERF_C * jnp.exp(-h * h)
-            return jax.scipy.special.erf(h), d, -2.0 * h * d
-    return f
+    full = activation_derivatives(name, jnp)
+    return lambda h: full(h)[:3]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -619,20 +594,6 @@ class DeepPropagator:
     def _known(self, name):
         if name not in self.sigma:
             raise ParameterError(f"unknown observable {name!r}; known: {', '.join(self.sigma)}")
-
-
-def _number(name, v, *, low=None, strict=False):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-        raise ParameterError(f"{name} must be a finite real number, got {v!r}")
-    if low is not None and (float(v) <= low if strict else float(v) < low):
-        raise ParameterError(f"{name} must be {'>' if strict else '>='} {low}, got {v!r}")
-    return float(v)
-
-
-def _integer(name, v, low):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
-        raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
-    return int(v)
 
 
 def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None):

@@ -42,11 +42,11 @@ __all__ = ["SiteMoments", "activation_derivatives"]
 _ERF_C = 2.0 / math.sqrt(math.pi)
 
 
-def activation_derivatives(name):
-    """h -> (phi, phi', phi'', phi''', phi'''') elementwise, in JAX."""
+def activation_derivatives(name, xp=jnp):
+    """h -> (phi, phi', phi'', phi''', phi'''') elementwise, with array module ``xp`` (jax.numpy or numpy)."""
     if name == "tanh":
         def f(h):
-            p = jnp.tanh(h)
+            p = xp.tanh(h)
             d1 = 1.0 - p * p
             d2 = -2.0 * p * d1
             d3 = -2.0 * d1 * d1 - 2.0 * p * d2
@@ -54,15 +54,20 @@ def activation_derivatives(name):
             return p, d1, d2, d3, d4
     elif name == "linear":
         def f(h):
-            one, zero = jnp.ones_like(h), jnp.zeros_like(h)
+            one, zero = xp.ones_like(h), xp.zeros_like(h)
             return h, one, zero, zero, zero
     elif name == "erf":
+        if xp is np:
+            from scipy.special import erf
+        else:
+            erf = jax.scipy.special.erf
+
         def f(h):
-            d1 = _ERF_C * jnp.exp(-h * h)
+            d1 = _ERF_C * xp.exp(-h * h)
             d2 = -2.0 * h * d1
             d3 = -2.0 * d1 - 2.0 * h * d2
             d4 = -4.0 * d2 - 2.0 * h * d3
-            return jax.scipy.special.erf(h), d1, d2, d3, d4
+            return erf(h), d1, d2, d3, d4
     else:
         raise ValueError(f"unknown activation {name!r}")
     return f
