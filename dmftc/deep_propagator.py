@@ -82,6 +82,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
+from scipy import sparse
 
 from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
@@ -480,10 +481,11 @@ class LocalEstimator:
         Ht = np.block([[Hc, Jf.T / S], [Jf / S, ff / S]])
         Ht = Ht / Zb - np.outer(m, m) / Zb ** 2
         J, second = (np.asarray(q) for q in _theta_map(T)(jnp.asarray(v), jnp.asarray(m / Zb), gamma, eta))
-        hess = J.T @ Ht @ J + second
-        grad = J.T @ m / Zb
+        Jt = sparse.csr_matrix(J.T)                   # theta(v) is affine in most of v: J is very sparse
+        hess = np.asarray(Jt @ np.asarray(Jt @ Ht).T) + second
+        grad = Jt @ m / Zb
         if len(self.pos):
-            Pv = (np.concatenate([Pc, Pe], axis=1) / S / Zb) @ J
+            Pv = np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
             Pf = np.zeros((self.nv, self.nv))
             np.add.at(Pf, self.pos, self.fac[:, None] * Pv)
             hess = hess + Pf + Pf.T

@@ -18,9 +18,10 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
 SCRIPTS = ("fig2_lazy", "fig3_two_layer", "fig4_whitened", "fig5_deep_linear", "fig6_eos")   # each writes <name>.png / .npz
+SLOW_SCRIPTS = ("deep_tanh_variance",)        # quick mode compiles the deep propagator: slow suite
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow) for s in SLOW_SCRIPTS))
 def test_figure_script_quick(script, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--quick",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=ROOT)
