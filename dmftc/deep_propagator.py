@@ -89,7 +89,7 @@ from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, act
 from .deep_dmft import _integer, _number
 from .errors import NumericalError, ParameterError
 from .progress import Progress
-from .site_moments import SiteMoments, activation_derivatives
+from .site_moments import SiteMoments, _nilpotent_inverse, activation_derivatives
 
 jax.config.update("jax_enable_x64", True)
 
@@ -206,16 +206,6 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
 # ----------------------------------------------------------------------------------------------
 # the single-site integrand and its derivatives
 # ----------------------------------------------------------------------------------------------
-def _nilpotent_inverse(J0):
-    """(I - J0)^-1 = prod_j (I + J0^(2^j)) for nilpotent J0 (J0^n = 0, n = J0.shape[-1])."""
-    n = J0.shape[-1]
-    R, P = jnp.eye(n) + J0, J0
-    for _ in range(max(0, math.ceil(math.log2(n)) - 1)):
-        P = P @ P
-        R = R + R @ P
-    return R
-
-
 def _couplings(v, T, gamma, eta):
     """(C, E, hats) of the local vector v (deep_linear._log_z_local order); hats = (Phi_hat, G_hat, Delta_hat)
     = (ph (nt), gh (nt), dh (T)), the coefficients of the features (see _features)."""

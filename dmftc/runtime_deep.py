@@ -21,13 +21,12 @@ import difflib
 import json
 import math
 import numbers
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ParameterError, PropagatorTooLarge, StructureSpecError
+from .solution import atomic_savez
 
 # Agreement required between the spec's exact march and the deep-linear solver's saddle point before the
 # latter's propagator is attached (both are exact; they differ by round-off, about 1e-12 at T = 20).
@@ -148,16 +147,7 @@ class DeepSpecSolution:
                 "spec": self.module.SPEC_PATH, "spec_sha256": self.module.SPEC_SHA256, "dmftc": __version__,
                 "names": list(self.names)}
         arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp, **arrays)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return atomic_savez(path, arrays)
 
     def plot(self, path):
         """Equal-time means (kernels on the diagonal) and, when available, N Var, one column per quantity."""

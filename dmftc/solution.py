@@ -128,16 +128,7 @@ class Solution:
         for k in ("U", "kappa", "var_se"):
             if self.extras.get(k) is not None:
                 arrays[f"extra:{k}"] = self.extras[k]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp, **arrays)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return atomic_savez(path, arrays)
 
     @classmethod
     def load(cls, path) -> "Solution":
@@ -192,3 +183,17 @@ def _jsonable(v):
     if isinstance(v, (np.floating, np.integer)):
         return v.item()
     return v
+
+
+def atomic_savez(path: Path, arrays: dict) -> Path:
+    """Write ``arrays`` to the .npz ``path`` atomically (temporary file in the same directory + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
