@@ -66,7 +66,8 @@ import scipy.linalg as sla
 jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "Layout",
-           "Saddle", "Propagator", "saddle_point_vector", "observable_names", "propagator_from_hessian"]
+           "Saddle", "Propagator", "saddle_point_vector", "observable_names", "observable_map",
+           "propagator_from_hessian", "bilinear_pairs"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,6 +340,24 @@ def saddle_point_vector(sad: Saddle) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # Hessian and propagator
 # ----------------------------------------------------------------------------------------------
+def bilinear_pairs(lay: "Layout"):
+    """Constant Hessian of the bilinear part S_0 as index pairs (ia, ib) and values (each pair once, ia != ib):
+    +1 between every kernel entry / Delta and its conjugate, -1 between A[l](t,s) and B[l](s,t) (-Tr(A B))."""
+    ia, ib, val = [], [], []
+    names = [(f"Phi[{l}]", f"Phi_hat[{l}]") for l in range(1, lay.L + 1)]
+    names += [(f"G[{l}]", f"G_hat[{l}]") for l in range(1, lay.L + 1)] + [("Delta", "Delta_hat")]
+    for a, b in names:
+        ia.append(lay.indices(a))
+        ib.append(lay.indices(b))
+        val.append(np.ones(len(ia[-1])))
+    TT = np.arange(lay.T * lay.T).reshape(lay.T, lay.T)
+    for l in range(1, lay.L):
+        ia.append(lay.indices(f"A[{l}]"))
+        ib.append(lay.indices(f"B[{l}]")[TT.T.reshape(-1)])   # A(t,s) pairs with B(s,t)
+        val.append(-np.ones(len(ia[-1])))
+    return np.concatenate(ia), np.concatenate(ib), np.concatenate(val)
+
+
 def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=None):
     """Hessian of S at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
     ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part.
@@ -356,21 +375,9 @@ def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=
     if method != "blocked":
         raise ValueError(f"unknown method {method!r}")
     H = np.zeros((lay.n, lay.n))
-    # bilinear part: constant Hessian (unit pairings)
-    for l in range(1, L + 1):
-        for a, b in ((f"Phi[{l}]", f"Phi_hat[{l}]"), (f"G[{l}]", f"G_hat[{l}]")):
-            ia, ib = lay.indices(a), lay.indices(b)
-            H[ia, ib] += 1.0
-            H[ib, ia] += 1.0
-    ia, ib = lay.indices("Delta"), lay.indices("Delta_hat")
-    H[ia, ib] += 1.0
-    H[ib, ia] += 1.0
-    TT = np.arange(T * T).reshape(T, T)
-    for l in range(1, L):
-        ia = lay.indices(f"A[{l}]")
-        ib = lay.indices(f"B[{l}]")[TT.T.reshape(-1)]   # A(t,s) pairs with B(s,t)
-        H[ia, ib] -= 1.0
-        H[ib, ia] -= 1.0
+    ia, ib, val = bilinear_pairs(lay)
+    H[ia, ib] += val
+    H[ib, ia] += val
     hess = _local_hessian(T)
     for l in range(1, L + 1):
         v, idx = _gather_local(x0, lay, l)
@@ -438,6 +445,25 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
     return P
 
 
+def observable_map(sad: Saddle, lay: "Layout"):
+    """(names, rows, J): the linear map J (len(names) T, n_phys) from the packed physical block to the
+    time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t); rows[name] are its rows of that observable.
+    K(t) = sum_l G[l+1](t,t) Phi[l](t,t) is linearised at the saddle ``sad``."""
+    L, T = sad.L, sad.T
+    names = observable_names(L)
+    J = np.zeros((len(names) * T, lay.n_phys))
+    diag_pos = np.array([i for i, (t, s) in enumerate(zip(*lay.tril)) if t == s])   # position of (t,t)
+    rows = {n: np.arange(k * T, (k + 1) * T) for k, n in enumerate(names)}
+    J[rows["Delta"], np.arange(lay.n_phys)[lay.slice("Delta")]] = 1.0
+    for l in range(1, L + 1):
+        J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
+        J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
+        # dPhi[l] with G[l+1] (l = 1..L), dG[l] with Phi[l-1] (l = 1..L)
+        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += np.diag(sad.g(l + 1))
+        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += np.diag(sad.phi(l - 1))
+    return names, rows, J
+
+
 def propagator_from_hessian(sad: Saddle, H) -> Propagator:
     """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
     for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
@@ -453,18 +479,7 @@ def propagator_from_hessian(sad: Saddle, H) -> Propagator:
     t3 = _time.perf_counter()
     asym = float(np.abs(Sp - Sp.T).max() / np.abs(Sp).max())
     Sp = 0.5 * (Sp + Sp.T)
-    # linear map from the physical block to the time-diagonal observables
-    names = observable_names(L)
-    J = np.zeros((len(names) * T, lay.n_phys))
-    diag_pos = np.array([i for i, (t, s) in enumerate(zip(*lay.tril)) if t == s])   # position of (t,t)
-    rows = {n: np.arange(k * T, (k + 1) * T) for k, n in enumerate(names)}
-    J[rows["Delta"], np.arange(lay.n_phys)[lay.slice("Delta")]] = 1.0
-    for l in range(1, L + 1):
-        J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
-        J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
-        # K(t) = sum_l G[l+1](t,t) Phi[l](t,t): dPhi[l] with G[l+1] (l = 1..L), dG[l] with Phi[l-1] (l = 1..L)
-        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += np.diag(sad.g(l + 1))
-        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += np.diag(sad.phi(l - 1))
+    names, rows, J = observable_map(sad, lay)
     So = J @ Sp @ J.T
     sigma = {a: {b: So[np.ix_(rows[a], rows[b])] for b in names} for a in names}
     ev = sla.eigh(Sp, eigvals_only=True, driver="evr")   # (the default drivers crawl on this spectrum)

@@ -88,6 +88,7 @@ from .deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, act
                           propagator_from_hessian, saddle_point_vector)
 from .deep_dmft import _integer, _number
 from .errors import NumericalError, ParameterError
+from .causal_solve import assemble_blocks, causal_propagator
 from .progress import Progress
 from .site_moments import SiteMoments, _nilpotent_inverse, activation_derivatives
 
@@ -588,10 +589,16 @@ class DeepPropagator:
             raise ParameterError(f"unknown observable {name!r}; known: {', '.join(self.sigma)}")
 
 
-def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None):
+def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None,
+                     solver="causal", full=False):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
-    (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|))."""
+    (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
+
+    solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.causal_solve`),
+    sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys)."""
+    if solver not in ("causal", "dense"):
+        raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
@@ -605,17 +612,29 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
     t1 = _time.perf_counter()
     lay = Layout(L, T)
     x0 = saddle_point_vector(sad)
-    hessians, grads, stat, tl = [], np.zeros(lay.n), 0.0, []
-    for l in range(1, L + 1):
-        v, idx = _gather_local(jnp.asarray(x0), lay, l)
-        est = _estimator(T, activation, l > 1, l < L, chunk, method)
-        ta = _time.perf_counter()
-        _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=gamma,
-                             eta=eta, weights=weights)
-        tl.append(_time.perf_counter() - ta)
-        keep = idx >= 0
-        np.add.at(grads, idx[keep], gr[keep])
-        hessians.append(h)
+    grads, tl, kept = np.zeros(lay.n), [], []
+
+    def local_hessians():
+        for l in range(1, L + 1):
+            v, idx = _gather_local(jnp.asarray(x0), lay, l)
+            est = _estimator(T, activation, l > 1, l < L, chunk, method)
+            ta = _time.perf_counter()
+            _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
+                                 gamma=gamma, eta=eta, weights=weights)
+            tl.append(_time.perf_counter() - ta)
+            if not np.all(np.isfinite(h)):
+                raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
+            keep = idx >= 0
+            np.add.at(grads, idx[keep], gr[keep])
+            if solver == "dense":
+                kept.append(h)
+            yield l, h
+
+    if solver == "causal":
+        blocks = assemble_blocks(x0, lay, local_hessians())
+    else:
+        for _ in local_hessians():
+            pass
     # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l
     q = {k: np.asarray(a) for k, a in lay.unpack(jnp.asarray(x0)).items()}
     g0 = np.zeros(lay.n)
@@ -627,17 +646,25 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
         g0[lay.slice(f"A[{l}]")] = -q[f"B[{l}]"].T.reshape(-1)
         g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
     stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
-    H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, local_hessians=hessians)
     t2 = _time.perf_counter()
-    if not np.all(np.isfinite(H)):
-        raise NumericalError("non-finite Monte Carlo Hessian of the action (overflowing integrand weights)")
-    P = propagator_from_hessian(sad, H)
+    if solver == "causal":
+        P = causal_propagator(sad, blocks, full=full)
+        del blocks
+    else:
+        H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, local_hessians=kept)
+        del kept[:]
+        P = propagator_from_hessian(sad, H)
     diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
                 time_hessian_layers=tl, time_total=_time.perf_counter() - t0)
     P.diagnostics = diag
-    if not np.all(np.isfinite(P.sigma_phys)):
+    if not all(np.all(np.isfinite(P.sigma[a][b])) for a in P.sigma for b in P.sigma[a]):
         raise NumericalError("non-finite propagator: the Monte Carlo Hessian of the action is singular")
     return P
+
+
+def _observable_matrix(P):
+    names = list(P.sigma)
+    return np.block([[P.sigma[a][b] for b in names] for a in names])
 
 
 def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
@@ -685,7 +712,7 @@ def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: flo
     saddle = {k: stack(lambda p, fn=fn: fn(p.saddle)).mean(axis=0) for k, fn in sad_keys.items()}
     saddle_se = {k: stack(lambda p, fn=fn: fn(p.saddle)).std(axis=0, ddof=1) / math.sqrt(groups)
                  for k, fn in sad_keys.items()}
-    allS = np.array([p.sigma_phys for p in runs])
+    allS = np.array([_observable_matrix(p) for p in runs])      # covariance of all time-diagonal observables
     Sp = allS.mean(axis=0)
     ev = sla.eigh(0.5 * (Sp + Sp.T), eigvals_only=True, driver="evr")
     # eigenvalue noise scale: spectral norm of the matrix of entrywise standard errors (a bound on |d lambda|
