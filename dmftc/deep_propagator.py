@@ -471,15 +471,15 @@ class LocalEstimator:
         Hc[aa] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
         Ht = np.block([[Hc, Jf.T / S], [Jf / S, ff / S]])
         Ht = Ht / Zb - np.outer(m, m) / Zb ** 2
-        J, second = (np.asarray(q) for q in _theta_map(T)(jnp.asarray(v), jnp.asarray(m / Zb), gamma, eta))
-        Jt = sparse.csr_matrix(J.T)                   # theta(v) is affine in most of v: J is very sparse
-        hess = np.asarray(Jt @ np.asarray(Jt @ Ht).T) + second
+        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, gamma, eta)
+        Jt = J.T.tocsr()                              # theta(v) is affine in most of v: J is very sparse
+        hess = np.asarray(Jt @ np.asarray(Jt @ Ht).T)
+        np.add.at(hess, (si, sj), sv)                 # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms)
         grad = Jt @ m / Zb
-        if len(self.pos):
-            Pv = np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
-            Pf = np.zeros((self.nv, self.nv))
-            np.add.at(Pf, self.pos, self.fac[:, None] * Pv)
-            hess = hess + Pf + Pf.T
+        if len(self.pos):                             # pos: distinct entries of v
+            Pv = self.fac[:, None] * np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
+            hess[self.pos] += Pv
+            hess[:, self.pos] += Pv.T
         return math.log(Zb), grad, hess
 
     def _log_z_full(self, v, W, X0, *, top, gamma, eta):
@@ -495,11 +495,52 @@ class LocalEstimator:
         return math.log(Z / S), grad, hess
 
 
+def _theta_jacobian(v, m, T, gamma, eta):
+    """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
+    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] eta gamma Phi(t,s) Delta(s), E alike
+    with G and b, hats = (Phi_hat, G_hat, Delta_hat); the only second derivatives are the Phi-Delta (G-Delta)
+    cross terms of the causal entries."""
+    nt, T2 = T * (T + 1) // 2, T * T
+    o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
+    o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
+    pp, gn = v[o_pp:o_pp + nt], v[o_gn:o_gn + nt]
+    Delta = v[o_D:o_D + T]
+    eg = eta * gamma
+    tri = np.zeros((T, T), int)
+    ti, si = np.tril_indices(T)
+    tri[ti, si] = np.arange(nt)
+    tri[si, ti] = np.arange(nt)
+    t, s = np.divmod(np.arange(T2), T)
+    causal = s < t
+    rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
+        [np.ones(2 * T2)]
+    si_, sj_, sv_ = [], [], []
+    for k, (o_k, ker) in enumerate(((o_pp, pp), (o_gn, gn))):            # C from (pp, a), E from (gn, b)
+        r = k * T2 + np.flatnonzero(causal)
+        ic, ds = tri[t[causal], s[causal]], s[causal]
+        rows += [r, r]
+        cols += [o_k + ic, o_D + ds]
+        vals += [eg * Delta[ds], eg * ker[ic]]
+        w = eg * m[r]
+        si_ += [o_k + ic, o_D + ds]
+        sj_ += [o_D + ds, o_k + ic]
+        sv_ += [w, w]
+    nh = 2 * nt + T
+    rows.append(2 * T2 + np.arange(nh))
+    cols.append(np.concatenate([o_ph + np.arange(2 * nt), o_dh + np.arange(T)]))
+    vals.append(np.ones(nh))
+    nv = 4 * nt + 2 * T2 + 2 * T
+    J = sparse.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(2 * T2 + nh, nv)).tocsr()
+    return J, (np.concatenate(si_), np.concatenate(sj_), np.concatenate(sv_))
+
+
 _THETA: dict = {}
 
 
 def _theta_map(T):
-    """jitted (v, m, gamma, eta) -> (d theta/dv, Hessian of m . theta(v)), theta = (C, E, hats) flattened."""
+    """jitted (v, m, gamma, eta) -> (d theta/dv, Hessian of m . theta(v)) by autodiff (the reference for
+    _theta_jacobian)."""
     if T not in _THETA:
         def fn(v, m, gamma, eta):
             theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, gamma, eta)])  # noqa: E731

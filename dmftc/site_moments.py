@@ -108,10 +108,11 @@ class SiteMoments:
         self.jc = np.concatenate([tt.ravel(), (T + tt).ravel()])
         self.tril = np.tril_indices(T)
         self.tri0, self.tri1 = self.tril
-        # output-time blocks of the Price products (each needs only earlier times: about 1/3 of the dense work)
-        nb = max(1, min(4, T // 4))
-        edges = [round(T * i / nb) for i in range(nb + 1)]
-        self.o_blocks = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        # blocks of the time s summed over in the Price products: a block [s0, s1) only involves outputs
+        # o >= s0 and sources j, a, b < s1 (causality), about 1.3-1.4 times the exact triangular work
+        nb = max(1, min(T, 12))
+        edges = sorted({round(T * i / nb) for i in range(nb + 1)})
+        self.s_blocks = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
         # anti-causal couplings by kind, as (t, s): C rows of anti first, then E (the order of ``anti``)
         isC = self.anti < T * T
         self.anti_ts = {"C": np.divmod(self.anti[isC], T), "E": np.divmod(self.anti[~isC] - T * T, T)}
@@ -197,16 +198,11 @@ class SiteMoments:
                 lns = jnp.stack([X2h[:, jslots][:, :, vb], X2z[:, jslots][:, :, vb]])
                 rns = jnp.stack([jnp.swapaxes(P3h[orows], 0, 1), jnp.swapaxes(P4[orows], 0, 1)])
                 Xi3[kind].append((lsep, rsep, lns, rns))
-            # d2 f / dw_a dw_b on this block's pairs
+            # second source derivatives on this block's pairs, for d2 f / dw_a dw_b (summed in _chunk_sums)
             qa, qb = vb[self.tri0], vb[self.tri1]
             Dp2, Dg2 = Xi2[:T][:, qa, qb], Xi2[T:][:, qa, qb]                             # (T, q)
-            pp2 = -(Dp2[tr0] * p[tr1, None] + p[tr0, None] * Dp2[tr1]
-                    + Dp[tr0][:, qa] * Dp[tr1][:, qb] + Dp[tr0][:, qb] * Dp[tr1][:, qa])
-            gg2 = -(Dg2[tr0] * g[tr1, None] + g[tr0, None] * Dg2[tr1]
-                    + Dg[tr0][:, qa] * Dg[tr1][:, qb] + Dg[tr0][:, qb] * Dg[tr1][:, qa])
             zp2 = X2z[:, qa, qb] * p[:, None] + z[:, None] * Dp2 + Xz[:, qa] * Dp[:, qb] + Xz[:, qb] * Dp[:, qa]
-            D2f.append(jnp.concatenate([pp2, gg2, top * (zp2 - zp2[:1]) / gamma]))        # (nf, q)
-        D2f = jnp.concatenate(D2f, axis=1) if self.blocks else jnp.zeros((f.shape[0], 0))
+            D2f.append((Dp2, Dg2, top * (zp2 - zp2[:1]) / gamma))
         res = x0 - w - K @ y                             # the path must solve the single-site equations
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 
@@ -227,13 +223,14 @@ class SiteMoments:
             ta, sa = self.anti_ts[k]                                            # anti-causal c = (t_a, s_a)
             blocks = []
             for k2 in ("C", "E"):
-                A1 = Xi[:, rows[k], slots[k2]][:, sa, :]                        # Xi[o_c, j'], (S, a, T)
-                B1 = Xi[:, rows[k2], slots[k]][:, :, ta]                        # Xi[o', j_c], (S, T, a)
-                t1 = jnp.einsum("naj,nba->ajb", A1 * m[:, None, None], B1)      # Xi[o_c, j'] Xi[o', j_c]
+                # each term as one product over the paths for all (o_c, j_c), then the anti-causal c picked
+                M1 = jnp.einsum("nsj,nbt->stjb", Xi[:, rows[k], slots[k2]] * m[:, None, None],
+                                Xi[:, rows[k2], slots[k]])                       # Xi[o_c, j'] Xi[o', j_c]
+                t1 = M1[sa, ta]
                 X2a = Xi2[:, rows[k], slots[k], slots[k2]][:, sa, ta, :]        # Xi2[o_c; j_c, j'], (S, a, T)
                 t2 = jnp.einsum("naj,nb->ajb", X2a * m[:, None, None], y[:, rows[k2]])
-                X2b = Xi2[:, rows[k2], slots[k], slots[k2]][:, :, ta, :]        # Xi2[o'; j_c, j'], (S, T, a, T)
-                t3 = jnp.einsum("na,nbaj->ajb", ym[:, rows[k]][:, sa], X2b)
+                M3 = jnp.einsum("ns,nbtj->stjb", ym[:, rows[k]], Xi2[:, rows[k2], slots[k], slots[k2]])
+                t3 = M3[sa, ta]                                                  # y[o_c] Xi2[o'; j_c, j']
                 blocks.append((t1 + t2 + t3).reshape(len(ta), T * T))            # columns c' = (t', s')
             Ha.append(jnp.concatenate(blocks, axis=1))
         lam_a = lam[:, anti]
@@ -243,29 +240,42 @@ class SiteMoments:
         Jf = (jnp.concatenate([jnp.einsum("ns,nkt->kts", ym[:, rows[k]], Df[:, :, slots[k]]).reshape(-1, T * T)
                                for k in ("C", "E")], axis=1)                   # y[o_c] df_k/dw[j_c]
               + fm.T @ lam)
-        # Price block of the couplings: sum over paths AND times in one matrix product per factor pair, by
-        # blocks of output times o < hi, which only involve s, j, a, b < hi (causality)
+        # Price block of the couplings: sum over paths AND times in one matrix product per factor pair and
+        # block of times s; a block [s0, s1) contributes to outputs o >= s0 and sources j, a, b < s1 only
         cols = {"C": [], "E": []}
         nq = lambda k: k * (k + 1) // 2                                                 # noqa: E731
+        mm = m[:, None, None, None]
         for kind in ("C", "E"):
             for lsep, rsep, lns, rns in Xi3[kind]:
-                parts = []
-                for lo, hi in self.o_blocks:
-                    mm = m[:, None, None, None, None]
-                    sep = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, :hi, lo:hi, :hi] * mm, rsep[:, :, :hi, :nq(hi)])
-                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, :hi, :hi, :hi] * mm, rns[:, :, :hi, lo:hi, :hi])
-                    ns = ns + jnp.swapaxes(ns, 2, 3)
-                    t0, t1 = self.tri0[:nq(hi)], self.tri1[:nq(hi)]
-                    blk = sep + jnp.moveaxis(ns[:, :, t0, t1], 2, 0)                     # (q < nq(hi), o, j < hi)
-                    parts.append(jnp.pad(blk, ((0, nq(T) - nq(hi)), (0, 0), (0, T - hi))))
-                cols[kind].append(jnp.concatenate(parts, axis=1))                         # (q, o, j)
+                acc = jnp.zeros((nq(T), T, T))
+                for s0, s1 in self.s_blocks:
+                    sep = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, s0:s1, s0:, :s1], rsep[:, :, s0:s1, :nq(s1)] * mm)
+                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, s0:s1, :s1, :s1] * mm[..., None], rns[:, :, s0:s1, s0:, :s1])
+                    t0, t1 = self.tri0[:nq(s1)], self.tri1[:nq(s1)]
+                    ns = ns[:, :, t0, t1] + ns[:, :, t1, t0]
+                    acc = acc.at[:nq(s1), s0:, :s1].add(sep + jnp.moveaxis(ns, 2, 0))           # (q, o, j)
+                cols[kind].append(acc)
         if self.blocks:
             C3, E3 = (jnp.concatenate(cols[k], axis=0) for k in ("C", "E"))
             Pc = jnp.concatenate([jnp.swapaxes(C3, 1, 2).reshape(-1, T * T),
                                   jnp.swapaxes(E3, 1, 2).reshape(-1, T * T)], axis=1)
         else:
             Pc = jnp.zeros((0, 2 * T * T))
-        Pe = jnp.einsum("n,nkq->qk", m, D2f)
+        # Price block of the hats, d2 f / dw_a dw_b summed over paths: matrix products over the paths
+        tr0, tr1 = self.tril
+        Pe = []
+        for bi, blk in enumerate(self.blocks):
+            Dp2, Dg2, top2 = D2f[bi]
+            vb = jnp.asarray(blk)
+            qa, qb = self.tri0, self.tri1                                       # pairs inside the block
+            parts = []
+            for v2, v, dv in ((Dp2, y[:, :T], Xi[:, :T][:, :, vb]), (Dg2, y[:, T:], Xi[:, T:][:, :, vb])):
+                A1 = jnp.einsum("ntq,ns->tsq", v2 * m[:, None, None], v)          # sum_n v2(t; q) v(s)
+                B1 = jnp.einsum("nta,nsb->tsab", dv * m[:, None, None], dv)       # sum_n dv(t, a) dv(s, b)
+                parts.append(-(A1[tr0, tr1] + A1[tr1, tr0] + B1[tr0, tr1][:, qa, qb] + B1[tr0, tr1][:, qb, qa]))
+            parts.append(jnp.einsum("n,ntq->tq", m, top2))
+            Pe.append(jnp.concatenate(parts).T)                                 # (q, nf)
+        Pe = jnp.concatenate(Pe) if self.blocks else jnp.zeros((0, f.shape[1]))
         return (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
 
     def moments(self, C, E, W, X0, *, top, gamma, weights=None):

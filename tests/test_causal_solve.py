@@ -54,3 +54,23 @@ def test_causal_propagator_equals_dense_inverse(L, T):
     for a in dense.sigma:
         for b in dense.sigma:
             np.testing.assert_allclose(short.sigma[a][b], dense.sigma[a][b], rtol=0, atol=1e-12 * scale)
+
+
+def test_theta_jacobian_matches_autodiff():
+    """The sparse chain rule v -> (C, E, hats) used by the local Hessians equals jax.jacfwd / jax.hessian."""
+    import jax.numpy as jnp
+
+    from dmftc.deep_propagator import _theta_jacobian, _theta_map
+
+    T = 4
+    nt = T * (T + 1) // 2
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal(4 * nt + 2 * T * T + 2 * T)
+    m = rng.standard_normal(2 * T * T + 2 * nt + T)
+    J, (i, j, val) = _theta_jacobian(v, m, T, 0.7, 0.3)
+    Jr, Hr = (np.asarray(a) for a in _theta_map(T)(jnp.asarray(v), jnp.asarray(m), 0.7, 0.3))
+    np.testing.assert_allclose(J.toarray(), Jr, rtol=0, atol=1e-14)
+    H = np.zeros_like(Hr)
+    np.add.at(H, (i, j), val)
+    np.testing.assert_allclose(H, Hr, rtol=0, atol=1e-14)
+    assert np.abs(Hr).max() > 0.1

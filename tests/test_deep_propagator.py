@@ -236,8 +236,8 @@ def test_causal_blocking_of_the_price_products_is_exact():
     t0, t1 = np.tril_indices(T)
     kw = dict(T=T, activation="tanh", pa=np.concatenate([t0, T + t0]), pb=np.concatenate([t1, T + t1]), anti=anti)
     blocked, dense = SiteMoments(**kw), SiteMoments(**kw)
-    assert len(blocked.o_blocks) > 1
-    dense.o_blocks = [(0, T)]
+    assert len(blocked.s_blocks) > 1
+    dense.s_blocks = [(0, T)]
     dense._fn = jax.jit(dense._chunk_sums)
     a, b = (sm.moments(C, E, W, X, top=1.0, gamma=1.0) for sm in (blocked, dense))
     assert np.abs(b[7]).max() > 1.0
