@@ -464,16 +464,33 @@ class LocalEstimator:
         Zb = Fs / S                                       # = 1 at the base point
         nc, nf = 2 * T2, self.nf
         m = np.concatenate([gl, f]) / S                   # <dF/dtheta>, theta = (c, hats)
-        Hc = np.zeros((nc, nc))
-        Hc[self.anti] = Ha / S
-        Hc[:, self.anti] = Ha.T / S
-        aa = np.ix_(self.anti, self.anti)
-        Hc[aa] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
-        Ht = np.block([[Hc, Jf.T / S], [Jf / S, ff / S]])
-        Ht = Ht / Zb - np.outer(m, m) / Zb ** 2
+        # theta-Hessian H_theta = E[d2F]/Z - m m^T / Z^2 (Z = 1).  Its causal-causal block vanishes (F = 1 on the
+        # causal subspace; m = 0 there), so only the columns R = (anti-causal couplings, hats) are needed, and
+        # each theta in R is a single entry of v (a, b or a hat): the chain rule is a placement plus the causal
+        # rows, which depend on (a, Phi, Delta) or (b, G, Delta).
+        caus = np.setdiff1d(np.arange(nc), self.anti)
+        if np.abs(m[caus]).max() > 0:
+            raise NumericalError("nonzero mean derivative along a causal coupling: not a causal base point")
+        R = np.concatenate([self.anti, nc + np.arange(nf)])
+        na = len(self.anti)
+        HR = np.empty((nc + nf, len(R)))                  # H_theta[:, R]
+        HR[:nc, :na] = Ha.T / S
+        HR[self.anti, :na] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
+        HR[:nc, na:] = Jf.T / S
+        HR[nc:, :na] = Jf[:, self.anti] / S
+        HR[nc:, na:] = ff / S
+        HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
         J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, gamma, eta)
+        JR = J[R]
+        if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
+            raise AssertionError("anti-causal couplings and hats must be plain entries of v")
+        vR = JR.indices
         Jt = J.T.tocsr()                              # theta(v) is affine in most of v: J is very sparse
-        hess = np.asarray(Jt @ np.asarray(Jt @ Ht).T)
+        hess = np.zeros((self.nv, self.nv))
+        hess[np.ix_(vR, vR)] = HR[R]
+        B = np.asarray(J[caus].T @ HR[caus])          # (nv, |R|): causal rows through the chain rule
+        hess[:, vR] += B
+        hess[vR, :] += B.T
         np.add.at(hess, (si, sj), sv)                 # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms)
         grad = Jt @ m / Zb
         if len(self.pos):                             # pos: distinct entries of v

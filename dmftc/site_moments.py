@@ -129,7 +129,7 @@ class SiteMoments:
         if not (want.shape[1] == len(self.pa) and np.array_equal(want, np.stack([self.pa, self.pb]))):
             raise ValueError("pairs must be the lower triangles (a >= b) of whole source blocks, u before r")
         npairs = len(self.pa)
-        per_path = 8 * 12 * n ** 3                      # bytes of the largest per-path arrays (second order)
+        per_path = 8 * 5 * n ** 3                       # bytes of the largest per-path arrays (second order)
         self.chunk = chunk or int(max(4, min(512, 2e9 / per_path)))
         self._fn = jax.jit(self._chunk_sums)
 
@@ -292,7 +292,11 @@ class SiteMoments:
             if k < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
-            out = [np.asarray(o) for o in self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc),
-                                                   jnp.asarray(Xc), jnp.asarray(mask), float(top), float(gamma))]
-            acc = out if acc is None else [a + o for a, o in zip(acc, out)]
+            out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
+                           float(top), float(gamma))
+            if acc is None:
+                acc = [np.array(o) for o in out]
+            else:
+                for a, o in zip(acc, out):
+                    a += np.asarray(o)
         return acc
