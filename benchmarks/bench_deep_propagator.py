@@ -8,9 +8,11 @@ subprocess so that its peak resident memory is its own, and prints the split of 
 * saddle   the Monte Carlo march of every group (O(S L T^3));
 * hessian  per layer, closed-form per-path derivatives summed over paths (dmftc.site_moments): first and
            second source derivatives O(S T^4), the Price block of the couplings O(S T^5) (matrix products
-           over paths and times), then the chain rule to the layer's variables;
-* solve    the dense LU of the action Hessian, n = 2 L T(T+1) + 2 (L-1) T^2 + 2 T variables per group:
-           O(n^3) = O(L^3 T^6) time, O(n^2) = O(L^2 T^4) memory.
+           over paths and blocks of times, bounded by causality: about T^5 / 3 multiply-adds per path and
+           source block), then the chain rule and the assembly of U and Kd (O(L^2 T^4) per group);
+* solve    causal block back substitution with the dual-primal block U (dmftc.causal_solve),
+           n = L T(T+1) + (L-1) T^2 + T primal variables, for the R = (2 L + 2) T time-diagonal
+           observables: O(R n^2) = O(L^3 T^5) time, O(n^2) = O(L^2 T^4) memory.
 
 With P training points every time index becomes a (time, point) index: T -> T P in these counts
 (not implemented for deep networks yet; dmftc's deep solvers take one training point).
@@ -33,7 +35,7 @@ t0 = time.perf_counter()
 P = deep_propagator(activation="tanh", gamma=1.0, y=1.0, eta=0.05, **kw)
 d = P.diagnostics
 out = dict(total=time.perf_counter() - t0, saddle=d["time_saddle"], hessian=d["time_hessian"],
-           solve=d["time_solve"], n_vars=Layout(kw["L"], kw["T"]).n, stationarity=d["stationarity"],
+           solve=d["time_solve"], n_vars=Layout(kw["L"], kw["T"]).n // 2, stationarity=d["stationarity"],
            peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
            var_delta_end=float(P.var("Delta")[-1]), se_var_delta_end=float(P.se_var("Delta")[-1]),
            var_k_end=float(P.var("K")[-1]), se_var_k_end=float(P.se_var("K")[-1]))
@@ -57,7 +59,7 @@ def main():
     ap.add_argument("--groups", type=int, default=2)
     args = ap.parse_args()
     print(f"samples = {args.samples} in {args.groups} groups; times in s (first call, includes JAX compilation)")
-    print(f"{'L':>2}{'T':>4}{'vars':>7}{'total':>9}{'saddle':>8}{'hessian':>9}{'solve':>8}{'peak MB':>9}"
+    print(f"{'L':>2}{'T':>4}{'n':>7}{'total':>9}{'saddle':>8}{'hessian':>9}{'solve':>8}{'peak MB':>9}"
           f"{'x prev':>8}{'exp':>6}   N Var Delta(T) +- se    N Var K(T) +- se")
     for L in args.L:
         prev = None

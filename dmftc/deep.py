@@ -16,8 +16,9 @@ Backends:
   (:mod:`dmftc.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
   independent groups), computed on first use of ``var`` / ``sigma`` (it costs far more than the means).
 
-Both propagators solve a dense system of O(L T^2) variables, O((L T^2)^2) memory; sizes that do not
-fit ``memory_limit`` are refused with the size they would need.
+The linear propagator factorises the dense Hessian of all O(L T^2) variables; the nonlinear one solves
+by causal block back substitution (:mod:`dmftc.causal_solve`) and keeps its two halves U and Kd.  Both
+need O((L T^2)^2) memory; sizes that do not fit ``memory_limit`` are refused with the size they would need.
 
 Names: "Delta", "K" (time series), "Phi[l]", "G[l]" (two-time kernels, l = 1..L), and for the
 means also "Rphi[l]", "Rg[l]" (response functions) and "f".
@@ -30,7 +31,7 @@ import numpy as np
 
 from .errors import ParameterError
 
-__all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes"]
+__all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
 _NOT_YET = ("the finite-width propagator of deep networks is implemented for the activations 'linear', "
             "'tanh' and 'erf' (only means are available for activation {act!r})")
@@ -48,10 +49,10 @@ class LazyPropagator:
             from .deep_propagator import deep_propagator
 
             L, T = self.kwargs["L"], self.kwargs["T"]
-            need = propagator_bytes(L, T)
+            need = causal_propagator_bytes(L, T)
             if need > self.memory_limit:
                 raise ParameterError(
-                    f"the dense deep propagator at L = {L}, T = {T} needs about {need / 1e9:.1f} GB "
+                    f"the deep propagator at L = {L}, T = {T} needs about {need / 1e9:.1f} GB "
                     f"(memory_limit = {self.memory_limit / 1e9:.1f} GB); means are available, for variances "
                     "lower T or L, or raise memory_limit")
             self._value = deep_propagator(**self.kwargs)
@@ -64,6 +65,18 @@ def propagator_bytes(L: int, T: int) -> int:
 
     lay = Layout(L, T)
     return 8 * (2 * lay.n * lay.n + lay.n * lay.n_phys)
+
+
+def causal_propagator_bytes(L: int, T: int) -> int:
+    """Peak memory of one group of the nonlinear deep propagator: U and Kd (dual x primal, dual x dual), one
+    layer's local Hessian with its chain-rule temporaries, and the per-chunk path arrays (at most 2 GB, see
+    site_moments.SiteMoments)."""
+    from .deep_linear import Layout
+
+    lay = Layout(L, T)
+    nt = T * (T + 1) // 2
+    nv = 4 * nt + 2 * T * T + 2 * T
+    return int(8 * (2 * (lay.n // 2) ** 2 + 2 * nv * nv) + min(2e9, 512 * 40 * (2 * T) ** 3))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Infinite-width (saddle-point) solver of the exact discrete-time DMFT of deep networks.
 
-Network and equations: ``/work/notes/deep_equations.md`` (mean-field / muP parameterisation,
+Network: :mod:`dmftc.deep_ensemble` (mean-field / muP parameterisation,
 one training point, L hidden layers, discrete GD with learning rate eta N gamma^2).
 Single-site process of hidden layer l = 1..L, all layers coupled only through order parameters::
 

@@ -1,6 +1,6 @@
 """Ground-truth ensembles of finite-width DEEP networks trained by discrete GD.
 
-The exact network (no DMFT approximation) of /work/notes/deep_equations.md, in the
+The exact network (no DMFT approximation), in the
 mean-field / muP parameterisation, trained on one point x with |x|^2 = D.  Only
 x.x/D = 1 matters, so we take D = 1, x = [1].
 

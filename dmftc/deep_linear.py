@@ -1,6 +1,6 @@
 """Finite-width propagator of deep LINEAR networks from the autodiff Hessian of their Gaussian DMFT action.
 
-The network (see the shared notes "deep_equations"): width N, L hidden layers, one training point,
+The network (:mod:`dmftc.deep_ensemble`): width N, L hidden layers, one training point,
 phi = identity, mean-field parameterisation, discrete gradient descent with step eta, recorded at
 t = 0..T-1 before each update, Delta(t) = y - (f(t) - f(0)).  The saddle point is the exact
 discrete-time DMFT; the propagator Sigma = lim N Cov(q) is the physical block of -[Hess S]^-1.

@@ -1,6 +1,6 @@
 """Saddle point of the exact discrete-time deep DMFT (dmftc.deep_dmft).
 
-Reference equations: /work/notes/deep_equations.md.  The checks below are independent of the
+Reference equations: the docstrings of dmftc.deep_ensemble and dmftc.deep_dmft.  The checks below are independent of the
 solver's method: closed recursions, Gauss-Hermite integrals, and field equations re-implemented
 here in numpy and differentiated by finite differences.
 """
