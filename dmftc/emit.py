@@ -18,28 +18,23 @@ _FUNCS = {sp.tanh: "jnp.tanh", sp.exp: "jnp.exp", sp.log: "jnp.log", sp.sin: "jn
           sp.sinh: "jnp.sinh"}
 
 
-class Printer:
-    """SymPy expression -> JAX source text in the uniform-rank layout."""
+class ExprPrinter:
+    """SymPy expression -> JAX source text: numbers, arithmetic, the elementwise functions of _FUNCS,
+    Heaviside / DiracDelta (mollified, width ``dirac_width``), Max, Min, Piecewise.  Subclasses print the
+    model's own atoms (symbols, indexed order parameters, sums) in ``atom``, which returns None for the rest."""
 
-    def __init__(self, layout: Layout, containers: dict[str, str], time_batch: bool = False):
-        self.L = layout
-        self.containers = containers   # role -> container variable name in the generated function
+    dirac_width = "width"
 
-    def storage(self, name: str) -> str:
-        role = self.L.roles.get(name)
-        if role is None:
-            raise KeyError(f"no storage for {name!r}")
-        box = self.containers.get(role)
-        if box is None:
-            raise KeyError(f"{role} {name!r} is not available here")
-        return f"{box}[{name!r}]"
+    def atom(self, e):
+        return None
 
     def __call__(self, e) -> str:
         return self.p(e)
 
     def p(self, e) -> str:
-        if e == ONEHOT:
-            return "onehot"
+        own = self.atom(e)
+        if own is not None:
+            return own
         if isinstance(e, sp.Integer):
             return f"{float(e)!r}"
         if isinstance(e, sp.Rational):
@@ -50,20 +45,6 @@ class Printer:
             return "jnp.pi"
         if e is sp.E:
             return "jnp.e"
-        if isinstance(e, sp.Symbol):
-            name = str(e)
-            if name in self.L.sizes or name in self.L.axes:
-                raise ValueError(f"index {name} used as a value")
-            return self.storage(name)
-        if isinstance(e, sp.Indexed):
-            name = str(e.base.label)
-            idx = tuple(str(i) for i in e.indices)
-            dst = tuple(self.L.axis(i) for i in idx)
-            if self.L.roles.get(name) == "param":
-                return f"_k.place({self.storage(name)}, {dst}, RANK)"
-            src = tuple(self.L.axis(i) for i in self.L.stored[name])
-            ref = self.storage(name)
-            return ref if src == dst else f"_k.relabel({ref}, {src}, {dst})"
         if isinstance(e, sp.Add):
             return "(" + " + ".join(self.p(a) for a in _sorted_args(e)) + ")"
         if isinstance(e, sp.Mul):
@@ -76,28 +57,19 @@ class Printer:
                 else:
                     num.append(self.p(a))
             s = " * ".join(num) if num else "1.0"
-            if den:
-                s = f"{s} / ({' * '.join(den)})"
-            return f"({s})"
+            return f"({s} / ({' * '.join(den)}))" if den else f"({s})"
         if isinstance(e, sp.Pow):
             if e.exp == sp.Rational(1, 2):
                 return f"jnp.sqrt({self.p(e.base)})"
             if e.exp.is_Integer and e.exp > 0:
                 return f"({self.p(e.base)} ** {int(e.exp)})"
             return f"({self.p(e.base)} ** {self.p(e.exp)})"
-        if isinstance(e, sp.Sum):
-            body = self.p(e.function)
-            axes = tuple(self.L.axis(str(lim[0])) for lim in e.limits)
-            return f"jnp.sum({body}, axis={axes}, keepdims=True)"
-        if isinstance(e, sp.KroneckerDelta):
-            a, b = (str(x) for x in e.args)
-            return f"_k.kron({self.L.axis(a)}, {self.L.axis(b)}, sz[{self.L.sizes[a]!r}], RANK)"
         if isinstance(e, sp.Heaviside):
             return f"_k.heaviside({self.p(e.args[0])})"
         if isinstance(e, sp.DiracDelta):
             if len(e.args) > 1:
                 raise NotImplementedError(f"derivatives of DiracDelta are not supported: {e}")
-            return f"_k.dirac({self.p(e.args[0])}, p['dirac width'])"
+            return f"_k.dirac({self.p(e.args[0])}, {self.dirac_width})"
         if isinstance(e, sp.Max):
             return self._fold("jnp.maximum", e.args)
         if isinstance(e, sp.Min):
@@ -123,6 +95,51 @@ class Printer:
         for a in args[1:]:
             out = f"{fn}({out}, {self.p(a)})"
         return out
+
+
+class Printer(ExprPrinter):
+    """SymPy expression -> JAX source text in the uniform-rank layout."""
+
+    dirac_width = "p['dirac width']"
+
+    def __init__(self, layout: Layout, containers: dict[str, str], time_batch: bool = False):
+        self.L = layout
+        self.containers = containers   # role -> container variable name in the generated function
+
+    def storage(self, name: str) -> str:
+        role = self.L.roles.get(name)
+        if role is None:
+            raise KeyError(f"no storage for {name!r}")
+        box = self.containers.get(role)
+        if box is None:
+            raise KeyError(f"{role} {name!r} is not available here")
+        return f"{box}[{name!r}]"
+
+    def atom(self, e):
+        if e == ONEHOT:
+            return "onehot"
+        if isinstance(e, sp.Symbol):
+            name = str(e)
+            if name in self.L.sizes or name in self.L.axes:
+                raise ValueError(f"index {name} used as a value")
+            return self.storage(name)
+        if isinstance(e, sp.Indexed):
+            name = str(e.base.label)
+            idx = tuple(str(i) for i in e.indices)
+            dst = tuple(self.L.axis(i) for i in idx)
+            if self.L.roles.get(name) == "param":
+                return f"_k.place({self.storage(name)}, {dst}, RANK)"
+            src = tuple(self.L.axis(i) for i in self.L.stored[name])
+            ref = self.storage(name)
+            return ref if src == dst else f"_k.relabel({ref}, {src}, {dst})"
+        if isinstance(e, sp.Sum):
+            body = self.p(e.function)
+            axes = tuple(self.L.axis(str(lim[0])) for lim in e.limits)
+            return f"jnp.sum({body}, axis={axes}, keepdims=True)"
+        if isinstance(e, sp.KroneckerDelta):
+            a, b = (str(x) for x in e.args)
+            return f"_k.kron({self.L.axis(a)}, {self.L.axis(b)}, sz[{self.L.sizes[a]!r}], RANK)"
+        return None
 
 
 def _sorted_args(e):
