@@ -51,6 +51,17 @@ class Model:
         return self.spec.model.name
 
 
+def check_function_call(err, e, rec):
+    """An activation or built-in function call: no indices, its number of arguments; ``rec`` checks each."""
+    if e.indices:
+        raise err(ShapeSpecError, f"function '{e.name}' takes no indices", e.pos)
+    want = BUILTIN_FUNCTIONS.get(e.name, 1)
+    if len(e.args) != want:
+        raise err(ShapeSpecError, f"'{e.name}' takes {want} argument(s), got {len(e.args)}", e.pos)
+    for a in e.args:
+        rec(a)
+
+
 def _what(sym: Symbol) -> str:
     """'order parameter', 'field', ...: the kind of a symbol in words."""
     return _KIND_WORDS[sym.kind].split(" ", 1)[1] if sym.kind in _KIND_WORDS else sym.kind
@@ -309,13 +320,7 @@ class _Checker:
                                    hint="observables in log E[...] depend on fields and parameters only")
                 return
             if sym.kind in ("activation", "builtin"):
-                if e.indices:
-                    raise self.err(ShapeSpecError, f"function '{e.name}' takes no indices", e.pos)
-                want = BUILTIN_FUNCTIONS.get(e.name, 1)
-                if len(e.args) != want:
-                    raise self.err(ShapeSpecError, f"'{e.name}' takes {want} argument(s), got {len(e.args)}", e.pos)
-                for a in e.args:
-                    rec(a)
+                check_function_call(self.err, e, rec)
                 return
             raise self.err(ShapeSpecError, f"'{e.name}' is a {_what(sym)}, not a function", e.pos,
                            hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from . import ast
-from .check import BUILTIN_FUNCTIONS, Symbol, _Checker, _suggest
+from .check import BUILTIN_FUNCTIONS, Symbol, _Checker, _suggest, check_function_call
 from .errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
 
 
@@ -498,13 +498,7 @@ class _DeepChecker(_Checker):
         tm = self.spec.time.var
         sym = self.lookup(e.name, e.pos, extra=times)
         if sym.kind in ("activation", "builtin"):
-            if e.indices:
-                raise self.err(ShapeSpecError, f"function '{e.name}' takes no indices", e.pos)
-            want = BUILTIN_FUNCTIONS.get(e.name, 1)
-            if len(e.args) != want:
-                raise self.err(ShapeSpecError, f"'{e.name}' takes {want} argument(s), got {len(e.args)}", e.pos)
-            for a in e.args:
-                rec(a)
+            check_function_call(self.err, e, rec)
             return
         if sym.kind in ("param", "time", "layer"):
             raise self.err(ShapeSpecError, f"'{e.name}' is {_kind(sym)}, not a function", e.pos,
