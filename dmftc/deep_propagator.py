@@ -69,8 +69,9 @@ Each group marches the exact discrete-time DMFT of :mod:`dmftc.deep_dmft` with i
 (sources from causally extended Cholesky factors of its own kernels, responses from forward tangents), and
 uses the SAME samples for ln Z_l.  With f(t) = (<z phi>(t) - <z phi>(0)) / gamma estimated by the same
 samples, every first derivative of the Monte Carlo action vanishes at that saddle to round-off (checked:
-``diagnostics['stationarity']``).  Each group is a complete estimate (saddle, Hessian, propagator by the causal
-solve of :mod:`dmftc.causal_solve`); the result is the mean over groups and ``se`` their standard error std / sqrt(groups).
+``diagnostics['stationarity']``).  Each group is a complete estimate (saddle, Hessian, propagator by the
+causal solve of :mod:`dmftc.causal_solve`); the result is the mean over groups and ``se`` their standard
+error std / sqrt(groups).
 """
 from __future__ import annotations
 

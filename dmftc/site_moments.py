@@ -250,7 +250,8 @@ class SiteMoments:
                 acc = jnp.zeros((nq(T), T, T))
                 for s0, s1 in self.s_blocks:
                     sep = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, s0:s1, s0:, :s1], rsep[:, :, s0:s1, :nq(s1)] * mm)
-                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, s0:s1, :s1, :s1] * mm[..., None], rns[:, :, s0:s1, s0:, :s1])
+                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, s0:s1, :s1, :s1] * mm[..., None],
+                                    rns[:, :, s0:s1, s0:, :s1])
                     t0, t1 = self.tri0[:nq(s1)], self.tri1[:nq(s1)]
                     ns = ns[:, :, t0, t1] + ns[:, :, t1, t0]
                     acc = acc.at[:nq(s1), s0:, :s1].add(sep + jnp.moveaxis(ns, 2, 0))           # (q, o, j)
