@@ -13,7 +13,7 @@ and inverse).  Means: DMFT vs extrapolated ensemble means, same rule.
 
     python experiments/deep_tanh_variance.py [--quick] [--out DIR]
 
-Full mode is the issue's acceptance case (T = 40, eta = 0.05); it takes tens of minutes on 2 cores.
+Full mode is the issue's acceptance case (T = 40, eta = 0.05); it takes about 10 minutes on 2 cores.
 """
 import os
 import sys
