@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
 SCRIPTS = ("fig2_lazy", "fig3_two_layer", "fig4_whitened", "fig5_deep_linear", "fig6_eos")   # each writes <name>.png / .npz
-SLOW_SCRIPTS = ("deep_tanh_variance",)        # quick mode compiles the deep propagator: slow suite
+SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 
 
 @pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow) for s in SLOW_SCRIPTS))
