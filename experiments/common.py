@@ -162,6 +162,28 @@ def finish_row_figure(plt, fig, legend_ax, title: str, out: Path, name: str) -> 
     return save_figure(fig, out, name)
 
 
+_DEEP_SYMBOLS = (r"\Delta(t)", r"K(t)", r"\Phi^\ell(t,t)", r"G^\ell(t,t)")
+
+
+def deep_panels(plt, L: int):
+    """Row of four panels for a deep network: (fig, axes, groups, colors); groups = the observables per panel
+    (Delta; K; Phi[1..L]; G[1..L]), colors one per layer."""
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    groups = [("Delta",), ("K",), tuple(f"Phi[{l}]" for l in range(1, L + 1)),
+              tuple(f"G[{l}]" for l in range(1, L + 1))]
+    return fig, axes, groups, plt.cm.plasma(np.linspace(0.1, 0.7, L))
+
+
+def label_deep_panels(axes, kind: str) -> None:
+    """Legends, time axes, titles and y labels of deep_panels for kind 'var' (N Var) or 'mean' (< >)."""
+    titles = ("(a) error", "(b) NTK", "(c) feature kernels", "(d) gradient kernels")
+    for k, (ax, sym) in enumerate(zip(axes, _DEEP_SYMBOLS)):
+        ax.legend(loc="best")
+        ax.set_xlabel(r"$t = \eta\,\times$ step")
+        label = rf"$N\,\mathrm{{Var}}\,{sym}$" if kind == "var" else rf"$\langle {sym}\rangle$"
+        ax.set(title=titles[k] + (" variance" if kind == "var" and k < 2 else ""), ylabel=label)
+
+
 def save_figure(fig, out: Path, name: str) -> Path:
     path = out / f"{name}.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")

@@ -57,21 +57,14 @@ def main():
     np.savez_compressed(args.out / "deep_tanh_means.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    panels = [("Delta",), ("K",), tuple(f"Phi[{l}]" for l in range(1, L + 1)), tuple(f"G[{l}]" for l in range(1, L + 1))]
-    colors = plt.cm.plasma(np.linspace(0.1, 0.7, L))
+    fig, axes, panels, colors = common.deep_panels(plt, L)
     for ax, group in zip(axes, panels):
         for c, n in zip(colors if len(group) > 1 else ["tab:blue"], group):
             th, m, m_se = curves[n]
             ax.fill_between(times, m - 2 * m_se, m + 2 * m_se, color=c, alpha=0.3, lw=0)
             ax.plot(times, m, color=c, lw=2.2, alpha=0.85, label="extrapolated" if len(group) == 1 else n)
             ax.plot(times, th, **common.THEORY)
-        ax.legend(loc="best")
-        ax.set_xlabel(r"$t = \eta\,\times$ step")
-    axes[0].set(title="(a) error", ylabel=r"$\langle\Delta(t)\rangle$")
-    axes[1].set(title="(b) NTK", ylabel=r"$\langle K(t)\rangle$")
-    axes[2].set(title="(c) feature kernels", ylabel=r"$\langle\Phi^\ell(t,t)\rangle$")
-    axes[3].set(title="(d) gradient kernels", ylabel=r"$\langle G^\ell(t,t)\rangle$")
+    common.label_deep_panels(axes, "mean")
     common.finish_row_figure(plt, fig, axes[0], f"Deep tanh network (L = {L}), one point: width {N}/{2 * N} "
                              f"ensembles (E = {E}, extrapolated, band 2 se) vs infinite-width DMFT (dashed)",
                              args.out, "deep_tanh_means")

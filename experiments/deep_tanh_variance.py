@@ -65,9 +65,7 @@ def main():
     np.savez_compressed(args.out / "deep_tanh_variance.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    panels = [("Delta",), ("K",), tuple(f"Phi[{l}]" for l in range(1, L + 1)), tuple(f"G[{l}]" for l in range(1, L + 1))]
-    colors = plt.cm.plasma(np.linspace(0.1, 0.7, L))
+    fig, axes, panels, colors = common.deep_panels(plt, L)
     for ax, group in zip(axes, panels):
         for c, n in zip(colors if len(group) > 1 else ["tab:blue"], group):
             ax.plot(times, raw.nvar[n], color=c, lw=2.2, alpha=0.85, label=f"N = {N}" if len(group) == 1 else n)
@@ -75,12 +73,7 @@ def main():
             th, se = prop.var(n), prop.se_var(n)
             ax.fill_between(times, th - 2 * se, th + 2 * se, color="0.6", alpha=0.35, lw=0)
             ax.plot(times, th, **common.THEORY)
-        ax.legend(loc="best")
-        ax.set_xlabel(r"$t = \eta\,\times$ step")
-    axes[0].set(title="(a) error variance", ylabel=r"$N\,\mathrm{Var}\,\Delta(t)$")
-    axes[1].set(title="(b) NTK variance", ylabel=r"$N\,\mathrm{Var}\,K(t)$")
-    axes[2].set(title="(c) feature kernels", ylabel=r"$N\,\mathrm{Var}\,\Phi^\ell(t,t)$")
-    axes[3].set(title="(d) gradient kernels", ylabel=r"$N\,\mathrm{Var}\,G^\ell(t,t)$")
+    common.label_deep_panels(axes, "var")
     common.finish_row_figure(plt, fig, axes[0], f"Deep tanh network (L = {L}), one point: width N = {N} ensembles "
                              f"(E = {E}; solid, dotted = extrapolated) vs DMFT propagator (dashed, band 2 se)",
                              args.out, "deep_tanh_variance")
