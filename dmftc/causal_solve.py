@@ -95,11 +95,11 @@ def assemble_blocks(x0, lay: Layout, local_hessians) -> CausalBlocks:
     U = np.zeros((n, n))
     Kd = np.zeros((n, n))
     ia, ib, val = bilinear_pairs(lay)
+    if np.any(co.is_primal[ia] == co.is_primal[ib]):
+        raise AssertionError("bilinear pairing within one half")
     for a, b in ((ia, ib), (ib, ia)):
-        sel = ~co.is_primal[a] & co.is_primal[b]
+        sel = ~co.is_primal[a]
         np.add.at(U, (co.pos[a[sel]], co.pos[b[sel]]), val[sel])
-        if np.any(~co.is_primal[a] & ~co.is_primal[b]) or np.any(co.is_primal[a] & co.is_primal[b]):
-            raise AssertionError("bilinear pairing within one half")
     pp_max = 0.0
     for l, h in local_hessians:
         _, idx = _gather_local(np.asarray(x0), lay, l)
@@ -150,8 +150,8 @@ def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False) 
     Y, cond = left_solve(blocks.U, co.edges, E)
     Kd = blocks.Kd
     asym = float(np.abs(Kd - Kd.T).max() / max(np.abs(Kd).max(), 1e-300))
-    S = Y @ (0.5 * (Kd + Kd.T)) @ Y.T
-    S = 0.5 * (S + S.T)
+    S = Y @ Kd @ Y.T
+    S = 0.5 * (S + S.T)                                         # = Y sym(Kd) Y^T
     So = J @ S @ J.T if full else S
     t1 = _time.perf_counter()
     if not np.all(np.isfinite(So)):
