@@ -11,7 +11,8 @@ Backends:
 * linear activation: exact discrete-time saddle and the propagator from the autodiff Hessian
   of the closed-form Gaussian action with the response functions folded in by the Schur
   complement (:mod:`dmftc.deep_linear`).
-* tanh, erf: the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.deep_dmft`)
+* any other activation (an expression in h, e.g. 'sin(h)', or a shorthand 'tanh', 'erf', 'relu'):
+  the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.deep_dmft`)
   for the means, and the finite-width propagator from the Monte Carlo Hessian of the MSR action
   (:mod:`dmftc.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
   independent groups), computed on first use of ``var`` / ``sigma`` (it costs far more than the means).
@@ -33,9 +34,7 @@ from .errors import ParameterError
 
 __all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
-_NOT_YET = ("the finite-width propagator of deep networks is implemented for the activations 'linear', "
-            "'tanh' and 'erf' (only means are available for activation {act!r})")
-PROPAGATOR_ACTIVATIONS = ("tanh", "erf")
+_NOT_YET = "no finite-width propagator was computed for this solution (activation {act!r}); only means"
 
 
 class LazyPropagator:
@@ -173,10 +172,12 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
     propagator (:func:`dmftc.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
     """
-    if not isinstance(activation, str):
-        raise ParameterError(f"activation must be a string, got {activation!r}")
+    from .activation import as_activation
+
+    width = march_options.get("dirac_width", 0.1)
+    act = as_activation(activation, width)
     params = {"gamma": gamma, "y": y, "eta": eta}
-    if activation == "linear":
+    if act.linear:
         from .deep_linear import deep_linear_propagator
 
         need = propagator_bytes(_count("L", L), _count("T", T))
@@ -191,24 +192,27 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
             means.update({f"Phi[{l}]": sad.Phi[l - 1], f"G[{l}]": sad.G[l - 1],
                           f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
         zeros = {k: np.zeros_like(v) for k, v in means.items()}
-        return DeepSolution(activation, L, T, params, means, zeros, prop, dict(prop.diagnostics))
+        return DeepSolution(act.label, L, T, params, means, zeros, prop, dict(prop.diagnostics))
     from .deep_dmft import solve_deep as mc_saddle
 
-    sad = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
+    sad = mc_saddle(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
                     spec=spec, spec_params=spec_params, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
-    prop = None
-    if activation in PROPAGATOR_ACTIVATIONS:
-        _count("propagator_samples", propagator_samples)
-        if _count("propagator_groups", propagator_groups) < 2 or propagator_samples < 2 * propagator_groups:
-            raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
-                                 f"group, got {propagator_groups} groups and {propagator_samples} paths")
-        prop = LazyPropagator(memory_limit, activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
-                              samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress)
-    return DeepSolution(activation, L, T, params, means, se, prop,
-                        {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
-                         "propagator_groups": propagator_groups})
+    _count("propagator_samples", propagator_samples)
+    if _count("propagator_groups", propagator_groups) < 2 or propagator_samples < 2 * propagator_groups:
+        raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
+                             f"group, got {propagator_groups} groups and {propagator_samples} paths")
+    prop = LazyPropagator(memory_limit, activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T,
+                          samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress)
+    info = {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
+            "propagator_groups": propagator_groups, "activation": act.label, "kink_order": act.kink_order}
+    if act.kink_order is not None:
+        info["approximation"] = (
+            f"the activation's derivative of order {act.kink_order} holds a delta function (a kink); the march "
+            f"and the propagator replace it by a Gaussian of width {width:g} (dirac_width), a bias that is not "
+            "estimated and may exceed the Monte Carlo error")
+    return DeepSolution(act.label, L, T, params, means, se, prop, info)
 
 
 def _count(name, v) -> int:

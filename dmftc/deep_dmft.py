@@ -35,8 +35,8 @@ clamped to 0, pivots below a relative threshold treated as zero, as for the rank
 of linear / lazy networks).  Responses are forward-mode tangents carried along the march, per
 sample: dg^l(t)/d eps_z(s), phi'(h^l(t)) dh^l(t)/d eps_z(s) for an additive perturbation of z^l(s)
 (-> Rphi[l]) and the same for a perturbation of h^l(s) (-> Rg[l]), all s at once: O(S T^3 L) work.
-For the ReLU, phi'' contains a Dirac delta that pathwise tangents cannot sample; it is replaced by a
-Gaussian of width ``dirac_width`` (bias O(width^2)), as in :mod:`dmftc.kernels`.
+For a non-smooth activation (ReLU) phi'' contains a Dirac delta that pathwise tangents cannot sample; it
+is replaced by a Gaussian of width ``dirac_width`` (bias O(width^2)), as in :mod:`dmftc.activation`.
 
 Validation: linear networks agree with :func:`dmftc.deep_linear.deep_linear_saddle` to round-off; tanh,
 L = 2, gamma = 1, eta = 0.05, T = 40 (320k samples) agrees with finite-width networks
@@ -61,41 +61,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
-from jax.scipy.special import erf as _erf
 
+from .activation import as_activation
 from .errors import NumericalError, ParameterError
 
 jax.config.update("jax_enable_x64", True)
 
-ACTIVATIONS = ("tanh", "linear", "relu", "erf")
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
 _PIVOT_TOL = 1e-10
 _MEMORY_BUDGET = 2.5e8     # floats of tangent storage per group (2 GB in float64)
-_SQRT2 = math.sqrt(2.0)
-_ERF_C = 2.0 / math.sqrt(math.pi)
-
-
-def _activation(name):
-    """h, dirac width -> (phi, phi', phi'')."""
-    def tanh(h, w):
-        p = jnp.tanh(h)
-        d = 1.0 - p * p
-        return p, d, -2.0 * p * d
-
-    def linear(h, w):
-        return h, jnp.ones_like(h), jnp.zeros_like(h)
-
-    def relu(h, w):
-        safe = jnp.where(w > 0, w, 1.0)
-        bump = jnp.where(w > 0, jnp.exp(-0.5 * (h / safe) ** 2) / (safe * math.sqrt(2 * math.pi)), 0.0)
-        return _SQRT2 * jnp.maximum(h, 0.0), _SQRT2 * (h > 0), _SQRT2 * bump
-
-    def erf(h, w):
-        d = _ERF_C * jnp.exp(-h * h)
-        return _erf(h), d, -2.0 * h * d
-
-    return {"tanh": tanh, "linear": linear, "relu": relu, "erf": erf}[name]
 
 
 def _extend_cholesky(C, krow, t):
@@ -134,7 +109,8 @@ def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
     tangents are the same for every basis row and are carried for one row only.
     """
     if spec is None:
-        act = _activation(activation)
+        site = as_activation(activation)                # widths are part of a SiteActivation
+        act = lambda h, w: site.fn(h)[:3]               # noqa: E731
         eta, gamma, y, width = prm[0], prm[1], prm[2], prm[3]
     else:
         act = spec.activation(prm)
@@ -243,6 +219,17 @@ class SpecKernels:
     def activation(self, p):
         mod = self.module
         return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
+
+    def site_activation(self, params: dict, width: float):
+        """The spec's activation with its four derivatives (generated functions) at fixed parameter values."""
+        from .activation import SiteActivation
+
+        mod = self.module
+        p = {k: float(v) for k, v in params.items()}
+        return SiteActivation(key=self.key + (tuple(sorted(p.items())), float(width)),
+                              label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
+                              fn=lambda h: mod.activation(h, p, float(width)),
+                              kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR))
 
     def _boundary(self, role, layer, T, p, depth):
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""
@@ -392,18 +379,20 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
 
     ``backend``: 'exact' (linear activation only, no sampling), 'mc', or 'auto' (exact iff linear).
     MC: ``samples`` source paths in ``groups`` independent complete marches (means = group averages,
-    ``stderr`` = their standard errors).  ``dirac_width`` mollifies the ReLU's phi'' (ignored otherwise).
+    ``stderr`` = their standard errors).  ``dirac_width``: width of the Gaussians that stand for delta functions in
+    the derivatives of a non-smooth activation (:mod:`dmftc.activation`).  ``activation``: an expression in h,
+    a shorthand ('tanh', 'relu', ...) or a :class:`dmftc.activation.SiteActivation`.
     ``spec``: a :class:`SpecKernels` of a compiled deep spec, which then supplies the activation, the
     couplings and the readout; ``spec_params`` its parameter values (``activation`` is a label only,
     gamma, y and eta are recorded but the spec's own parameters are used).
     """
-    linear = activation == "linear" if spec is None else bool(spec.module.LINEAR)
-    if spec is None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
-        raise ParameterError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    dirac_width = _number("dirac_width", dirac_width, low=0.0)
+    if spec is None:
+        activation = as_activation(activation, dirac_width)
+    linear = activation.linear if spec is None else bool(spec.module.LINEAR)
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
-    dirac_width = _number("dirac_width", dirac_width, low=0.0)
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and not linear:
@@ -424,8 +413,8 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
     march = _compiled(activation, L, T, exact, spec)
     host = None if spec is None else {k: float(v) for k, v in (spec_params or {}).items()}
-    params = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
-                  backend="exact" if exact else "mc", dirac_width=dirac_width)
+    params = dict(activation=activation if spec is not None else activation.label, L=L, gamma=gamma, y=y,
+                  eta=eta, T=T, backend="exact" if exact else "mc", dirac_width=dirac_width)
     t0 = _time.perf_counter()
     if exact:
         n = 2 * L * T

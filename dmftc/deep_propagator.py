@@ -91,27 +91,27 @@ from .deep_dmft import _integer, _number
 from .errors import NumericalError, ParameterError
 from .causal_solve import assemble_blocks, causal_propagator
 from .progress import Progress
-from .site_moments import SiteMoments, _nilpotent_inverse, activation_derivatives
+from .site_moments import SiteMoments, _nilpotent_inverse
+from .activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "local_logf"]
 
-ACTIVATIONS = ("tanh", "linear", "erf")
 _PIVOT_TOL = 1e-10
 
 
 # ----------------------------------------------------------------------------------------------
-# activations: (phi, phi', phi'') in numpy (march) and jax (action; differentiated to higher order)
+# activations (dmftc.activation.SiteActivation): (phi, phi', phi'') in numpy (march) and jax (action)
 # ----------------------------------------------------------------------------------------------
-def _act_np(name):
-    full = activation_derivatives(name, np)
-    return lambda h: full(h)[:3]
+def _act_np(act):
+    act = as_activation(act)
+    return lambda h: act.numpy(h)[:3]
 
 
-def _act_jax(name):
-    full = activation_derivatives(name, jnp)
-    return lambda h: full(h)[:3]
+def _act_jax(act):
+    act = as_activation(act)
+    return lambda h: act.fn(h)[:3]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,6 +333,7 @@ class LocalEstimator:
       kept as the reference the structured method is tested against (same samples: equal to round-off)."""
 
     def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, method="fast"):
+        activation = as_activation(activation)
         if method not in ("fast", "struct", "full"):
             raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")  # noqa: E501
         self.T, self.activation, self.method = T, activation, method
@@ -577,6 +578,7 @@ _EST: dict = {}
 
 
 def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
+    activation = as_activation(activation)
     key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
     if key not in _EST:
         _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
@@ -726,17 +728,16 @@ def _observable_matrix(P):
     return np.block([[P.sigma[a][b] for b in names] for a in names])
 
 
-def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
+def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T: int,
                     samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
-                    method: str = "fast", progress: bool = False) -> DeepPropagator:
+                    method: str = "fast", progress: bool = False, dirac_width: float = 0.1) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
-    standard error over groups."""
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:
-        raise ParameterError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
-                             + (" (the ReLU's phi'' is a Dirac delta: no pathwise third derivatives)"
-                                if activation == "relu" else ""))
+    standard error over groups.  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
+    :class:`dmftc.activation.SiteActivation` (a compiled spec's); delta functions in its derivatives (kinks)
+    are Gaussians of width ``dirac_width``, a bias reported in ``diagnostics['kink_order']``."""
+    activation = as_activation(activation, dirac_width)
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
@@ -787,6 +788,8 @@ def deep_propagator(*, activation: str, L: int, gamma: float, y: float, eta: flo
             "group_min_eig": [x["min_eig"] for x in d],
             "time_saddle": sum(x["time_saddle"] for x in d), "time_hessian": sum(x["time_hessian"] for x in d),
             "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0}
-    params = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups, seed=seed,
-                  groups=groups)
+    diag.update(activation=activation.label, kink_order=activation.kink_order,
+                dirac_width=dirac_width if activation.kink_order is not None else None)
+    params = dict(activation=activation.label, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups,
+                  seed=seed, groups=groups)
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

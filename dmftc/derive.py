@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from . import ast
+from .activation import BUILTINS
 from .check import Model
 from .errors import SpecError, StructureSpecError
 from .symbolic import (ONEHOT, base_name, chain, contract, diff_indexed, free_indices, index_symbol, quantity,
@@ -111,11 +112,7 @@ class Derivation:
         return next(t for t in group[kind] if t.target == target and t.driver == driver)
 
 
-_BUILTINS = {
-    "tanh": sp.tanh, "erf": sp.erf, "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs,
-    "sin": sp.sin, "cos": sp.cos, "relu": lambda x: sp.Max(0, x), "linear": lambda x: x,
-    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "max": sp.Max, "min": sp.Min,
-}
+_BUILTINS = BUILTINS
 
 
 class _Deriver:

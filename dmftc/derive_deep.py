@@ -26,14 +26,11 @@ from dataclasses import dataclass
 import sympy as sp
 
 from . import ast
+from .activation import BUILTINS, derivatives as act_derivatives
 from .check_deep import DeepModel, LayerRef
 from .errors import SpecError, StructureSpecError
 
-_BUILTINS = {
-    "tanh": sp.tanh, "erf": sp.erf, "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs,
-    "sin": sp.sin, "cos": sp.cos, "relu": lambda x: sp.Max(0, x), "linear": lambda x: x,
-    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "max": sp.Max, "min": sp.Min,
-}
+_BUILTINS = BUILTINS
 
 
 def activation_functions(name: str, orders: int = 4):
@@ -72,7 +69,7 @@ class DeepDerivation:
     t: sp.Symbol
     s: sp.Symbol
     act_arg: sp.Symbol
-    phi: tuple                  # (phi, phi', phi'') of act_arg, concrete SymPy
+    phi: tuple                  # (phi, phi', ..., phi'''') of act_arg, concrete SymPy (dmftc.activation)
     roles: dict                 # role -> spec name: h z g u r Phi G A B
     couplings: Couplings
     boundaries: dict            # family -> ((LayerRef, constant SymPy expr), ...)
@@ -288,7 +285,7 @@ class _Deriver:
                  + sp.Sum(z_past.subs(_layer_subs(z_past, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
                           (s, 0, t - 1)))
         params = tuple(p.name for p in m.spec.params) + (m.spec.time.steps_name, m.spec.time.step_name)
-        return DeepDerivation(m, t, s, self.x, tuple(self.concrete_phi(k) for k in range(3)), roles,
+        return DeepDerivation(m, t, s, self.x, act_derivatives(self.concrete_phi(0)), roles,
                               Couplings(h_past, z_upto, z_past), bounds, tuple(scalars), stein, params)
 
     def split(self, name, parsed, source, driver, eq):
@@ -567,6 +564,11 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
       f"step {m.spec.time.step_name}")
     w(f"activation: {m.activation.name}(x) = {f(d.phi[0])};  {m.activation.name}'(x) = {f(d.phi[1])};  "
       f"{m.activation.name}''(x) = {f(d.phi[2])}")
+    kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
+    if kink is not None:
+        w(f"  non-smooth: derivative {kink} of {m.activation.name} holds a delta function (derivatives are taken "
+          "as distributions; the generated code replaces each delta by a Gaussian of width dirac_width, a bias "
+          "of the propagator's Monte Carlo estimate)")
     w("")
     w(f"process of layer {lv} (c_X: coupling kernels, explicit in the order parameters of the adjacent layers):")
     w(f"  {r['u']}[{lv}] ~ GP(0, {r['Phi']}[{lv}-1]),  {r['r']}[{lv}] ~ GP(0, {r['G']}[{lv}+1])  (independent)")

@@ -67,9 +67,8 @@ class ExprPrinter:
         if isinstance(e, sp.Heaviside):
             return f"_k.heaviside({self.p(e.args[0])})"
         if isinstance(e, sp.DiracDelta):
-            if len(e.args) > 1:
-                raise NotImplementedError(f"derivatives of DiracDelta are not supported: {e}")
-            return f"_k.dirac({self.p(e.args[0])}, {self.dirac_width})"
+            k = int(e.args[1]) if len(e.args) > 1 else 0
+            return f"_k.dirac({self.p(e.args[0])}, {self.dirac_width}{f', {k}' if k else ''})"
         if isinstance(e, sp.Max):
             return self._fold("jnp.maximum", e.args)
         if isinstance(e, sp.Min):

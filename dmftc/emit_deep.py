@@ -41,17 +41,10 @@ Rows: every coupling function gets row t (a vector over s) of the adjacent layer
 """
 '''
 
-_BUILTIN_ACTS = {"tanh": lambda x: sp.tanh(x), "linear": lambda x: x, "erf": lambda x: sp.erf(x),
-                 "relu": lambda x: sp.sqrt(2) * sp.Max(0, x)}
-
-
-def builtin_activation(d: DeepDerivation) -> str | None:
-    """The name of dmftc.deep_dmft's built-in activation that equals the spec's phi, if one does."""
-    x = d.act_arg
-    for name, f in _BUILTIN_ACTS.items():
-        if sp.simplify(d.phi[0] - f(x)) == 0:
-            return name
-    return None
+ACTIVATION_FN = (
+    '\ndef activation(x, p, width):\n'
+    '    """(phi, phi\', phi\'\', phi\'\'\', phi\'\'\'\') at x (delta functions of width ``width``)."""\n'
+    '    return (phi(x, p, width), dphi(x, p, width), ddphi(x, p, width), d3phi(x, p, width), d4phi(x, p, width))\n\n')
 
 
 def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
@@ -75,8 +68,11 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"TIME = {{'var': {tm.var!r}, 'steps': {tm.steps_name!r}, 'step': {tm.step_name!r}}}\n")
     w(f"LAYER = {lv!r}\nDEPTH = {depth!r}\n")
     w(f"ACTIVATION = {m.activation.name!r}\n")
-    w("# dmftc.deep_dmft's built-in activation equal to the spec's (None: only the generated functions)\n")
-    w(f"BUILTIN_ACTIVATION = {builtin_activation(d)!r}\nLINEAR = {d.linear!r}\n")
+    kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
+    w(f"LINEAR = {d.linear!r}\n")
+    w("# lowest derivative of phi (<= 4) holding a delta function, mollified to a Gaussian of the solve's\n"
+      "# dirac_width in the generated code (None: smooth through fourth order)\n")
+    w(f"KINK_ORDER = {kink!r}\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")
     w(f"RESPONSES = {tuple(m.responses)!r}\n")
@@ -103,10 +99,12 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     pc = _Code({x: "x"} | {sp.Symbol(n): f"p[{n!r}]" for n in d.params})
     act_src = f"{m.activation.name}({m.activation.arg}) = {_act_text(m.activation)}"
     for k, (fn, what) in enumerate((("phi", act_src), ("dphi", "its first derivative"),
-                                    ("ddphi", "its second derivative")), start=0):
+                                    ("ddphi", "its second derivative"), ("d3phi", "its third derivative"),
+                                    ("d4phi", "its fourth derivative")), start=0):
         w(f"\ndef {fn}(x, p, width):\n    \"\"\"{what}: "
           f"{sp.sstr(d.phi[k])}\"\"\"\n")
         w(f"    return {_broadcast(pc(d.phi[k]), d.phi[k], x)}\n\n")
+    w(ACTIVATION_FN)
     # boundaries
     bc = _Code({sp.Symbol(n): f"p[{n!r}]" for n in d.params})
     w("\ndef boundaries(p):\n    \"\"\"Boundary values of the layer families (constants over (t, s)).\"\"\"\n    return {\n")

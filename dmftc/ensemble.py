@@ -93,11 +93,28 @@ ACTIVATIONS = {"tanh": _tanh, "relu": _relu, "linear": _linear, "erf": _erf}
 QUANTITIES = ("Delta", "f", "K", "M")
 
 
-def activation_fns(name: str):
-    """Return a function h -> (phi(h), phi'(h)) for the named activation."""
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-    return ACTIVATIONS[name]
+def activation_fns(activation):
+    """h -> (phi(h), phi'(h)) in numpy.  The simulators' own in-place implementations for 'tanh', 'relu'
+    (sqrt(2) max(0, h)), 'linear' and 'erf'; any other activation (an expression in h such as 'sin(h)', or a
+    :class:`dmftc.activation.SiteActivation`) through :mod:`dmftc.activation`, jit-compiled."""
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        return ACTIVATIONS[activation]
+    import jax
+
+    from .activation import as_activation
+    from .errors import ParameterError
+
+    try:
+        site = as_activation(activation)
+    except ParameterError as err:        # the simulators report bad arguments as ValueError
+        raise ValueError(str(err)) from None
+    fn = jax.jit(lambda h: site.fn(h)[:2])
+
+    def phi_dphi(h):
+        p, d = fn(h)
+        return np.array(p), np.array(d)
+
+    return phi_dphi
 
 
 @dataclass(frozen=True)

@@ -41,17 +41,24 @@ def heaviside(x):
     return jnp.where(x > 0, 1.0, 0.0)
 
 
-def dirac(x, width):
+def dirac(x, width, order: int = 0):
     """DiracDelta(x) from the derivative of a non-smooth activation (e.g. phi'' of a ReLU).
 
     Pathwise sensitivities cannot sample a delta function; it is replaced by a
     Gaussian of standard deviation ``width`` (a mollifier whose bias is O(width^2)
     in smooth averages).  ``width = 0`` drops the term, which biases D in the rich
     regime.  The width is a solve option (``dirac_width``) recorded in the results.
+    ``order`` > 0: the order-th derivative of that Gaussian, (-1)^k He_k(x / w) / w^k times it (for higher
+    derivatives of a non-smooth activation, see :mod:`dmftc.activation`).
     """
     safe = jnp.where(width > 0, width, 1.0)
-    bump = jnp.exp(-0.5 * (x / safe) ** 2) / (safe * jnp.sqrt(2.0 * jnp.pi))
-    return jnp.where(width > 0, bump, 0.0)
+    u = x / safe
+    bump = jnp.exp(-0.5 * u ** 2) / (safe * jnp.sqrt(2.0 * jnp.pi))
+    he0, he1 = jnp.ones_like(u), u                 # probabilists' Hermite polynomials He_k(u)
+    for k in range(1, order):
+        he0, he1 = he1, u * he1 - k * he0
+    he = he0 if order == 0 else he1
+    return jnp.where(width > 0, (-1) ** order * he * bump / safe ** order, 0.0)
 
 
 def onehot(t, n: int, rank: int):

@@ -5,11 +5,10 @@ kernels, boundaries, readout, scalar order parameters); :func:`dmftc.deep_dmft.s
 (``spec=SpecKernels(module)``).  Propagator: for a linear activation it comes from
 :mod:`dmftc.deep_linear` through :func:`dmftc.deep.solve_deep`, after checking that the spec's own march
 reproduces that solver's saddle point (so a spec that describes a different network is not given a
-propagator that belongs to another).  For tanh and erf the means come from the spec-driven march and the
-propagator from :mod:`dmftc.deep_propagator` (computed on first use of ``var``/``sigma``), after checking on
-random rows that the spec's couplings, boundaries and readout are those of the standard network that the
-propagator's action describes; other activations give means only, and asking for variances raises an
-error that says so.
+propagator that belongs to another).  For any other activation the means come from the spec-driven march
+and the propagator from :mod:`dmftc.deep_propagator` with the spec's generated activation and its four
+derivatives (computed on first use of ``var``/``sigma``), after checking on random rows that the spec's
+couplings, boundaries and readout are those of the network that the propagator's action describes.
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)
@@ -234,7 +233,6 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     for l in range(1, L + 1):
         names[f"{r['A']}[{l}]"] = f"Rphi[{l}]"
         names[f"{r['B']}[{l}]"] = f"Rg[{l}]"
-    label = mod.BUILTIN_ACTIVATION or f"spec {mod.MODEL}"
     std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])
     if mod.LINEAR:
         if backend == "mc":
@@ -257,7 +255,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, **std)
         _check_same_model(mod, own, inner, L)
         return DeepSpecSolution(mod, inner, p, names)
-    inner = deep.solve_deep(activation=label, L=L, T=T, samples=samples, seed=seed, spec=spec, spec_params=p,
+    inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed, spec=spec, spec_params=p,
                             groups=groups, dirac_width=dirac_width, backend=backend, memory_limit=memory_limit,
                             propagator_samples=propagator_samples, propagator_groups=propagator_groups,
                             progress=progress, **std)

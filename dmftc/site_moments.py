@@ -35,43 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .activation import as_activation
+
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["SiteMoments", "activation_derivatives"]
-
-_ERF_C = 2.0 / math.sqrt(math.pi)
-
-
-def activation_derivatives(name, xp=jnp):
-    """h -> (phi, phi', phi'', phi''', phi'''') elementwise, with array module ``xp`` (jax.numpy or numpy)."""
-    if name == "tanh":
-        def f(h):
-            p = xp.tanh(h)
-            d1 = 1.0 - p * p
-            d2 = -2.0 * p * d1
-            d3 = -2.0 * d1 * d1 - 2.0 * p * d2
-            d4 = -6.0 * d1 * d2 - 2.0 * p * d3
-            return p, d1, d2, d3, d4
-    elif name == "linear":
-        def f(h):
-            one, zero = xp.ones_like(h), xp.zeros_like(h)
-            return h, one, zero, zero, zero
-    elif name == "erf":
-        if xp is np:
-            from scipy.special import erf
-        else:
-            erf = jax.scipy.special.erf
-
-        def f(h):
-            d1 = _ERF_C * xp.exp(-h * h)
-            d2 = -2.0 * h * d1
-            d3 = -2.0 * d1 - 2.0 * h * d2
-            d4 = -4.0 * d2 - 2.0 * h * d3
-            return erf(h), d1, d2, d3, d4
-    else:
-        raise ValueError(f"unknown activation {name!r}")
-    return f
-
+__all__ = ["SiteMoments"]
 
 def _nilpotent_inverse(N):
     """(I - N)^-1 = prod_j (I + N^(2^j)) for nilpotent N (N^n = 0)."""
@@ -84,7 +52,8 @@ def _nilpotent_inverse(N):
 
 
 class SiteMoments:
-    """Sums over paths of the per-path derivatives of one layer kind (T steps, activation, which source blocks
+    """Sums over paths of the per-path derivatives of one layer kind (T steps, activation (a
+    :class:`dmftc.activation.SiteActivation`), which source blocks
     carry a varying covariance: ``pairs`` = (pa, pb) indices into w = (u, r), a >= b).
 
     ``moments(C, E, W, X0, top, gamma)`` returns (F, lambda^2, g_lambda, f, f f^T, Jf, Ha, Pc, Pe), the same
@@ -98,7 +67,7 @@ class SiteMoments:
     """
 
     def __init__(self, *, T, activation, pa, pb, anti, chunk=None):
-        self.T, self.activation = T, activation
+        self.T, self.activation = T, as_activation(activation)
         n = 2 * T
         self.pa, self.pb = np.asarray(pa, int), np.asarray(pb, int)
         self.anti = np.asarray(anti, int)
@@ -136,7 +105,7 @@ class SiteMoments:
     # ------------------------------------------------------------------ one path
     def _path(self, C, E, w, x0, top, gamma):
         T, n = self.T, 2 * self.T
-        act = activation_derivatives(self.activation)
+        act = self.activation.fn                        # (phi, phi', phi'', phi''', phi'''') of the spec
         h, z = x0[:T], x0[T:]
         p, d1, d2, d3, d4 = act(h)
         g = d1 * z

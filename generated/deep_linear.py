@@ -24,9 +24,10 @@ TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 LAYER = 'l'
 DEPTH = 'L'
 ACTIVATION = 'phi'
-# dmftc.deep_dmft's built-in activation equal to the spec's (None: only the generated functions)
-BUILTIN_ACTIVATION = 'linear'
 LINEAR = True
+# lowest derivative of phi (<= 4) holding a delta function, mollified to a Gaussian of the solve's
+# dirac_width in the generated code (None: smooth through fourth order)
+KINK_ORDER = None
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')
 # what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with
@@ -68,6 +69,21 @@ def dphi(x, p, width):
 def ddphi(x, p, width):
     """its second derivative: 0"""
     return jnp.full_like(x, 0.0)
+
+
+def d3phi(x, p, width):
+    """its third derivative: 0"""
+    return jnp.full_like(x, 0.0)
+
+
+def d4phi(x, p, width):
+    """its fourth derivative: 0"""
+    return jnp.full_like(x, 0.0)
+
+
+def activation(x, p, width):
+    """(phi, phi', phi'', phi''', phi'''') at x (delta functions of width ``width``)."""
+    return (phi(x, p, width), dphi(x, p, width), ddphi(x, p, width), d3phi(x, p, width), d4phi(x, p, width))
 
 
 def boundaries(p):

@@ -46,7 +46,7 @@ def test_too_large_is_refused_with_the_size():
 @pytest.mark.parametrize("kw, match", [
     ({"L": 0}, "L must be a positive integer"),
     ({"T": 2.5}, "T must be a positive integer"),
-    ({"activation": 3}, "activation must be a string"),
+    ({"activation": 3}, "an activation is an expression in h"),
 ])
 def test_bad_arguments(kw, match):
     with pytest.raises(ParameterError, match=match):
@@ -93,9 +93,14 @@ def test_tanh_propagator_too_large_keeps_means_and_names_the_size():
     assert "peak N Var" in sol.summary()
 
 
-def test_no_propagator_for_other_activations_and_bad_propagator_arguments():
-    sol = solve_deep(activation="relu", samples=200, **TANH)
-    with pytest.raises(ParameterError, match="'linear', 'tanh' and 'erf'"):
-        sol.var("K")
+def test_any_activation_gets_a_propagator_and_kinks_are_flagged_and_bad_arguments():
+    sol = solve_deep(activation="h / (1 + abs(h))", samples=400, propagator_samples=64, propagator_groups=2, **TANH)
+    assert sol.diagnostics["kink_order"] == 3 and "delta function" in sol.diagnostics["approximation"]
+    assert np.all(np.isfinite(sol.var("K"))) and sol.var("K")[-1] > 0
+    smooth = solve_deep(activation="sin(h)", samples=400, **TANH)
+    assert smooth.diagnostics["kink_order"] is None and "approximation" not in smooth.diagnostics
+    for bad in ("foo(h)", "tanh(h", "tanh(beta * h)", ""):
+        with pytest.raises(ParameterError, match="activation"):
+            solve_deep(activation=bad, samples=200, **TANH)
     with pytest.raises(ParameterError, match="propagator_groups >= 2"):
         solve_deep(activation="tanh", samples=200, propagator_groups=1, **TANH)

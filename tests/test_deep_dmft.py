@@ -204,8 +204,9 @@ def test_tanh_responses_include_same_time_term():
 # ---------------------------------------------------------------- 5. errors
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(activation="sigmoid"), "activation must be one of"),
-    (dict(activation=None), "activation must be one of"),
+    (dict(activation="sigmoid"), "not an expression in h; write it applied to h, e.g. 'sigmoid\\(h\\)'"),
+    (dict(activation="tanh(h) + foo(h)"), "unknown functions foo"),
+    (dict(activation=None), "an activation is an expression in h"),
     (dict(L=0), "L .* integer >= 1"),
     (dict(L=1.5), "L .* integer >= 1"),
     (dict(L=True), "L .* integer >= 1"),

@@ -407,7 +407,7 @@ def test_tanh_propagator_matches_finite_width_networks():
 # ------------------------------------------------------------------ errors
 def test_bad_input_and_divergence_are_reported():
     kw = dict(L=2, gamma=1.0, y=1.0, eta=0.1, T=2, samples=64, groups=2)
-    for bad in (dict(activation="relu"), dict(activation="tanh", L=0), dict(activation="tanh", eta=-1.0),
+    for bad in (dict(activation="undefined(h)"), dict(activation="tanh", L=0), dict(activation="tanh", eta=-1.0),
                 dict(activation="tanh", groups=1), dict(activation="tanh", gamma=0.0),
                 dict(activation="tanh", T=2.5), dict(activation="tanh", samples=3)):
         with pytest.raises(ParameterError):
