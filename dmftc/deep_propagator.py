@@ -53,7 +53,7 @@ reference ('struct', and 'full' = brute force); the tests check fast = struct = 
 * The linear solves and ln det inside the Newton steps use R0 = (I - J(x0))^-1 at the base point (J(x0) is
   nilpotent there, so R0 is a finite product) and a Neumann series in J - J(x0) truncated after third order:
   exact for every derivative the estimator takes, matrix products only (no pivoting, no batched LAPACK, which
-  deadlocked under vmap on this machine, see local_logf).
+  deadlocked under vmap on this machine, see dmftc.reference.deep_autodiff.local_logf).
 * ln Z_l = ln mean_n F_n with common random numbers: its Hessian is H_Z / Z - g_Z g_Z^T / Z^2 from chunked
   per-sample sums.  Default ('struct', LocalEstimator): derivatives in the reduced variables (C, E, hats),
   using that at the saddle ln F = hats . f(x) - ln det(I - J) vanishes identically on the causal subspace of
@@ -91,12 +91,12 @@ from .deep_dmft import _integer, _number
 from .errors import NumericalError, ParameterError
 from .causal_solve import assemble_blocks, causal_propagator
 from .progress import Progress
-from .site_moments import SiteMoments, _nilpotent_inverse
+from .site_moments import SiteMoments
 from .activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "local_logf"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
 
 _PIVOT_TOL = 1e-10
 
@@ -210,7 +210,7 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
 # ----------------------------------------------------------------------------------------------
 def _couplings(v, T, gamma, eta):
     """(C, E, hats) of the local vector v (deep_linear._log_z_local order); hats = (Phi_hat, G_hat, Delta_hat)
-    = (ph (nt), gh (nt), dh (T)), the coefficients of the features (see _features)."""
+    = (ph (nt), gh (nt), dh (T)), the coefficients of the features (reference.deep_autodiff._features)."""
     tril = np.tril_indices(T)
     low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
     pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
@@ -219,74 +219,6 @@ def _couplings(v, T, gamma, eta):
     C = strict * eg * _sym(low(pp)) * Delta[None, :] + a.reshape(T, T)
     E = strict * eg * _sym(low(gn)) * Delta[None, :] + b.reshape(T, T)
     return C, E, jnp.concatenate([ph, gh, dh])
-
-
-def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
-    """(x, ln|det(I - J(x))|) with x the implicit solution of x = w + F(x; C, E) from ``newton`` Newton steps
-    started at x0 (a constant), exact through ``order`` derivatives at a causal base point (see local_logf)."""
-    act = _act_jax(activation)
-    zero = jnp.zeros((T, T))
-
-    def system(x):
-        hh, zz = x[:T], x[T:]
-        p, d1, d2 = act(hh)
-        R = x - w - jnp.concatenate([C @ (d1 * zz), E @ p])
-        Jm = jnp.block([[C * (d2 * zz)[None, :], C * d1[None, :]], [E * d1[None, :], zero]])
-        return R, Jm
-
-    J0 = jax.lax.stop_gradient(system(x0)[1])
-    R0 = _nilpotent_inverse(J0)
-
-    def solve(Jm, r):                     # (I - Jm)^-1 r, Jm = J0 + delta, through O(delta^order)
-        M = R0 @ (Jm - J0)
-        y = R0 @ r
-        out = y
-        for _ in range(order):
-            y = M @ y
-            out = out + y
-        return out
-
-    x = x0
-    for _ in range(newton):
-        R, Jm = system(x)
-        x = x - solve(Jm, R)
-    M = R0 @ (system(x)[1] - J0)
-    logdet, Mk = 0.0, jnp.eye(2 * T)
-    for k in range(1, order + 1):
-        Mk = Mk @ M
-        logdet = logdet - jnp.trace(Mk) / k
-    return x, logdet
-
-
-def _features(x, *, T, activation, top, gamma):
-    """f(x) with -Q + (Delta_hat source) = hats . f:  (-phi(h(t)) phi(h(s)), t >= s; -g(t) g(s), t >= s;
-    top (z(t) phi(h(t)) - z(0) phi(h(0))) / gamma)."""
-    act = _act_jax(activation)
-    tril = np.tril_indices(T)
-    hh, zz = x[:T], x[T:]
-    p, d1, _ = act(hh)
-    g = d1 * zz
-    return jnp.concatenate([-jnp.outer(p, p)[tril], -jnp.outer(g, g)[tril], top * (zz * p - zz[0] * p[0]) / gamma])
-
-
-def local_logf(v, w, x0, *, T, activation, top, gamma, eta, newton=2, order=3):
-    """ln of the integrand F = exp(-Q(x)) / |det(I - J(x))| of one sample, x = the implicit solution of
-    x = w + F(x) reproduced by ``newton`` differentiable Newton steps from x0 (treated as a constant).
-    v: local variables in deep_linear._log_z_local order; w = (u, r), x0 = (h, z), each (2T,).
-
-    Exact through ``order`` (= 3) derivatives at a CAUSAL base point (v, w) with x0 its exact solution, which
-    is all the estimator needs: there J0 = J(x0) is nilpotent (strictly lower triangular in the causal order),
-    R0 = (I - J0)^-1 is a finite product, det(I - J0) = 1, and with delta = J(x) - J0 = O(eps) (eps the
-    distance from the base point)
-        (I - J)^-1 = sum_{k <= order} (R0 delta)^k R0 + O(eps^(order+1)),
-        ln det(I - J) = -sum_{k=1..order} tr((R0 delta)^k) / k + O(eps^(order+1)).
-    Only matrix products: no pivoting, no sequential loop, no batched LAPACK call (jnp.linalg.solve /
-    slogdet under vmap deadlocked intermittently in jaxlib 0.10.2 on this machine: gdb showed
-    lapack_dtrsm_ffi -> jax::ParallelBatchMap waiting in BlockingCounter::Wait with every pool worker idle).
-    Newton: x_{k+1} = x_k - (I - J(x_k))^-1 (x_k - w - F(x_k)); x1 - x* = O(eps^2), x2 - x* = O(eps^4)."""
-    C, E, hats = _couplings(v, T, gamma, eta)
-    x, logdet = _solve_site(C, E, w, x0, T=T, activation=activation, newton=newton, order=order)
-    return hats @ _features(x, T=T, activation=activation, top=top, gamma=gamma) - logdet
 
 
 def _price_pairs(T, vary_u, vary_r):
@@ -304,11 +236,6 @@ def _price_pairs(T, vary_u, vary_r):
     return cat(pa, int), cat(pb, int), cat(pos, int), cat(fac, float)
 
 
-def _second(fn, w, a, b):
-    """d^2 fn(w) / dw_a dw_b by forward-over-forward mode (fn may return a pytree)."""
-    ea = jnp.zeros(w.shape[0]).at[a].set(1.0)
-    eb = jnp.zeros(w.shape[0]).at[b].set(1.0)
-    return jax.jvp(lambda w1: jax.jvp(fn, (w1,), (ea,))[1], (w,), (eb,))[1]
 
 
 _JIT: dict = {}
@@ -316,142 +243,48 @@ _JIT: dict = {}
 
 class LocalEstimator:
     """Monte Carlo estimate of ln Z_l of one layer kind (T, activation, which source blocks vary) and its
-    gradient and Hessian over the local variables v, from chunked per-sample sums (common random numbers).
+    gradient and Hessian over the local variables v, from chunked per-path sums (common random numbers),
+    valid at a causal base point with zero hats (the saddle).
 
-    method 'struct' (default; valid at a causal base point with zero hats, i.e. the saddle): derivatives in
-    the reduced variables theta = (C, E (full T x T), hats).  There, per sample, ln F = hats . f(x) + ell(C, E)
-    with ell = -ln det(I - J(x)) and F = 1; ell = 0 on the whole causal subspace, so
+    Derivatives in the reduced variables theta = (C, E (full T x T), hats).  There, per path, ln F = hats . f(x)
+    + ell(C, E) with ell = -ln det(I - J(x)) and F = 1; ell = 0 on the whole causal subspace, so
         dF/dhats = f,  dF/dc = dell/dc (nonzero only for anti-causal c),  d2F/dhats2 = f f^T,
         d2F/dhats dc = df/dc + f dell/dc^T  (df/dc = f'(x) dx/dc, dx/dC(t,s) = R0[:, t] g(s),
                                              dx/dE(t,s) = R0[:, T+t] phi(h(s)), R0 = (I - J0)^-1),
         d2F/dc dc' = d2ell + dell dell^T, whose causal-causal block vanishes: only the T^2 anti-causal
-        directions need Hessian-vector products of ell.
-      Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
-      [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
-    method 'full': jax.hessian of sum_n F_n over v (forward-over-reverse) and the Price block by reverse mode
-      over v of second w-derivatives of F: general (any base point where local_logf is exact), slower;
-      kept as the reference the structured method is tested against (same samples: equal to round-off)."""
+        directions are needed.
+    Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
+    [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
+    The per-path sums come from the closed-form derivatives of :class:`dmftc.site_moments.SiteMoments`; the
+    autodiff estimators they are tested against ('struct', 'full') are in :mod:`dmftc.reference.deep_autodiff`."""
 
-    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, method="fast"):
+    method = "fast"
+
+    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
         activation = as_activation(activation)
-        if method not in ("fast", "struct", "full"):
-            raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")  # noqa: E501
-        self.T, self.activation, self.method = T, activation, method
+        self.T, self.activation = T, activation
         nt = T * (T + 1) // 2
         self.nt, self.nf = nt, 2 * nt + T
         self.nv = 4 * nt + 2 * T * T + 2 * T
         self.pa, self.pb, self.pos, self.fac = _price_pairs(T, vary_u, vary_r)
         tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
         self.anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])   # T^2 entries
-        if method == "fast":
-            key = ("fast", T, activation, bool(vary_u), bool(vary_r), chunk)
-            if key not in _JIT:
-                _JIT[key] = SiteMoments(T=T, activation=activation, pa=self.pa, pb=self.pb, anti=self.anti,
-                                        chunk=chunk)
-            self._site = _JIT[key]
-            return
-        per_sample = (self.nv if method == "full" else len(self.anti) + len(self.pa) + 2) * 40 * (2 * T) ** 2
-        self.chunk = chunk or int(max(16, min(1024, 4e7 / per_sample)))
-        key = (T, activation, len(self.pa), self.chunk, method)   # layer kinds with as many pairs share it
+        self._setup(vary_u, vary_r, chunk)
+
+    def _setup(self, vary_u, vary_r, chunk):
+        key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk)
         if key not in _JIT:
-            _JIT[key] = jax.jit(self._moments_full if method == "full" else self._moments_struct)
-        self._fn = _JIT[key]
-
-    # ---------------------------------------------------------------- brute force over v
-    def _moments_full(self, v, W, X0, mask, top, gamma, eta, pa, pb):
-        T, act = self.T, self.activation
-        one = lambda vv, ww, xx: jnp.exp(local_logf(vv, ww, xx, T=T, activation=act, top=top,  # noqa: E731
-                                                    gamma=gamma, eta=eta))
-        total = lambda vv: jnp.sum(mask * jax.vmap(one, in_axes=(None, 0, 0))(vv, W, X0))      # noqa: E731
-        Z, g = jax.value_and_grad(total)(v)
-        H = jax.jacfwd(jax.grad(total))(v)
-
-        def d2(vv, a, b):          # sum_n d^2 F_n / dw_a dw_b
-            return jnp.sum(mask * jax.vmap(lambda ww, xx: _second(lambda w2: one(vv, w2, xx), ww, a, b))(W, X0))
-
-        if pa.shape[0]:
-            p0, P = jax.vmap(jax.value_and_grad(d2), in_axes=(None, 0, 0))(v, pa, pb)
-        else:
-            p0, P = jnp.zeros(0), jnp.zeros((0, self.nv))
-        return Z, g, H, p0, P
-
-    # ---------------------------------------------------------------- structured, at the saddle
-    def _moments_struct(self, v, W, X0, mask, top, gamma, eta, pa, pb):
-        T, act = self.T, self.activation
-        T2 = T * T
-        C0, E0, _ = _couplings(v, T, gamma, eta)
-        c0 = jnp.concatenate([C0.reshape(-1), E0.reshape(-1)])
-        feats = lambda x: _features(x, T=T, activation=act, top=top, gamma=gamma)  # noqa: E731
-        anti = jnp.asarray(self.anti)
-
-        def site(c, w, x0):
-            return _solve_site(c[:T2].reshape(T, T), c[T2:].reshape(T, T), w, x0, T=T, activation=act)
-
-        def ell(c, w, x0):
-            return -site(c, w, x0)[1]
-
-        def per(w, x0):
-            l0, gl = jax.value_and_grad(ell)(c0, w, x0)
-            Ha = jax.vmap(lambda i: jax.jvp(lambda c: jax.grad(ell)(c, w, x0), (c0,),
-                                            (jnp.zeros(2 * T2).at[i].set(1.0),))[1])(anti)       # (T^2, 2T^2)
-            hh, zz = x0[:T], x0[T:]
-            p, d1, _ = _act_jax(act)(hh)
-            # dx/dc at the base point: (I - J0)^-1 dF/dc with dF_h(t)/dC(t,s) = g(s), dF_z(t)/dE(t,s) = phi(h(s))
-            J0 = jax.lax.stop_gradient(jax.jacfwd(lambda x: _site_map(x, C0, E0, T, act))(x0))
-            R0 = _nilpotent_inverse(J0)
-            g = d1 * zz
-            dx = jnp.concatenate([(R0[:, :T, None] * g[None, None, :]).reshape(2 * T, T2),
-                                  (R0[:, T:, None] * p[None, None, :]).reshape(2 * T, T2)], axis=1)
-            f0, Df = feats(x0), jax.jacfwd(feats)(x0)
-            Jf = Df @ dx                                                                        # (nf, 2T^2)
-
-            def price(a, b):
-                def both(c):
-                    def one(ww):
-                        x, logdet = site(c, ww, x0)
-                        return -logdet, feats(x)
-                    return _second(one, w, a, b)
-                (_, fe), gc = jax.value_and_grad(both, has_aux=True)(c0)
-                return gc, fe
-
-            if pa.shape[0]:
-                Pc, Pe = jax.vmap(price)(pa, pb)
-            else:
-                Pc, Pe = jnp.zeros((0, 2 * T2)), jnp.zeros((0, self.nf))
-            F = jnp.exp(l0)
-            return (F, l0 ** 2, gl, f0, jnp.outer(f0, f0), Jf + jnp.outer(f0, gl), Ha + jnp.outer(gl[anti], gl),
-                    Pc, Pe)
-
-        out = jax.vmap(per)(W, X0)
-        return tuple(jnp.tensordot(mask, o, axes=1) for o in out)
+            _JIT[key] = SiteMoments(T=self.T, activation=self.activation, pa=self.pa, pb=self.pb, anti=self.anti,
+                                    chunk=chunk)
+        self._site = _JIT[key]
 
     def moments(self, v, W, X0, *, top, gamma, eta, weights=None):
-        if self.method == "fast":
-            C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
-            return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma, weights=weights)
-        if weights is not None:
-            raise ParameterError("path weights need method='fast'")
-        S, c = W.shape[0], self.chunk
-        acc = None
-        for i0 in range(0, S, c):
-            Wc, Xc = W[i0:i0 + c], X0[i0:i0 + c]
-            n = Wc.shape[0]
-            mask = np.zeros(c)
-            mask[:n] = 1.0
-            if n < c:                                   # pad to the fixed chunk shape (one compilation)
-                Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - n, axis=0)])
-                Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - n, axis=0)])
-            out = [np.asarray(o) for o in self._fn(jnp.asarray(v), jnp.asarray(Wc), jnp.asarray(Xc),
-                                                   jnp.asarray(mask), float(top), gamma, eta,
-                                                   jnp.asarray(self.pa), jnp.asarray(self.pb))]
-            acc = out if acc is None else [a + o for a, o in zip(acc, out)]
-        return acc
+        C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
+        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma, weights=weights)
 
     def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
-        if self.method == "full":
-            return self._log_z_full(v, W, X0, top=top, gamma=gamma, eta=eta)
         T, S, nt, T2 = self.T, W.shape[0], self.nt, self.T * self.T
         pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
         if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
@@ -501,19 +334,6 @@ class LocalEstimator:
             hess[:, self.pos] += Pv.T
         return math.log(Zb), grad, hess
 
-    def _log_z_full(self, v, W, X0, *, top, gamma, eta):
-        S = W.shape[0]
-        Z, g, H, p0, P = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta)
-        grad = g / Z
-        hess = H / Z - np.outer(g, g) / Z ** 2
-        Pf = np.zeros((self.nv, self.nv))
-        if len(self.pos):
-            np.add.at(Pf, self.pos, self.fac[:, None] * (P / Z - np.outer(p0, g) / Z ** 2))
-            np.add.at(grad, self.pos, self.fac * p0 / Z)
-        hess = hess + Pf + Pf.T
-        return math.log(Z / S), grad, hess
-
-
 def _theta_jacobian(v, m, T, gamma, eta):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
     theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] eta gamma Phi(t,s) Delta(s), E alike
@@ -554,61 +374,25 @@ def _theta_jacobian(v, m, T, gamma, eta):
     return J, (np.concatenate(si_), np.concatenate(sj_), np.concatenate(sv_))
 
 
-_THETA: dict = {}
-
-
-def _theta_map(T):
-    """jitted (v, m, gamma, eta) -> (d theta/dv, Hessian of m . theta(v)) by autodiff (the reference for
-    _theta_jacobian)."""
-    if T not in _THETA:
-        def fn(v, m, gamma, eta):
-            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, gamma, eta)])  # noqa: E731
-            return jax.jacfwd(theta)(v), jax.hessian(lambda vv: m @ theta(vv))(v)
-        _THETA[T] = jax.jit(fn)
-    return _THETA[T]
-
-
-def _site_map(x, C, E, T, activation):
-    """F(x) of the single-site equations x = w + F(x) (used for J0 = dF/dx at the base point)."""
-    p, d1, _ = _act_jax(activation)(x[:T])
-    return jnp.concatenate([C @ (d1 * x[T:]), E @ p])
-
-
 _EST: dict = {}
 
 
 def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
+    """The ln Z_l estimator of a layer kind; ``method`` 'struct' / 'full' are the autodiff references of
+    :mod:`dmftc.reference.deep_autodiff` (tests only)."""
     activation = as_activation(activation)
+    if method not in ("fast", "struct", "full"):
+        raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")
     key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
     if key not in _EST:
-        _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
-                                   method=method)
+        if method == "fast":
+            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk)
+        else:
+            from .reference.deep_autodiff import AutodiffEstimator
+
+            _EST[key] = AutodiffEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                                          method=method)
     return _EST[key]
-
-
-def gaussian_cubature5(d):
-    """Points (2 d^2 + 1, d) and weights of a symmetric cubature rule exact for every polynomial of degree <= 5
-    under the standard normal N(0, I_d) (the classical fully symmetric degree-5 rule: the origin,
-    +- sqrt(d + 2) e_i and +- sqrt((d + 2) / 2) (e_i +- e_j); weights 2/(d+2), (4-d)/(2(d+2)^2), 1/(d+2)^2).
-    For linear networks every sum of the propagator is a Gaussian moment of degree <= 4, so these points
-    give the EXACT propagator (no sampling error)."""
-    pts, wts = [np.zeros(d)], [2.0 / (d + 2)]
-    r, s2 = math.sqrt(d + 2.0), math.sqrt((d + 2.0) / 2.0)
-    for i in range(d):
-        for sg in (1.0, -1.0):
-            e = np.zeros(d)
-            e[i] = sg * r
-            pts.append(e)
-            wts.append((4.0 - d) / (2.0 * (d + 2.0) ** 2))
-    for i in range(d):
-        for j in range(i + 1, d):
-            for si in (1.0, -1.0):
-                for sj in (1.0, -1.0):
-                    e = np.zeros(d)
-                    e[i], e[j] = si * s2, sj * s2
-                    pts.append(e)
-                    wts.append(1.0 / (d + 2.0) ** 2)
-    return np.array(pts), np.array(wts)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def test_theta_jacobian_matches_autodiff():
     """The sparse chain rule v -> (C, E, hats) used by the local Hessians equals jax.jacfwd / jax.hessian."""
     import jax.numpy as jnp
 
-    from dmftc.deep_propagator import _theta_jacobian, _theta_map
+    from dmftc.deep_propagator import _theta_jacobian
+    from dmftc.reference.deep_autodiff import _theta_map
 
     T = 4
     nt = T * (T + 1) // 2

@@ -18,7 +18,8 @@ import pytest
 
 from dmftc.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
                                deep_linear_saddle, observable_names, saddle_point_vector)
-from dmftc.deep_propagator import LocalEstimator, deep_propagator, local_logf, mc_saddle
+from dmftc.deep_propagator import LocalEstimator, _estimator, deep_propagator, mc_saddle
+from dmftc.reference.deep_autodiff import local_logf
 from dmftc.errors import NumericalError, ParameterError
 
 
@@ -182,7 +183,7 @@ def test_structured_estimator_equals_brute_force_autodiff():
     x0 = saddle_point_vector(sad)
     for l in range(1, L + 1):
         v, idx = _gather_local(jnp.asarray(x0), lay, l)
-        res = [LocalEstimator(T=T, activation="tanh", vary_u=l > 1, vary_r=l < L, method=m).log_z(
+        res = [_estimator(T, "tanh", l > 1, l < L, method=m).log_z(
             np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.0, eta=0.3)
             for m in ("struct", "full")]
         (z1, g1, h1), (z2, g2, h2) = res
@@ -206,7 +207,7 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation):
     names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
     for l in range(1, L + 1):
         v, _ = _gather_local(jnp.asarray(x0), lay, l)
-        fast, ref = (LocalEstimator(T=T, activation=activation, vary_u=l > 1, vary_r=l < L, method=m).moments(
+        fast, ref = (_estimator(T, activation, l > 1, l < L, method=m).moments(
             np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.3, eta=0.4)
             for m in ("fast", "struct"))
         assert fast[1] < 1e-24 * S                       # the march's fields solve the single-site equations
@@ -319,7 +320,8 @@ def test_linear_propagator_is_exact_with_a_degree_5_gaussian_cubature(L, T):
     assembly, inverse) on the points of a degree-5 cubature rule instead of random paths must therefore give
     the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.deep_linear)
     to round-off, for every block of Delta, K, Phi[l], G[l] (the issue asks for 1e-6 relative)."""
-    from dmftc.deep_propagator import gaussian_cubature5, group_propagator
+    from dmftc.deep_propagator import group_propagator
+    from dmftc.reference.deep_autodiff import gaussian_cubature5
 
     kw = dict(L=L, gamma=1.2, y=1.0, eta=0.2, T=T)
     pts, w = gaussian_cubature5(2 * T)
