@@ -1,6 +1,11 @@
 """Benchmark: finite-width propagator of deep tanh networks -- time and peak memory against T, L and samples.
 
 Run: python benchmarks/bench_deep_propagator.py [--T 10 20 30 40 50] [--L 2 3] [--samples 1000] [--groups 2]
+         [--activation tanh] [--against DIR]
+
+``--against DIR`` also runs every case with another checkout of dmftc first on the path (e.g. a
+``git worktree`` of an older commit) and prints the ratio of this tree's time to that reference's, measured
+in the same run.
 
 Each case (dmftc.deep_propagator.deep_propagator, one training point, gamma = 1, eta = 0.05) runs in a fresh
 subprocess so that its peak resident memory is its own, and prints the split of the wall time:
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -32,7 +38,7 @@ from dmftc.deep_propagator import deep_propagator
 from dmftc.deep_linear import Layout
 kw = json.loads({kw!r})
 t0 = time.perf_counter()
-P = deep_propagator(activation="tanh", gamma=1.0, y=1.0, eta=0.05, **kw)
+P = deep_propagator(gamma=1.0, y=1.0, eta=0.05, **kw)
 d = P.diagnostics
 out = dict(total=time.perf_counter() - t0, saddle=d["time_saddle"], hessian=d["time_hessian"],
            solve=d["time_solve"], n_vars=Layout(kw["L"], kw["T"]).n // 2, stationarity=d["stationarity"],
@@ -43,8 +49,12 @@ print(json.dumps(out))
 """
 
 
-def run_case(kw: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CASE.format(kw=json.dumps(kw))], capture_output=True, text=True)
+def run_case(kw: dict, path: str | None = None) -> dict:
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", CASE.format(kw=json.dumps(kw))], capture_output=True, text=True,
+                          env=env)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         return {"error": lines[-1] if lines else "failed"}
@@ -57,6 +67,8 @@ def main():
     ap.add_argument("--L", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--samples", type=int, default=1000, help="source paths in all (split into groups)")
     ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--activation", default="tanh", help="an expression in h or a shorthand")
+    ap.add_argument("--against", default=None, help="another dmftc checkout to time as the reference")
     args = ap.parse_args()
     print(f"samples = {args.samples} in {args.groups} groups; times in s (first call, includes JAX compilation)")
     print(f"{'L':>2}{'T':>4}{'n':>7}{'total':>9}{'saddle':>8}{'hessian':>9}{'solve':>8}{'peak MB':>9}"
@@ -64,7 +76,9 @@ def main():
     for L in args.L:
         prev = None
         for T in args.T:
-            r = run_case(dict(L=L, T=T, samples=args.samples, groups=args.groups))
+            kw = dict(L=L, T=T, samples=args.samples, groups=args.groups, activation=args.activation)
+            ref = run_case(kw, args.against) if args.against else None
+            r = run_case(kw)
             if "error" in r:
                 print(f"{L:>2}{T:>4}  failed: {r['error']}")
                 continue
@@ -76,6 +90,14 @@ def main():
                   f"{r['solve']:>8.1f}{r['peak_mb']:>9.0f}{ratio:>8}{exp:>6}   "
                   f"{r['var_delta_end']:.4g} +- {r['se_var_delta_end']:.2g}    {r['var_k_end']:.4g} +- {r['se_var_k_end']:.2g}",
                   flush=True)
+            if ref is not None:
+                if "error" in ref:
+                    print(f"      reference failed: {ref['error']}")
+                else:
+                    print(f"      reference ({args.against}): total {ref['total']:.1f} s, hessian {ref['hessian']:.1f} s;"
+                          f" this tree / reference = {r['total'] / ref['total']:.2f} (same N Var Delta(T): "
+                          f"{abs(ref['var_delta_end'] - r['var_delta_end']) < 1e-9 * max(1.0, abs(r['var_delta_end']))})",
+                          flush=True)
             prev = (T, r["total"])
 
 

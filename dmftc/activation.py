@@ -128,6 +128,8 @@ class Activation:
     @classmethod
     def parse(cls, text: str) -> "Activation":
         """An expression in ``h`` (or ``x``) over the DSL's functions, e.g. ``"h / (1 + abs(h))"``; or a shorthand."""
+        from tokenize import TokenError
+
         from sympy.parsing.sympy_parser import parse_expr
 
         from .errors import ParameterError
@@ -138,7 +140,7 @@ class Activation:
         names = {k: v for k, v in BUILTINS.items()} | {"h": X, "x": X, "pi": sp.pi}
         try:
             expr = parse_expr(src.replace("^", "**"), local_dict=names, global_dict=dict(_PARSE_GLOBALS))
-        except (sp.SympifyError, SyntaxError, TypeError, ValueError) as err:
+        except (sp.SympifyError, SyntaxError, TypeError, ValueError, TokenError) as err:
             raise ParameterError(f"cannot read the activation {text!r}: {err}; write an expression in h such as "
                                  f"'tanh(h)' or 'h / (1 + abs(h))' (functions: {', '.join(BUILTINS)})") from None
         if not isinstance(expr, sp.Expr):
@@ -189,7 +191,8 @@ class Activation:
         fn = ns["activation"]
         w = float(width)
         return SiteActivation(key=("expr", sp.srepr(self.expr), w), label=self.text or sp.sstr(self.expr),
-                              fn=lambda h: fn(h, w), kink_order=self.kink_order, linear=self.linear)
+                              fn=lambda h: fn(h, w), kink_order=self.kink_order, linear=self.linear, width=w,
+                              rewidth=self.site)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,14 @@ class SiteActivation:
     fn: object = field(compare=False, hash=False)
     kink_order: int | None = None
     linear: bool = False
+    width: float = 0.1
+    rewidth: object = field(default=None, compare=False, hash=False, repr=False)
+
+    def at_width(self, width: float) -> "SiteActivation":
+        """The same activation with delta functions of another width (for the extrapolation width -> 0)."""
+        if self.rewidth is None:
+            raise ValueError(f"activation {self.label} cannot change its delta width")
+        return self.rewidth(width)
 
     def numpy(self, h):
         """fn on numpy arrays, numpy results."""

@@ -138,7 +138,13 @@ class DeepSolution:
     def _propagator(self):
         if self.propagator is None:
             raise ParameterError(_NOT_YET.format(act=self.activation))
-        return self.propagator.get() if isinstance(self.propagator, LazyPropagator) else self.propagator
+        if not isinstance(self.propagator, LazyPropagator):
+            return self.propagator
+        prop = self.propagator.get()
+        for k in ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc"):
+            if k in prop.diagnostics:
+                self.diagnostics[f"propagator_{k}" if not k.startswith("dirac") else k] = prop.diagnostics[k]
+        return prop
 
     def summary(self) -> str:
         rows = [f"deep {self.activation} network, L = {self.L}, T = {self.T}, "
@@ -209,9 +215,11 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
             "propagator_groups": propagator_groups, "activation": act.label, "kink_order": act.kink_order}
     if act.kink_order is not None:
         info["approximation"] = (
-            f"the activation's derivative of order {act.kink_order} holds a delta function (a kink); the march "
-            f"and the propagator replace it by a Gaussian of width {width:g} (dirac_width), a bias that is not "
-            "estimated and may exceed the Monte Carlo error")
+            f"the activation's derivative of order {act.kink_order} holds a delta function (a kink), replaced by a "
+            f"Gaussian of width {width:g} (dirac_width){' in the march and' if act.kink_order <= 2 else ''} in the "
+            "propagator; the propagator is extrapolated to width 0 from widths w and w/2 on the same paths "
+            "(info 'dirac_shift': the size of that correction relative to each curve's peak); the residual bias "
+            "is not estimated and may exceed the Monte Carlo error")
     return DeepSolution(act.label, L, T, params, means, se, prop, info)
 
 

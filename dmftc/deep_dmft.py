@@ -229,7 +229,8 @@ class SpecKernels:
         return SiteActivation(key=self.key + (tuple(sorted(p.items())), float(width)),
                               label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
                               fn=lambda h: mod.activation(h, p, float(width)),
-                              kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR))
+                              kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
+                              rewidth=lambda w: self.site_activation(params, w))
 
     def _boundary(self, role, layer, T, p, depth):
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""

@@ -507,6 +507,21 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
     return P
 
 
+class _Extrapolated:
+    """A group's propagator extrapolated to delta width 0 from widths w and w/2 (same paths): 2 P(w/2) - P(w)."""
+
+    def __init__(self, at_w, at_half):
+        self.sigma = {a: {b: 2 * at_half.sigma[a][b] - at_w.sigma[a][b] for b in at_w.sigma[a]} for a in at_w.sigma}
+        self.saddle = at_half.saddle
+        self.diagnostics = dict(at_half.diagnostics)
+        self.diagnostics["min_eig"] = min(at_w.diagnostics["min_eig"], at_half.diagnostics["min_eig"])
+        for k in ("time_saddle", "time_hessian", "time_solve"):
+            self.diagnostics[k] = at_w.diagnostics[k] + at_half.diagnostics[k]
+
+
+_extrapolated = _Extrapolated
+
+
 def _observable_matrix(P):
     names = list(P.sigma)
     return np.block([[P.sigma[a][b] for b in names] for a in names])
@@ -514,14 +529,25 @@ def _observable_matrix(P):
 
 def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T: int,
                     samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
-                    method: str = "fast", progress: bool = False, dirac_width: float = 0.1) -> DeepPropagator:
+                    method: str = "fast", progress: bool = False, dirac_width: float = 0.1,
+                    dirac_extrapolate: bool = True) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
     standard error over groups.  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
     :class:`dmftc.activation.SiteActivation` (a compiled spec's); delta functions in its derivatives (kinks)
-    are Gaussians of width ``dirac_width``, a bias reported in ``diagnostics['kink_order']``."""
+    are Gaussians of width ``dirac_width``.
+
+    Kinks (``activation.kink_order`` not None): with ``dirac_extrapolate`` every group is also run with half the
+    width on the same paths, and its propagator is extrapolated linearly to width 0, 2 Sigma(w/2) - Sigma(w)
+    (the mollifier's bias is about linear in w when the delta function multiplies a function that is itself
+    non-smooth at the kink, as for softsign; measured in experiments/deep_activations.py).  The standard errors
+    come from the spread of the extrapolated groups; ``diagnostics['dirac_shift']`` reports, per observable,
+    max_t |Sigma(w/2) - Sigma(w)| relative to the curve's peak, the size of the bias that was removed (the
+    residual bias is not estimated), and ``'dirac_shift_vs_se'`` the same shift over the standard error."""
     activation = as_activation(activation, dirac_width)
+    half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
+        else None
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
@@ -532,13 +558,17 @@ def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T
         chunk = _integer("chunk", chunk, 1)
     per = samples // groups
     t0 = _time.perf_counter()
-    runs = []
+    runs, runs_w = [], []
     with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
         for gi in range(groups):
             rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
             xi = rng.standard_normal((2, L, per, T))
-            runs.append(group_propagator(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T,
-                                         xiu=xi[0], xir=xi[1], chunk=chunk, method=method))
+            kw = dict(L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method)
+            run = group_propagator(activation=activation, **kw)
+            if half is not None:
+                runs_w.append(run)
+                run = _extrapolated(run, group_propagator(activation=half, **kw))
+            runs.append(run)
             bar.advance(note=f"group {gi + 1}: {per} paths")
     names = observable_names(L)
     stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
@@ -573,7 +603,17 @@ def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T
             "time_saddle": sum(x["time_saddle"] for x in d), "time_hessian": sum(x["time_hessian"] for x in d),
             "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0}
     diag.update(activation=activation.label, kink_order=activation.kink_order,
-                dirac_width=dirac_width if activation.kink_order is not None else None)
+                dirac_width=activation.width if activation.kink_order is not None else None,
+                dirac_extrapolated=half is not None)
+    if half is not None:
+        shift, ratio = {}, {}
+        for a in names:
+            d_a = np.array([np.diag(pe.sigma[a][a] - pw.sigma[a][a]) for pe, pw in zip(runs, runs_w)]) / 2
+            mean = d_a.mean(axis=0)             # Sigma(w/2) - Sigma(w) on the time diagonal
+            peak = max(float(np.max(np.abs(np.diag(sigma[a][a])))), 1e-300)
+            shift[a] = float(np.max(np.abs(mean)) / peak)
+            ratio[a] = float(np.max(np.abs(mean) / np.maximum(np.diag(se[a][a]), 1e-300)))
+        diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
     params = dict(activation=activation.label, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups,
                   seed=seed, groups=groups)
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

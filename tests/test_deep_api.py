@@ -97,6 +97,7 @@ def test_any_activation_gets_a_propagator_and_kinks_are_flagged_and_bad_argument
     sol = solve_deep(activation="h / (1 + abs(h))", samples=400, propagator_samples=64, propagator_groups=2, **TANH)
     assert sol.diagnostics["kink_order"] == 3 and "delta function" in sol.diagnostics["approximation"]
     assert np.all(np.isfinite(sol.var("K"))) and sol.var("K")[-1] > 0
+    assert sol.diagnostics["dirac_extrapolated"] and set(sol.diagnostics["dirac_shift"]) >= {"K", "Delta", "G[1]"}
     smooth = solve_deep(activation="sin(h)", samples=400, **TANH)
     assert smooth.diagnostics["kink_order"] is None and "approximation" not in smooth.diagnostics
     for bad in ("foo(h)", "tanh(h", "tanh(beta * h)", ""):
