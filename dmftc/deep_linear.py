@@ -434,7 +434,6 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
     """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle; observables Delta, K, Phi[l](t,t), G[l](t,t)."""
     t0 = _time.perf_counter()
     sad = deep_linear_saddle(L=L, gamma=gamma, y=y, eta=eta, T=T)
-    lay = Layout(L, T)
     x0 = saddle_point_vector(sad)
     t1 = _time.perf_counter()
     H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, method=method)

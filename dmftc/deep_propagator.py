@@ -285,7 +285,7 @@ class LocalEstimator:
     def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
-        T, S, nt, T2 = self.T, W.shape[0], self.nt, self.T * self.T
+        T, S, T2 = self.T, W.shape[0], self.T * self.T
         pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
         if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):

@@ -161,7 +161,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
 
 
 def _act_text(a) -> str:
-    from .derive_deep import _txt
+    from .derive_deep_blocks import _txt
     return _txt(a.body)
 
 

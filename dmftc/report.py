@@ -74,7 +74,7 @@ def _fmt(expr, latex):
 
 def format_derivation(d: Derivation, latex: bool = False) -> str:
     if not isinstance(d, Derivation):  # a deep network (dmftc.derive_deep)
-        from .derive_deep import format_deep_derivation
+        from .derive_deep_blocks import format_deep_derivation
         return format_deep_derivation(d, latex=latex)
     spec = d.model.spec
     f = lambda e, when="t": _fmt(_timed(e, d, when), latex)

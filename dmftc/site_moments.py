@@ -97,7 +97,6 @@ class SiteMoments:
             if self.blocks else np.zeros((2, 0), int)
         if not (want.shape[1] == len(self.pa) and np.array_equal(want, np.stack([self.pa, self.pb]))):
             raise ValueError("pairs must be the lower triangles (a >= b) of whole source blocks, u before r")
-        npairs = len(self.pa)
         per_path = 8 * 5 * n ** 3                       # bytes of the largest per-path arrays (second order)
         self.chunk = chunk or int(max(4, min(512, 2e9 / per_path)))
         self._fn = jax.jit(self._chunk_sums)
@@ -139,7 +138,6 @@ class SiteMoments:
 
         # third order on the varying pairs q = (a, b) (module doc): Xi3[o; j, a, b] for C-type (o = g, j = u)
         # and E-type (o = p, j = r) as four matrix products per type and varying source block
-        pa, pb = self.pa, self.pb
         Rp, Rg = Ry[:, :T], Ry[:, T:]                    # columns: p rows / g rows of V3
         Xi3 = {"C": [], "E": []}
         D2f = []
@@ -179,7 +177,6 @@ class SiteMoments:
     def _chunk_sums(self, C, E, W, X0, mask, top, gamma):
         T, n = self.T, 2 * self.T
         y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, top, gamma))(W, X0)
-        S = W.shape[0]
         m = mask
         oc, jc, anti = self.oc, self.jc, self.anti
         lam = Xi[:, oc, jc]                                                   # (S, 2T^2)

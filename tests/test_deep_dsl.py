@@ -16,8 +16,9 @@ import sympy as sp
 import dmftc
 from dmftc.check import check
 from dmftc.derive import derive
-from dmftc.derive_deep import (activation_functions, explicit_term, format_deep_derivation, gaussian_average,
-                               price_term, response_observable, unroll)
+from dmftc.derive_deep import activation_functions
+from dmftc.derive_deep_blocks import (explicit_term, format_deep_derivation, gaussian_average, price_term,
+                                      response_observable, unroll)
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
 from dmftc.parse import parse
 

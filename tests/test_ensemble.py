@@ -60,7 +60,7 @@ def _random_gram(rng, n):
 @pytest.mark.parametrize("activation", ACTS)
 def test_hand_written_update_matches_jax_grad(activation):
     rng = np.random.default_rng(11)
-    B, N, D, n, P = 2, 7, 3, 3, 2
+    B, N, D, n = 2, 7, 3, 3
     gamma, eta = 0.7, 0.3             # != 1 so that misplaced gamma / eta factors show up
     X = rng.standard_normal((n, D))
     y = np.array([0.8, -1.3])

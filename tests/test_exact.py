@@ -6,7 +6,6 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.validation import finite_width_truth
 
 ROOT = Path(__file__).resolve().parent.parent
 
