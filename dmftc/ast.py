@@ -60,6 +60,7 @@ class Hat(Expr):
     name: str
     indices: tuple[str, ...]
     time: str
+    time2: str | None = None      # dual of a two-time kernel of a deep action, hat Phi[l](t, s)
 
 
 @dataclass(frozen=True)

@@ -340,6 +340,9 @@ class _Checker:
             sym = self.lookup(e.name, e.pos, locals_)
             if ctx != "action":
                 raise self.err(StructureSpecError, "dual variables (hat ...) appear only in the action", e.pos)
+            if e.time2 is not None:
+                raise self.err(ShapeSpecError, f"'hat {e.name}' has two time arguments; two-time kernels and their "
+                               "duals belong to deep specs", e.pos, hint=f"write hat {e.name}({e.time})")
             if sym.kind != "order":
                 orders = [o.name for o in self.spec.orders]
                 raise self.err(NameSpecError, f"'hat {e.name}': '{e.name}' is not an order parameter", e.pos,

@@ -16,10 +16,12 @@ parameter) raise located :class:`SpecError` s; the result is a :class:`DeepModel
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 from . import ast
+from .action_deep import lower_deep_action
 from .check import _Checker, _suggest
 from .check_deep_expr import DeepExpressionChecks, LayerRef, _children, _kind
 from .errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
@@ -50,6 +52,7 @@ class DeepModel:
     fields: tuple[ast.FieldDecl, ...]               # per-layer field equations, dependency order
     definitions: dict                               # family/response/scalar name -> its defining equation
     boundaries: dict                                # family/response name -> ((LayerRef, equation), ...)
+    from_action: tuple = ()                         # the definitions derived from the spec's action, if any
 
     @property
     def name(self) -> str:
@@ -75,10 +78,6 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         if s.indices:
             raise self.err(StructureSpecError, "sample indices are not supported in deep specs yet", s.indices[0].pos,
                            hint="deep specs describe one training point")
-        if s.actions:
-            raise self.err(StructureSpecError, "deep specs define order parameters by averages, not by an action",
-                           s.actions[0].pos, hint="write each order parameter as Q[l](t, s) = E[...]; "
-                                                  "dmftc derives the saddle-point structure from those")
         for p in s.params:
             if p.dims:
                 raise self.err(StructureSpecError, f"array parameter '{p.name}' in a deep spec",
@@ -141,6 +140,11 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                 raise self.err(ShapeSpecError, f"source '{tgt.name}' must be indexed by the layer index",
                                tgt.pos, hint=f"write {tgt.name}[{lay.var}] ~ gp(0, ...)")
             self.declare("source", tgt.name, tgt.indices, tgt.pos)
+        derived, deferred = (), ()
+        if s.actions:                       # the saddle-point equations of the action, as definitions
+            derived, deferred = lower_deep_action(s, lambda cls, msg, pos, hint=None: self.err(cls, msg, pos,
+                                                                                                 hint=hint))
+            self.spec = s = dataclasses.replace(s, fields=s.fields + derived, actions=())
         # ---------------------------------------------------------------- equations: classify
         responses, fields, definitions, boundaries = [], [], {}, {}
         for f in s.fields:
@@ -233,8 +237,10 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                 self.dexpr(eq.body, ctx="boundary", times=set(), layers={})
         order = self.dependencies(fields)
         byname = {f.name: f for f in fields}
+        if deferred:
+            raise deferred[0]
         return DeepModel(s, dict(self.symbols), tm.var, lay.var, lay.depth, act, tuple(scalars), tuple(families),
-                         tuple(responses), gps, tuple(byname[n] for n in order), definitions, boundaries)
+                         tuple(responses), gps, tuple(byname[n] for n in order), definitions, boundaries, derived)
 
     # ------------------------------------------------------------ pieces
     def lookup(self, name, pos, locals_=frozenset(), extra=()):

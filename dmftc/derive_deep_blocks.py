@@ -196,6 +196,14 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
       f"step {m.spec.time.step_name}")
     w(f"activation: {m.activation.name}(x) = {f(d.phi[0])};  {m.activation.name}'(x) = {f(d.phi[1])};  "
       f"{m.activation.name}''(x) = {f(d.phi[2])}")
+    if m.from_action:
+        from .action_deep import expr_text
+
+        w("")
+        w("from the action (stationarity in the duals hat Q, in the paired responses and in the constraints' duals):")
+        for eq in m.from_action:
+            lhs = f"{eq.name}{'[' + ', '.join(eq.indices) + ']' if eq.indices else ''}({eq.time}"
+            w(f"  {lhs}{', ' + eq.time2 if eq.time2 else ''}) = {expr_text(eq.body)}")
     kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
     if kink is not None:
         w(f"  non-smooth: derivative {kink} of {m.activation.name} holds a delta function (derivatives are taken "

@@ -147,8 +147,9 @@ class _Build(Transformer):
         return ast.PrimeCall(_pos(meta), str(c[0]), c[-1])
 
     def hat(self, meta, c):
-        indices = c[1] if len(c) == 3 else ()
-        return ast.Hat(_pos(meta), str(c[0]), indices, str(c[-1]))
+        indices = next((x for x in c if isinstance(x, tuple)), ())
+        names = [str(x) for x in c if not isinstance(x, tuple)]
+        return ast.Hat(_pos(meta), names[0], indices, names[1], names[2] if len(names) > 2 else None)
 
     def _bin(op):  # noqa: N805 - helper factory
         def f(self, meta, c):

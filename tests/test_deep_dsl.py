@@ -331,3 +331,28 @@ def test_cli_deep_errors_and_derive_in_process(capsys, monkeypatch):
     assert main(["derive", "specs/deep_tanh.dmft"]) == 0
     out = capsys.readouterr().out
     assert "Price-theorem term" in out and "c0_z(t, s) = B[l+1](t, s)" in out
+
+
+def test_action_form_derives_the_direct_form(tmp_path):
+    """specs/deep_tanh.dmft states the action; tests/specs/deep_tanh_direct.dmft the averages it implies.  Both
+    compile to the same module (up to the spec path and hash), and `dmftc derive` prints the derived equations."""
+    from dmftc.compiler import generate
+
+    direct = (Path(__file__).resolve().parent / "specs" / "deep_tanh_direct.dmft").read_text()
+    action = (ROOT / "specs" / "deep_tanh.dmft").read_text()
+    assert "action:" in action and "action:" not in direct
+    strip = lambda text: [ln for ln in text.splitlines() if "sha256" not in ln.lower()]  # noqa: E731
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "deep_tanh.dmft").write_text(action)
+    (tmp_path / "b" / "deep_tanh.dmft").write_text(direct)
+    a, b = generate(tmp_path / "a" / "deep_tanh.dmft"), generate(tmp_path / "b" / "deep_tanh.dmft")
+    assert strip(a) == strip(b)
+    model = check(parse(action, "specs/deep_tanh.dmft"))
+    text = {f"{f.name}({f.time}{', ' + f.time2 if f.time2 else ''})": f for f in model.from_action}
+    assert set(text) == {"Phi(t, s)", "G(t, s)", "A(t, s)", "B(t, s)", "K(t)", "Delta(t)"}
+    out = format_deep_derivation(derive(model))
+    for line in ("Phi[l](t, s) = E[phi(h[l](t)) phi(h[l](s))]", "B[l](t, s) = E[d g[l](t) / d u[l](s)]",
+                 "A[l](t, s) = E[d phi(h[l](t)) / d r[l](s)]", "K(t) = sum(l = 0..L: G[l+1](t, t) Phi[l](t, t))",
+                 "Delta(t) = y - (E[z[L](t) phi(h[L](t))] - E[z[L](0) phi(h[L](0))]) / gamma"):
+        assert line in out, out

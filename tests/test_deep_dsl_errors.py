@@ -22,6 +22,10 @@ DEEP = ("deep_tanh", "deep_linear")
 
 
 def spec_text(name):
+    """A shipped deep spec (written as an action), or the direct form of deep_tanh (``deep_tanh_direct``: the
+    order parameters given by their averages), kept in tests/specs/."""
+    if name.endswith("_direct"):
+        return (Path(__file__).resolve().parent / "specs" / f"{name}.dmft").read_text()
     return (SPECS / f"{name}.dmft").read_text()
 
 
@@ -89,7 +93,7 @@ CASES = [
     Case("not-a-layer-index", ((H_SUM, H_SUM.replace("A[l-1]", "A[k-1]")),), NameSpecError,
          at="k-1", message="'k' is not a layer index"),
     Case("family-without-definition", (("  G[l](t, s) = E[g[l](t) g[l](s)]\n", ""),), StructureSpecError,
-         at="G[l](t, s)", after="order ", message="order parameter 'G' has no definition at layer 'l'"),
+         at="G[l](t, s)", after="order ", message="order parameter 'G' has no definition at layer 'l'", spec="deep_tanh_direct"),
     # ---------------------------------------------------------------- sources
     Case("gp-cov-is-response", (("gp(0, Phi[l-1])", "gp(0, A[l-1])"),), StructureSpecError,
          at="A[l-1])", message="the covariance of 'u' is a response function 'A', not a two-time order parameter"),
@@ -104,7 +108,7 @@ CASES = [
          at="Phi[l-1](s)", message="order parameter 'Phi' takes 2 time arguments, got 1",
          hint="write Phi[l](t, s)"),
     Case("definition-one-time", (("Phi[l](t, s) = E[", "Phi[l](t) = E["),), ShapeSpecError,
-         at="Phi[l](t) = E", message="'Phi' is a two-time layer family"),
+         at="Phi[l](t) = E", message="'Phi' is a two-time layer family", spec="deep_tanh_direct"),
     Case("family-without-index", ((H_INT, H_INT.replace("Phi[l-1](t, s)", "Phi(t, s)")),), ShapeSpecError,
          at="Phi(t, s)", message="order parameter 'Phi' needs one layer index, got 0"),
     Case("order-decl-one-time", (("Phi[l](t, s), G[l](t, s)", "Phi[l](t), G[l](t, s)"),), ShapeSpecError,
@@ -118,16 +122,32 @@ CASES = [
          at="Depth", message="the depth 'Depth' is not a parameter"),
     # ---------------------------------------------------------------- responses and structure
     Case("response-wrt-field", (("/ d r[l](s)]", "/ d z[l](s)]"),), StructureSpecError,
-         at="z[l](s)]", message="responses are derivatives with respect to a source"),
+         at="z[l](s)]", message="responses are derivatives with respect to a source", spec="deep_tanh_direct"),
     Case("response-not-derivative", (("A[l](t, s) = E[d phi(h[l](t)) / d r[l](s)]", "A[l](t, s) = 0"),),
          StructureSpecError, at="0\n", after="A[l](t, s) = ",
-         message="response function 'A' must be defined as an average derivative"),
+         message="response function 'A' must be defined as an average derivative", spec="deep_tanh_direct"),
     Case("kernel-not-its-average", (("E[g[l](t) g[l](s)]", "E[g[l](t) z[l](s)]"),), StructureSpecError,
-         at="E[g[l](t) z", message="'G[l]' must be the average"),
-    Case("action-in-deep-spec", (("  Delta(t) = y", "  Delta(t) = y"),
-                                 ("K(t) = sum(", "K(t) = sum(")), StructureSpecError,
-         at="action", after="Delta(t) = y", message="deep specs define order parameters by averages, not by an action",
-         spec="deep_tanh_action"),
+         at="E[g[l](t) z", message="'G[l]' must be the average", spec="deep_tanh_direct"),
+    Case("action-and-direct-definition", (), NameSpecError, at="K(t) (K(t) - 1)",
+         message="'K' is defined twice", spec="deep_tanh_direct_action"),
+    # ---------------------------------------------------------------- actions
+    Case("pair-missing", ((" + hat G[l](t, s) G[l](t, s), s <= t), t))", ", s <= t), t))"),), StructureSpecError,
+         at="hat G[l](t, s) g[l](t)", message="'hat G' enters the log-partition function but has no kernel pair"),
+    Case("pair-wrong-kernel", (("hat G[l](t, s) G[l](t, s), s", "hat G[l](t, s) Phi[l](t, s), s"),),
+         StructureSpecError, at="hat G[l](t, s) Phi", message="the kernel pair of 'hat G' must be"),
+    Case("pair-one-time", (("integral(integral(hat Phi[l](t, s) Phi[l](t, s) + hat G[l](t, s) G[l](t, s), s <= t), t)",
+                            "integral(hat Phi[l](t, t) Phi[l](t, t), t)"),), StructureSpecError,
+         at="integral(hat Phi[l](t, t)", message="two-time terms of a deep action are double integrals over s <= t"),
+    Case("trace-offset", (("trace(A[l], B[l+1])", "trace(A[l], B[l])"),), StructureSpecError,
+         at="trace(A[l], B[l])", message="trace pairs a kernel with the next layer's"),
+    Case("trace-sign", (("  - sum(l = 0..L: trace", "  + sum(l = 0..L: trace"),), StructureSpecError,
+         at="trace(A", message="the response pairing enters the action as"),
+    Case("constraint-form", (("hat K(t) (K(t) - sum(", "hat K(t) (2 K(t) - sum("),), StructureSpecError,
+         at="2 K(t) - sum", message="a constraint is integral(hat K(t) (K(t) - ...), t)"),
+    Case("log-z-layers", (("+ sum(l = 1..L: log E", "+ sum(l = 0..L: log E"),), StructureSpecError,
+         at="sum(l = 0..L: log", message="this layer sum must run over the hidden layers"),
+    Case("hat-of-kernel-one-time", (("hat Phi[l](t, s) phi(h[l](t))", "hat Phi[l](t) phi(h[l](t))"),),
+         StructureSpecError, at="hat Phi[l](t) phi", message="'hat Phi' here is the dual of a two-time kernel"),
     # ---------------------------------------------------------------- syntax
     Case("shift-without-number", ((H_SUM, H_SUM.replace("A[l-1]", "A[l-]")),), SyntaxSpecError,
          at="](t, s) g[l](s))", after="A[l-", message="unexpected ']'; expected a number"),
@@ -135,8 +155,8 @@ CASES = [
 
 
 def _text(case):
-    if case.spec == "deep_tanh_action":
-        return spec_text("deep_tanh") + "action:\n  integral(hat K(t) K(t), t)\n"
+    if case.spec == "deep_tanh_direct_action":
+        return spec_text("deep_tanh_direct") + "action:\n  integral(hat K(t) (K(t) - 1), t)\n"
     return mutate(*case.edits, name=case.spec)
 
 
@@ -167,9 +187,13 @@ def test_deep_constructs_in_a_two_layer_spec_are_explained():
                                                                   "sum(s < t: Delta(s) * z(s))")
     with pytest.raises(StructureSpecError, match="sum over earlier times is only available in deep specs"):
         check(parse(text, "specs/eos.dmft"))
+    text = (SPECS / "eos.dmft").read_text().replace("+ hat K(t) K(t), t)", "+ hat K(t, s) K(t), t)")
+    with pytest.raises(ShapeSpecError, match="two-time kernels and their duals belong to deep specs") as info:
+        check(parse(text, "specs/eos.dmft"))
+    assert (info.value.pos.line, info.value.pos.col) == locate(text, "hat K(t, s)")
 
 
-@pytest.mark.parametrize("name", DEEP)
+@pytest.mark.parametrize("name", DEEP + ("deep_tanh_direct",))
 def test_shipped_deep_specs_check(name):
     model = check(parse(spec_text(name), f"specs/{name}.dmft"))
     assert model.layer_var == "l" and model.depth == "L"
