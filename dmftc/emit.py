@@ -6,6 +6,8 @@ stamps), so recompiling gives byte-identical files.
 """
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 
 from . import __version__, ast
@@ -16,6 +18,21 @@ from .symbolic import ONEHOT
 _FUNCS = {sp.tanh: "jnp.tanh", sp.exp: "jnp.exp", sp.log: "jnp.log", sp.sin: "jnp.sin", sp.cos: "jnp.cos",
           sp.Abs: "jnp.abs", sp.erf: "jax.scipy.special.erf", sp.sign: "jnp.sign", sp.cosh: "jnp.cosh",
           sp.sinh: "jnp.sinh"}
+
+
+_IMPORTS = (("import jax\n", r"\bjax\.(?!numpy\b|scipy\b)"), ("import jax.numpy as jnp\n", r"\bjnp\."),
+            ("import jax.scipy.special  # noqa: F401\n", r"\bjax\.scipy\.special\."),
+            ("import numpy as np\n", r"(?<![A-Za-z_.])np\."), ("from dmftc import kernels as _k\n", r"\b_k\."))
+
+
+def prune_imports(text: str) -> str:
+    """Drop the header imports that a generated module does not use."""
+    head_end = text.index('"""', text.index('"""') + 3) + 3       # imports follow the module docstring
+    head, body = text[:head_end], text[head_end:]
+    for line, use in _IMPORTS:
+        if not re.search(use, body.replace(line, "")):
+            body = body.replace(line, "", 1)
+    return head + body.replace("\n\n\nMODEL = ", "\n\nMODEL = ", 1)
 
 
 class ExprPrinter:
@@ -290,7 +307,7 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     for pt in d.past_terms:
         w(f"        ({pr(pt.at_t)}, {pr(pt.at_s)}),  # {pt.row} <- {pt.col}\n")
     w("    ]\n")
-    return "".join(out)
+    return prune_imports("".join(out))
 
 
 def _idx(indices) -> str:

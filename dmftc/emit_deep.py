@@ -13,7 +13,7 @@ import sympy as sp
 
 from . import __version__
 from .derive_deep import DeepDerivation
-from .emit import ExprPrinter, default_code
+from .emit import ExprPrinter, default_code, prune_imports
 
 
 class _Code(ExprPrinter):
@@ -157,7 +157,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
           "kernel.\"\"\"\n")
         w(f"    return {_scalar_code(sc.expr, d)}\n\n")
     text = "".join(out)
-    return text.rstrip("\n") + "\n"
+    return prune_imports(text.rstrip("\n") + "\n")
 
 
 def _act_text(a) -> str:

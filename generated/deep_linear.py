@@ -8,10 +8,6 @@ layer l = 1..L, solved by dmftc.runtime_deep (the causal march of dmftc.deep_dmf
 Rows: every coupling function gets row t (a vector over s) of the adjacent layer's kernels.
 """
 import jax.numpy as jnp
-import jax.scipy.special  # noqa: F401
-import numpy as np
-
-from dmftc import kernels as _k
 
 MODEL = 'deep_linear'
 DESCRIPTION = 'deep linear network, L hidden layers, one training point'

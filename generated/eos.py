@@ -6,12 +6,7 @@ Spec sha256: 3f8bef1b9e5aebca1903cc57d7a4cc480385bb6fbd9972765f600612f72a31bc
 Regenerate with `dmftc compile specs/eos.dmft`.  Layout of every array:
 (batch, s), see dmftc.lower.
 """
-import jax
-import jax.numpy as jnp
-import jax.scipy.special  # noqa: F401
 import numpy as np
-
-from dmftc import kernels as _k
 
 MODEL = 'eos'
 DESCRIPTION = 'two-layer linear net, one point, large-step gradient descent'

@@ -6,9 +6,7 @@ Spec sha256: e7c2338bdb2126454d5faee3a33919f0ab958269f9caf96e71bbb365e30265d8
 Regenerate with `dmftc compile specs/linear_whitened.dmft`.  Layout of every array:
 (batch, mu, mu#10, mu', nu#1, s), see dmftc.lower.
 """
-import jax
 import jax.numpy as jnp
-import jax.scipy.special  # noqa: F401
 import numpy as np
 
 from dmftc import kernels as _k

@@ -6,12 +6,8 @@ Spec sha256: 3509e0c36c0112164519c45fbe16cabbf430165bee3d9653ac24c8d7f2476317
 Regenerate with `dmftc compile specs/two_layer.dmft`.  Layout of every array:
 (batch, s), see dmftc.lower.
 """
-import jax
 import jax.numpy as jnp
-import jax.scipy.special  # noqa: F401
 import numpy as np
-
-from dmftc import kernels as _k
 
 MODEL = 'two_layer'
 DESCRIPTION = 'two-layer net, one training point, one test point'
