@@ -233,7 +233,8 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     for l in range(1, L + 1):
         names[f"{r['A']}[{l}]"] = f"Rphi[{l}]"
         names[f"{r['B']}[{l}]"] = f"Rg[{l}]"
-    std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])
+    std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])      # recorded only (the spec's own
+    # parameters drive the march); the propagator gets the constants of standard_constants
     if mod.LINEAR:
         if backend == "mc":
             raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
@@ -247,50 +248,69 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                 f"or {mod.DEPTH}, or raise memory_limit")
             inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"})
             return DeepSpecSolution(mod, inner, p, names, err)
-        missing = [k for k in ("gamma", "y") if k not in p]
-        if missing or step != "eta":
-            raise StructureSpecError(f"the deep-linear propagator needs the parameters gamma, y and the time step "
-                                     f"eta (missing: {', '.join(missing + ([] if step == 'eta' else ['eta']))})",
-                                     None, filename=mod.SPEC_PATH)
-        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, **std)
+        consts, why = standard_constants(mod, p, T)
+        if consts is None:
+            raise StructureSpecError(f"the deep-linear propagator describes the standard deep network of "
+                                     f"specs/deep_linear.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
+        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, **consts)
         _check_same_model(mod, own, inner, L)
         return DeepSpecSolution(mod, inner, p, names)
-    inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed, spec=spec, spec_params=p,
-                            groups=groups, dirac_width=dirac_width, backend=backend, memory_limit=memory_limit,
-                            propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                            progress=progress, **std)
-    why = _nonstandard(mod, p, T) if inner.propagator is not None else None
+    consts, why = standard_constants(mod, p, T)
+    inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
+                            spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
+                            memory_limit=memory_limit, propagator_samples=propagator_samples,
+                            propagator_groups=propagator_groups, progress=progress, **(consts or std))
     err = None if why is None else StructureSpecError(
         f"the finite-width propagator (dmftc.deep_propagator) describes the standard deep network of "
         f"specs/deep_tanh.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
     return DeepSpecSolution(mod, inner, p, names, err)
 
 
-def _nonstandard(mod, p, T):
-    """None when the spec's couplings, boundaries and readout are those of the standard deep network (the one
-    dmftc.deep_propagator's action describes), checked on random rows; otherwise what differs."""
-    if "gamma" not in p or "y" not in p or mod.TIME["step"] != "eta":
-        return "the parameters gamma, y and the time step eta are needed"
+def standard_constants(mod, p, T):
+    """The constants of the standard deep network's action that the spec's generated functions realise, as the
+    effective (gamma, eta, y) of :mod:`dmftc.deep_propagator` / :mod:`dmftc.deep_linear`, whose action depends
+    on them only through kappa = eta gamma (the coupling coefficient of both fields), rho = 1 / gamma (the
+    readout's) and y; or None and what differs.
+
+    Measured on random rows: c_h(t, s) = A[l-1](t, s) + kappa Delta(s) Phi[l-1](t, s), c0_z = B[l+1],
+    c_z = kappa Delta(s) G[l+1](t, s), Delta(t) = y - rho (E_t - E_0), standard boundaries and
+    K = sum_l G[l+1] Phi[l].  The spec's parameters may have any names and the constants any values."""
     r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
     rng = np.random.default_rng(12345)
     Phi, A, G, B, Delta = (rng.standard_normal(T) for _ in range(5))
-    eg = q["eta"] * q["gamma"]
-    prev = {"Phi": Phi, "A": A, r["Phi"]: Phi, r["A"]: A}
-    nxt = {"G": G, "B": B, r["G"]: G, r["B"]: B}
+    prev = lambda P, Q: {"Phi": P, "A": Q, r["Phi"]: P, r["A"]: Q}                     # noqa: E731
+    nxt = lambda P, Q: {"G": P, "B": Q, r["G"]: P, r["B"]: Q}                          # noqa: E731
     close = lambda a, b: np.allclose(np.asarray(a, float), b, rtol=1e-12, atol=1e-12)  # noqa: E731
-    if not close(mod.h_coupling(prev, Delta, q), eg * Delta * Phi + A):
-        return f"the h coupling is not {r['A']}[l-1](t,s) + eta gamma Delta(s) {r['Phi']}[l-1](t,s)"
-    c0, c = mod.z_coupling(nxt, Delta, q)
-    if not (close(c0, B) and close(c, eg * Delta * G)):
-        return f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + eta gamma Delta(s) {r['G']}[l+1](t,s) (s < t)"
+    one, zero = np.ones(T), np.zeros(T)
+    kh = float(np.asarray(mod.h_coupling(prev(one, zero), one, q), float).ravel()[0])
+    if not close(mod.h_coupling(prev(Phi, A), Delta, q), kh * Delta * Phi + A):
+        return None, f"the h coupling is not {r['A']}[l-1](t,s) + c Delta(s) {r['Phi']}[l-1](t,s) with a constant c"
+    c0, c = mod.z_coupling(nxt(one, zero), one, q)
+    kz = float(np.asarray(c, float).ravel()[0])
+    c0, c = mod.z_coupling(nxt(G, B), Delta, q)
+    if not (close(c0, B) and close(c, kz * Delta * G)):
+        return None, (f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + c Delta(s) {r['G']}[l+1](t,s) (s < t) "
+                      "with a constant c")
+    if not math.isclose(kh, kz, rel_tol=1e-12, abs_tol=1e-300):
+        return None, f"the h and z couplings have different constants ({kh:g} and {kz:g})"
     role = {v: k for k, v in r.items()}
     want = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
     for (fam, ref), value in mod.boundaries(q).items():
         if role.get(fam) in want and float(value) != want[role[fam]]:
-            return f"the boundary {fam}[{ref}] = {value} (the standard network has {want[role[fam]]:g})"
-    if not close(mod.readout(0.7, 0.2, q), q["y"] - 0.5 / q["gamma"]):
-        return "the readout is not Delta(t) = y - (E[z phi](t) - E[z phi](0)) / gamma"
-    return None
+            return None, f"the boundary {fam}[{ref}] = {value} (the standard network has {want[role[fam]]:g})"
+    y0 = float(mod.readout(0.0, 0.0, q))
+    rho = y0 - float(mod.readout(1.0, 0.0, q))
+    if not (close(mod.readout(0.7, 0.2, q), y0 - 0.5 * rho) and close(mod.readout(-0.3, 0.4, q), y0 + 0.7 * rho)):
+        return None, "the readout is not Delta(t) = y - c (E[z phi](t) - E[z phi](0)) with constants y, c"
+    if not rho > 0 or kh < 0:
+        return None, f"the readout and coupling constants ({rho:g}, {kh:g}) are not those of a network with gamma > 0"
+    L = int(q[mod.DEPTH])
+    for name in mod.SCALARS:
+        rows = {(fam, l): rng.standard_normal(T) for fam in (r["Phi"], r["G"]) for l in range(L + 2)}
+        got = getattr(mod, f"scalar_{name}")(lambda fam, l: rows[(fam, l)], q)
+        if name == "K" and not close(got, sum(rows[(r["G"], l + 1)] * rows[(r["Phi"], l)] for l in range(L + 1))):
+            return None, f"K is not sum(l = 0..L: {r['G']}[l+1](t, t) {r['Phi']}[l](t, t))"
+    return {"gamma": 1.0 / rho, "eta": kh * rho, "y": y0}, None
 
 
 def _from_saddle(deep, sad, activation, L, T, params, diag):

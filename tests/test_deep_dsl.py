@@ -258,9 +258,32 @@ def test_tanh_spec_of_another_network_gets_no_foreign_propagator(tmp_path):
     m = dmftc.load(spec, tmp_path / "gen")
     sol = m.solve(L=2, T=4, eta=0.1, samples=200)
     assert sol.mean("Delta").shape == (4,)                # means: the spec's own network
-    with pytest.raises(StructureSpecError, match="the z coupling is not B"):
+    with pytest.raises(StructureSpecError, match="the h and z couplings have different constants"):
         sol.var("K")
-    assert "the z coupling is not" in sol.summary()
+    assert "different constants" in sol.summary()
+
+
+def test_propagator_reads_the_constants_from_the_spec_whatever_the_names(tmp_path):
+    """The same network written with other parameter names and a rescaled gamma (gamma = 2 beta): the spec's
+    coupling and readout constants are measured from its generated functions, so the propagator is the one
+    of deep_tanh at gamma = 2 beta (same seed: equal to round-off)."""
+    text = (ROOT / "specs" / "deep_tanh.dmft").read_text()
+    for old, new in (('param gamma = 1.0 "feature learning strength"', 'param beta = 0.6 "half the feature strength"'),
+                     ('param y = 1.0 "training target"', 'param target = -0.7'),
+                     ("steps of eta = 0.05", "steps of lr = 0.05"),
+                     ("+ gamma * integral(Delta(s) Phi", "+ 2 * beta * integral(Delta(s) Phi"),
+                     ("+ gamma * integral(Delta(s) G", "+ 2 * beta * integral(Delta(s) G"),
+                     ("(Delta(t) - y + ", "(Delta(t) - target + "), (") / gamma), t)", ") / (2 * beta)), t)")):
+        assert old in text
+        text = text.replace(old, new)
+    spec = tmp_path / "renamed.dmft"
+    spec.write_text(text)
+    kw = dict(T=4, samples=400, propagator_samples=64, propagator_groups=2, seed=5)
+    mine = dmftc.load(spec, tmp_path / "gen").solve(lr=0.1, **kw)
+    ref = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(gamma=1.2, y=-0.7, eta=0.1, **kw)
+    for name in ("Delta", "K", "Phi[1]", "G[2]"):
+        np.testing.assert_allclose(mine.mean(name), ref.mean(name), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(mine.var(name), ref.var(name), rtol=1e-8, atol=1e-12)
 
 
 def test_deep_linear_spec_matches_python_api():
@@ -294,7 +317,7 @@ def test_linear_spec_of_another_network_gets_no_foreign_propagator(tmp_path):
     spec = tmp_path / "other.dmft"
     spec.write_text(text)
     m = dmftc.load(spec, tmp_path / "gen")
-    with pytest.raises(StructureSpecError, match="not the deep linear network"):
+    with pytest.raises(StructureSpecError, match="the h and z couplings have different constants"):
         m.solve(L=2, T=6, eta=0.1)
 
 
