@@ -43,13 +43,18 @@ SHORTHANDS = {"tanh": "tanh(h)", "erf": "erf(h)", "linear": "h", "relu": "sqrt(2
 
 def _pieces(expr):
     """(kinks, branches): the sorted real points where ``expr`` may be non-smooth, and the smooth expression
-    on each of the len(kinks) + 1 intervals between them; None when a kink is not a number (parameters)."""
+    on each of the len(kinks) + 1 intervals between them; None when the kinks are not finitely many numbers
+    (parameters, periodic kinks): then the caller differentiates plainly (SymPy's DiracDelta of the switching
+    expression, mollified in code as a function of it)."""
     pw = sp.piecewise_fold(expr.rewrite(sp.Piecewise))
     if not isinstance(pw, sp.Piecewise):
         return [], [expr]
     kinks = set()
     for rel in pw.atoms(sp.core.relational.Relational):
-        for root in sp.solve(rel.lhs - rel.rhs, X):
+        roots = sp.solveset(rel.lhs - rel.rhs, X, domain=sp.S.Reals)
+        if not isinstance(roots, sp.FiniteSet):       # infinitely many kinks (abs(sin(h))) or unknown
+            return None
+        for root in roots:
             if not (root.is_number and root.is_real):
                 return None
             kinks.add(sp.nsimplify(root))

@@ -284,7 +284,12 @@ class _Deriver:
                  + sp.Sum(z_past.subs(_layer_subs(z_past, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
                           (s, 0, t - 1)))
         params = tuple(p.name for p in m.spec.params) + (m.spec.time.steps_name, m.spec.time.step_name)
-        return DeepDerivation(m, t, s, self.x, act_derivatives(self.concrete_phi(0)), roles,
+        try:
+            phis = act_derivatives(self.concrete_phi(0))
+        except (ValueError, TypeError, NotImplementedError) as err:
+            raise self.err(f"cannot differentiate the activation four times: {err}", self.act.body.pos,
+                           hint="use elementwise functions of h; kinks from abs, max, min of expressions in h")
+        return DeepDerivation(m, t, s, self.x, phis, roles,
                               Couplings(h_past, z_upto, z_past), bounds, tuple(scalars), stein, params)
 
     def split(self, name, parsed, source, driver, eq):

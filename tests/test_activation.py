@@ -74,3 +74,16 @@ def test_bad_activations_are_named():
             continue
         with pytest.raises(ParameterError, match=match):
             Activation.parse(bad)
+
+
+def test_periodic_and_shifted_kinks():
+    """abs(sin(h)) has infinitely many kinks: its derivatives are SymPy's (delta of sin(h)), exact away from the
+    kinks, also beyond the first period; relu(h - 1/2) has its delta at 1/2."""
+    site = as_activation("abs(sin(h))")
+    assert site.kink_order == 2
+    for x in (-4.0, -0.5, 2.0, 7.0, 11.0):                  # away from k pi
+        vals = [float(v) for v in site.fn(jnp.asarray(x))]
+        s = np.sign(np.sin(x))
+        np.testing.assert_allclose(vals[:2], [abs(np.sin(x)), s * np.cos(x)], rtol=1e-12)
+    shifted = Activation.parse("relu(h - 0.5)")
+    assert sp.simplify(shifted.derivatives[2] - sp.DiracDelta(X - sp.Rational(1, 2))) == 0
