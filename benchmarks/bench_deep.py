@@ -5,7 +5,7 @@ Run: python benchmarks/bench_deep.py [--what linear mc] [--T 10 20 30] [--L 2 3]
 * linear: dmftc.deep.solve_deep(activation="linear"): exact saddle + propagator from the dense
   Hessian of the closed-form Gaussian action (n = 2 L T(T+1) + 2 (L-1) T^2 + 2 T variables:
   memory O(n^2) = O(L^2 T^4), LU O(n^3) = O(L^3 T^6)).
-* mc: the Monte Carlo saddle point of deep tanh networks (dmftc.deep_dmft.solve_deep): one
+* mc: the Monte Carlo saddle point of deep tanh networks (dmftc.runtime.deep_dmft.solve_deep): one
   causal march with forward-mode response tangents, O(samples L T^3) work.
 
 Every case runs in a fresh subprocess so that its peak resident memory is its own; each

@@ -1,14 +1,14 @@
 """dmftc: a symbolic-to-numeric compiler for finite-width DMFT of wide neural networks.
 
 Stages: parse -> check -> derive -> lower -> emit (see :mod:`dmftc.compiler`),
-then a runtime (:mod:`dmftc.runtime`) that solves the saddle point and forms the
+then a runtime (:mod:`dmftc.runtime.two_layer`) that solves the saddle point and forms the
 propagator Sigma = U^-1 kappa U^-T.
 """
 __version__ = "0.1.0"
 
-from .compiler import compile_spec, load  # noqa: E402
-from .errors import DmftcError, NumericalError, ParameterError, SpecError  # noqa: E402
-from .solution import Solution  # noqa: E402
+from dmftc.compiler import compile_spec, load  # noqa: E402
+from dmftc.errors import DmftcError, NumericalError, ParameterError, SpecError  # noqa: E402
+from dmftc.runtime.solution import Solution  # noqa: E402
 
 __all__ = ["load", "compile_spec", "Solution", "DmftcError", "SpecError", "ParameterError", "NumericalError",
            "__version__"]

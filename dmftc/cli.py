@@ -10,7 +10,7 @@ import ast as pyast
 import sys
 from pathlib import Path
 
-from .errors import DmftcError, ParameterError, SpecError
+from dmftc.errors import DmftcError, ParameterError, SpecError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +29,7 @@ def _parse_value(text: str, name: str):
 
 
 def cmd_compile(args) -> int:
-    from .compiler import compile_spec, is_stale, output_path
+    from dmftc.compiler import compile_spec, is_stale, output_path
 
     stale = []
     for spec in args.specs:
@@ -45,8 +45,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_derive(args) -> int:
-    from .compiler import front_end
-    from .report import format_derivation
+    from dmftc.compiler import front_end
+    from dmftc.derive.report import format_derivation
 
     _, deriv = front_end(Path(args.spec))
     print(format_derivation(deriv, latex=args.latex))
@@ -54,7 +54,7 @@ def cmd_derive(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .compiler import load
+    from dmftc.compiler import load
 
     params = {}
     for item in args.set or []:
@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
         if not args.quiet:
             print(f"wrote {args.out}")
     if args.plot:
-        from .plot import plot_solution
+        from dmftc.runtime.plot import plot_solution
         plot_solution(sol, args.plot)
         if not args.quiet:
             print(f"wrote {args.plot}")

@@ -1,10 +1,10 @@
 """The compiler driver: spec file -> generated module, and loading it.
 
-    parse (dmftc.parse)    text -> syntax tree with positions
-    check (dmftc.check)    names, arity, causality -> Model
-    derive (dmftc.derive)  SymPy: saddle equations, kappa/D/U structure, tangents
-    lower (dmftc.lower)    array layout for the kernels
-    emit (dmftc.emit)      Python/JAX source text
+    parse (dmftc.frontend.parse)    text -> syntax tree with positions
+    check (dmftc.frontend.check)    names, arity, causality -> Model
+    derive (dmftc.derive.two_layer)  SymPy: saddle equations, kappa/D/U structure, tangents
+    lower (dmftc.codegen.lower)    array layout for the kernels
+    emit (dmftc.codegen.two_layer)      Python/JAX source text
 
 Generated files are written atomically (temporary file + rename) and carry the
 spec's sha256 and the dmftc version, so a stale module is detected and rebuilt.
@@ -18,13 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import __version__
-from .check import check
-from .derive import Derivation, derive
-from .emit import emit
-from .errors import DmftcError
-from .lower import lower
-from .parse import parse
+from dmftc import __version__
+from dmftc.frontend.check import check
+from dmftc.derive.two_layer import Derivation, derive
+from dmftc.codegen.two_layer import emit
+from dmftc.errors import DmftcError
+from dmftc.codegen.lower import lower
+from dmftc.frontend.parse import parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _UMASK = os.umask(0o022)  # read the process umask (at import, before any threads) ...
@@ -57,7 +57,7 @@ def generate(path: Path) -> str:
     text, deriv = front_end(path)
     sha = hashlib.sha256(text.encode()).hexdigest()
     if not isinstance(deriv, Derivation):  # a deep network
-        from .emit_deep import emit_deep
+        from dmftc.codegen.deep import emit_deep
         return emit_deep(deriv, spec_path=display_path(path), spec_sha256=sha)
     return emit(deriv, lower(deriv), spec_path=display_path(path), spec_sha256=sha)
 
@@ -113,7 +113,7 @@ def _import(path: Path):
 
 def load(spec_path, out_dir=None):
     """Compile ``spec_path`` if its generated module is missing or stale, import it, wrap it."""
-    from .model import CompiledModel
+    from dmftc.runtime.model import CompiledModel
 
     spec_path = Path(spec_path)
     target, _ = compile_spec(spec_path, out_dir) if is_stale(spec_path, out_dir) else (output_path(spec_path, out_dir), False)

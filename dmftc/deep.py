@@ -10,15 +10,15 @@ Backends:
 
 * linear activation: exact discrete-time saddle and the propagator from the autodiff Hessian
   of the closed-form Gaussian action with the response functions folded in by the Schur
-  complement (:mod:`dmftc.deep_linear`).
+  complement (:mod:`dmftc.runtime.deep_linear`).
 * any other activation (an expression in h, e.g. 'sin(h)', or a shorthand 'tanh', 'erf', 'relu'):
-  the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.deep_dmft`)
+  the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.runtime.deep_dmft`)
   for the means, and the finite-width propagator from the Monte Carlo Hessian of the MSR action
-  (:mod:`dmftc.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
+  (:mod:`dmftc.runtime.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
   independent groups), computed on first use of ``var`` / ``sigma`` (it costs far more than the means).
 
 The linear propagator factorises the dense Hessian of all O(L T^2) variables; the nonlinear one solves
-by causal block back substitution (:mod:`dmftc.causal_solve`) and keeps its two halves U and Kd.  Both
+by causal block back substitution (:mod:`dmftc.runtime.causal_solve`) and keeps its two halves U and Kd.  Both
 need O((L T^2)^2) memory; sizes that do not fit ``memory_limit`` are refused with the size they would need.
 
 Names: "Delta", "K" (time series), "Phi[l]", "G[l]" (two-time kernels, l = 1..L), and for the
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ParameterError
+from dmftc.errors import ParameterError
 
 __all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
@@ -45,7 +45,7 @@ class LazyPropagator:
 
     def get(self):
         if self._value is None:
-            from .deep_propagator import deep_propagator
+            from dmftc.runtime.deep_propagator import deep_propagator
 
             L, T = self.kwargs["L"], self.kwargs["T"]
             need = causal_propagator_bytes(L, T)
@@ -60,7 +60,7 @@ class LazyPropagator:
 
 def propagator_bytes(L: int, T: int) -> int:
     """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve."""
-    from .deep_linear import Layout
+    from dmftc.runtime.deep_linear import Layout
 
     lay = Layout(L, T)
     return 8 * (2 * lay.n * lay.n + lay.n * lay.n_phys)
@@ -70,7 +70,7 @@ def causal_propagator_bytes(L: int, T: int) -> int:
     """Peak memory of one group of the nonlinear deep propagator: U and Kd (dual x primal, dual x dual), one
     layer's local Hessian with its chain-rule temporaries, and the per-chunk path arrays (at most 2 GB, see
     site_moments.SiteMoments)."""
-    from .deep_linear import Layout
+    from dmftc.runtime.deep_linear import Layout
 
     lay = Layout(L, T)
     nt = T * (T + 1) // 2
@@ -172,19 +172,19 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                **march_options) -> DeepSolution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
 
-    ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.deep_dmft.SpecKernels`) and
-    parameters, which then drive the Monte Carlo march (used by :mod:`dmftc.runtime_deep`);
-    ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.deep_dmft.solve_deep`;
+    ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.runtime.deep_dmft.SpecKernels`) and
+    parameters, which then drive the Monte Carlo march (used by :mod:`dmftc.runtime.deep_spec`);
+    ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.runtime.deep_dmft.solve_deep`;
     ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
-    propagator (:func:`dmftc.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
+    propagator (:func:`dmftc.runtime.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
     """
-    from .activation import as_activation
+    from dmftc.derive.activation import as_activation
 
     width = march_options.get("dirac_width", 0.1)
     act = as_activation(activation, width)
     params = {"gamma": gamma, "y": y, "eta": eta}
     if act.linear:
-        from .deep_linear import deep_linear_propagator
+        from dmftc.runtime.deep_linear import deep_linear_propagator
 
         need = propagator_bytes(_count("L", L), _count("T", T))
         if need > memory_limit:
@@ -199,7 +199,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                           f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
         zeros = {k: np.zeros_like(v) for k, v in means.items()}
         return DeepSolution(act.label, L, T, params, means, zeros, prop, dict(prop.diagnostics))
-    from .deep_dmft import solve_deep as mc_saddle
+    from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
 
     sad = mc_saddle(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
                     spec=spec, spec_params=spec_params, **march_options)

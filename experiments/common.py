@@ -36,7 +36,7 @@ def parse_args(name: str, doc: str) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- statistics
 def sample_stats(x: np.ndarray, N: int):
-    """mean, N*var (ddof=1) and their standard errors over axis 0 (formulas of dmftc.ensemble)."""
+    """mean, N*var (ddof=1) and their standard errors over axis 0 (formulas of dmftc.validation.ensemble)."""
     E = x.shape[0]
     m = x.mean(axis=0)
     d2 = (x - m) ** 2
@@ -59,7 +59,7 @@ def total_nvar_stats(x: np.ndarray, N: int, axis: int = 1):
 
 
 def richardson(x_n, se_n, x_2n, se_2n):
-    """Remove O(1/N) corrections from widths N and 2N: 2 x(2N) - x(N) (as dmftc.validation)."""
+    """Remove O(1/N) corrections from widths N and 2N: 2 x(2N) - x(N) (as dmftc.validation.truth)."""
     return 2 * x_2n - x_n, np.sqrt(4 * se_2n ** 2 + se_n ** 2)
 
 

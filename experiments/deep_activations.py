@@ -4,7 +4,7 @@ The spec is ``specs/deep_tanh.dmft`` with its activation line replaced (nothing 
 solved through ``dmftc.load``: the means come from the spec's march and the finite-width variances from the
 deep propagator driven by the generated activation and its four SymPy-printed derivatives.  Ground truth:
 ensembles of width-N networks with the same activation trained by discrete gradient descent
-(dmftc.deep_ensemble), Richardson-extrapolated in 1/N from widths N and 2N.
+(dmftc.validation.deep_ensemble), Richardson-extrapolated in 1/N from widths N and 2N.
 
 Panels per activation (rows): N Var Delta(t), N Var K(t), N Var Phi[l](t,t), N Var G[l](t,t).
 
@@ -12,7 +12,7 @@ Agreement (asserted): pointwise z = |theory - ensemble| / sqrt(se_theory^2 + se_
 and the N Var of Delta, K, Phi[1], Phi[2], G[1], G[2]; in full mode also max_t |theory - ensemble| within 5% of
 each N Var curve's peak.  Softsign's third derivative holds a delta function (phi'' jumps at 0), replaced by a
 Gaussian of width dirac_width = 0.1 in the propagator, which is then extrapolated to width 0 from widths 0.1
-and 0.05 on the same paths (dmftc.deep_propagator); the script reports the size of that correction.
+and 0.05 on the same paths (dmftc.runtime.deep_propagator); the script reports the size of that correction.
 
     python experiments/deep_activations.py [--quick] [--out DIR]
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.deep_ensemble import simulate_deep  # noqa: E402
+from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
 
 L, GAMMA, Y, SEED, REL_MAX = 2, 1.0, 1.0, 1100, 0.05
 ACTIVATIONS = {"sin": "sin(h)", "softsign": "h / (1 + abs(h))"}

@@ -3,7 +3,7 @@
 Panels: (a) <Delta(t)>, (b) <K(t)>, (c) <Phi[l](t,t)>, (d) <G[l](t,t)>, l = 1, 2.  Dashed black: the Monte Carlo
 saddle point of the exact discrete-time DMFT (dmftc.deep.solve_deep, many source paths, so its error is small).
 Solid with a band (+- 2 standard errors): ensembles of width-N tanh networks trained by discrete gradient
-descent (dmftc.deep_ensemble), Richardson-extrapolated from widths N and 2N (removes the O(1/N) bias).
+descent (dmftc.validation.deep_ensemble), Richardson-extrapolated from widths N and 2N (removes the O(1/N) bias).
 
 Agreement (asserted): pointwise z <= 4 (combined standard errors) and, in full mode, max_t |DMFT - ensemble| at
 most 2% of each curve's peak (the issue's "means within 2%").  The variances of the same network are in
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dmftc.deep import solve_deep  # noqa: E402
-from dmftc.deep_ensemble import simulate_deep  # noqa: E402
+from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
 
 L, GAMMA, Y, SEED, REL_MAX = 2, 1.0, 1.0, 900, 0.02
 

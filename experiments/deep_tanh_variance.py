@@ -2,9 +2,9 @@
 
 Panels: (a) N Var Delta(t), (b) N Var K(t), (c) N Var Phi[l](t,t), (d) N Var G[l](t,t), l = 1, 2.
 Dashed black with a grey band (+- 2 Monte Carlo standard errors): the propagator of deep NONLINEAR networks
-(dmftc.deep_propagator: Monte Carlo Hessian of the discrete-time MSR action, response functions and Price
+(dmftc.runtime.deep_propagator: Monte Carlo Hessian of the discrete-time MSR action, response functions and Price
 terms included, closed-form per-path derivatives).  Solid: ensembles of width-N tanh networks trained by
-discrete gradient descent (dmftc.deep_ensemble).
+discrete gradient descent (dmftc.validation.deep_ensemble).
 
 Agreement (asserted): pointwise in time, z = |theory - ensemble| / sqrt(se_theory^2 + se_ensemble^2) <= 4,
 with the ensemble N Var Richardson-extrapolated from widths N and 2N (removes the O(1/N) correction) and
@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dmftc.deep_ensemble import simulate_deep  # noqa: E402
-from dmftc.deep_propagator import deep_propagator  # noqa: E402
+from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
+from dmftc.runtime.deep_propagator import deep_propagator  # noqa: E402
 
 L, GAMMA, Y, SEED = 2, 1.0, 1.0, 700
 

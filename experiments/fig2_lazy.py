@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.ensemble import simulate_two_layer  # noqa: E402
+from dmftc.validation.ensemble import simulate_two_layer  # noqa: E402
 
 GAMMA, D, DATA_SEED, SEED = 0.05, 20, 2, 200
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.validation import finite_width_truth  # noqa: E402
+from dmftc.validation.truth import finite_width_truth  # noqa: E402
 
 GAMMAS, WIDTHS, N0, KX, SEED = (0.5, 1.0, 2.0), (128, 256, 512, 1024), 256, 0.5, 300
 NAMES = ("Delta", "f_star", "K", "K_star")

@@ -4,8 +4,8 @@ Panels: (a) N Var Delta(t), (b) N Var K(t), (c) N Var Phi[l](t,t) by layer, (d) 
 by layer.  Feature kernels accumulate variance along the forward pass (Phi[1] < Phi[2] <
 Phi[3]), gradient kernels along the backward pass, and the gap grows with gamma.
 Dashed black: DMFT propagator of the exact discrete-time Gaussian action
-(dmftc.deep_linear, autodiff Hessian + Schur complement); solid: ensembles of width-N networks
-(dmftc.deep_ensemble) trained by discrete gradient descent.
+(dmftc.runtime.deep_linear, autodiff Hessian + Schur complement); solid: ensembles of width-N networks
+(dmftc.validation.deep_ensemble) trained by discrete gradient descent.
 
 Agreement (asserted, z <= 4): means and N Var of Delta, K, Phi[l](t,t), G[l](t,t) against
 ensembles Richardson-extrapolated from widths N and 2N, for every gamma.
@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dmftc.deep_ensemble import simulate_deep  # noqa: E402
-from dmftc.deep_linear import deep_linear_propagator  # noqa: E402
+from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
+from dmftc.runtime.deep_linear import deep_linear_propagator  # noqa: E402
 
 L, Y, SEED = 3, 1.0, 500
 

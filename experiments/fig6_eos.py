@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.validation import finite_width_truth  # noqa: E402
+from dmftc.validation.truth import finite_width_truth  # noqa: E402
 
 ETA, GAMMAS, T, SEED = 0.2, (1.0, 4.0, 6.0), 60, 600
 

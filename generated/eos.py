@@ -4,7 +4,7 @@ Model: eos (two-layer linear net, one point, large-step gradient descent)
 Spec sha256: 3f8bef1b9e5aebca1903cc57d7a4cc480385bb6fbd9972765f600612f72a31bc
 
 Regenerate with `dmftc compile specs/eos.dmft`.  Layout of every array:
-(batch, s), see dmftc.lower.
+(batch, s), see dmftc.codegen.lower.
 """
 import numpy as np
 

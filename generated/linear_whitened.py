@@ -4,12 +4,12 @@ Model: linear_whitened (two-layer linear net on P whitened points)
 Spec sha256: e7c2338bdb2126454d5faee3a33919f0ab958269f9caf96e71bbb365e30265d8
 
 Regenerate with `dmftc compile specs/linear_whitened.dmft`.  Layout of every array:
-(batch, mu, mu#10, mu', nu#1, s), see dmftc.lower.
+(batch, mu, mu#10, mu', nu#1, s), see dmftc.codegen.lower.
 """
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc import kernels as _k
+from dmftc.runtime import kernels as _k
 
 MODEL = 'linear_whitened'
 DESCRIPTION = 'two-layer linear net on P whitened points'

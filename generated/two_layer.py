@@ -4,7 +4,7 @@ Model: two_layer (two-layer net, one training point, one test point)
 Spec sha256: 3509e0c36c0112164519c45fbe16cabbf430165bee3d9653ac24c8d7f2476317
 
 Regenerate with `dmftc compile specs/two_layer.dmft`.  Layout of every array:
-(batch, s), see dmftc.lower.
+(batch, s), see dmftc.codegen.lower.
 """
 import jax.numpy as jnp
 import numpy as np

@@ -4,12 +4,12 @@ Model: two_layer_multi (two-layer sqrt(2)-ReLU net on P training points)
 Spec sha256: 4acb88470c22f0a569fe920689376fe616afa195d11663805e89c49c29197afe
 
 Regenerate with `dmftc compile specs/two_layer_multi.dmft`.  Layout of every array:
-(batch, mu, nu, mu#25, mu#26, mu#29, mu#5, mu', nu#1, nu#2, nu#6, nu', s), see dmftc.lower.
+(batch, mu, nu, mu#25, mu#26, mu#29, mu#5, mu', nu#1, nu#2, nu#6, nu', s), see dmftc.codegen.lower.
 """
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc import kernels as _k
+from dmftc.runtime import kernels as _k
 
 MODEL = 'two_layer_multi'
 DESCRIPTION = 'two-layer sqrt(2)-ReLU net on P training points'

@@ -1,4 +1,4 @@
-"""dmftc.activation: one definition of an activation and its derivatives through fourth order.
+"""dmftc.derive.activation: one definition of an activation and its derivatives through fourth order.
 
 Smooth activations: the printed derivatives equal finite differences of phi.  Non-smooth ones: the
 distributional derivatives have the closed forms worked out by hand (branches plus delta functions with the
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from dmftc import kernels
-from dmftc.activation import X, Activation, as_activation
+from dmftc.runtime import kernels
+from dmftc.derive.activation import X, Activation, as_activation
 from dmftc.errors import ParameterError
 
 

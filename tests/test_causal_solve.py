@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from dmftc.causal_solve import causal_order, left_solve
-from dmftc.deep_linear import Layout
-from dmftc.deep_propagator import group_propagator
+from dmftc.runtime.causal_solve import causal_order, left_solve
+from dmftc.runtime.deep_linear import Layout
+from dmftc.runtime.deep_propagator import group_propagator
 from dmftc.errors import NumericalError
 
 
@@ -60,7 +60,7 @@ def test_theta_jacobian_matches_autodiff():
     """The sparse chain rule v -> (C, E, hats) used by the local Hessians equals jax.jacfwd / jax.hessian."""
     import jax.numpy as jnp
 
-    from dmftc.deep_propagator import _theta_jacobian
+    from dmftc.runtime.deep_propagator import _theta_jacobian
     from dmftc.reference.deep_autodiff import _theta_map
 
     T = 4

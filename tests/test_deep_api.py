@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dmftc.deep import propagator_bytes, solve_deep
-from dmftc.deep_linear import deep_linear_propagator
+from dmftc.runtime.deep_linear import deep_linear_propagator
 from dmftc.errors import ParameterError
 
 
@@ -69,7 +69,7 @@ def tanh_sol():
 
 def test_tanh_solution_gives_the_monte_carlo_propagator_on_first_use(tanh_sol):
     from dmftc.deep import LazyPropagator
-    from dmftc.deep_propagator import deep_propagator
+    from dmftc.runtime.deep_propagator import deep_propagator
 
     assert isinstance(tanh_sol.propagator, LazyPropagator) and tanh_sol.propagator._value is None
     ref = deep_propagator(activation="tanh", samples=1600, groups=4, seed=3, **TANH)

@@ -1,6 +1,6 @@
-"""Saddle point of the exact discrete-time deep DMFT (dmftc.deep_dmft).
+"""Saddle point of the exact discrete-time deep DMFT (dmftc.runtime.deep_dmft).
 
-Reference equations: the docstrings of dmftc.deep_ensemble and dmftc.deep_dmft.  The checks below are independent of the
+Reference equations: the docstrings of dmftc.validation.deep_ensemble and dmftc.runtime.deep_dmft.  The checks below are independent of the
 solver's method: closed recursions, Gauss-Hermite integrals, and field equations re-implemented
 here in numpy and differentiated by finite differences.
 """
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dmftc.deep_dmft import DeepSaddle, solve_deep
+from dmftc.runtime.deep_dmft import DeepSaddle, solve_deep
 from dmftc.errors import NumericalError, ParameterError
 
 # 16 groups: the group standard errors have 15 degrees of freedom, so a "4 standard errors" band

@@ -14,13 +14,13 @@ import pytest
 import sympy as sp
 
 import dmftc
-from dmftc.check import check
-from dmftc.derive import derive
-from dmftc.derive_deep import activation_functions
-from dmftc.derive_deep_blocks import (explicit_term, format_deep_derivation, gaussian_average, price_term,
+from dmftc.frontend.check import check
+from dmftc.derive.two_layer import derive
+from dmftc.derive.deep import activation_functions
+from dmftc.derive.deep_blocks import (explicit_term, format_deep_derivation, gaussian_average, price_term,
                                       response_observable, unroll)
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
-from dmftc.parse import parse
+from dmftc.frontend.parse import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 

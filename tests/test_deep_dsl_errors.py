@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dmftc.check import check
-from dmftc.derive import derive
+from dmftc.frontend.check import check
+from dmftc.derive.two_layer import derive
 from dmftc.errors import (CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError,
                           SyntaxSpecError)
-from dmftc.parse import parse
+from dmftc.frontend.parse import parse
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 DEEP = ("deep_tanh", "deep_linear")
@@ -218,7 +218,7 @@ def test_d_stays_a_name_outside_response_averages():
 def test_token_edits_never_escape(name, every):
     """Deleting or replacing one token gives a valid spec or a located SpecError, never a traceback
     (every ``every``-th token; all of them in the slow suite)."""
-    from dmftc.emit_deep import emit_deep
+    from dmftc.codegen.deep import emit_deep
 
     text = spec_text(name)
     body = text.index("\nmodel ")

@@ -1,4 +1,4 @@
-"""Tests for dmftc.deep_ensemble: the brute-force finite-width deep network simulator.
+"""Tests for dmftc.validation.deep_ensemble: the brute-force finite-width deep network simulator.
 
 Tolerances: comparisons against jax autodiff and against the two-layer simulator are float64
 round-off checks (the codes differ only in summation order / the low-rank representation of
@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.deep_ensemble import (deep_gd_step, deep_names, deep_truth, draw_deep_parameters,
+from dmftc.validation.deep_ensemble import (deep_gd_step, deep_names, deep_truth, draw_deep_parameters,
                                  simulate_deep)
-from dmftc.ensemble import ACTIVATIONS, simulate_two_layer
+from dmftc.validation.ensemble import ACTIVATIONS, simulate_two_layer
 from dmftc.errors import NumericalError
 
 ACTS = sorted(ACTIVATIONS)

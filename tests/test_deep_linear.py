@@ -1,5 +1,5 @@
 """Deep linear networks: exact discrete-time saddle, Gaussian DMFT action, autodiff propagator, and
-validation against finite-width networks (dmftc.deep_ensemble) and the exact two-layer backend."""
+validation against finite-width networks (dmftc.validation.deep_ensemble) and the exact two-layer backend."""
 from pathlib import Path
 
 import jax
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.deep_linear import (Layout, action_hessian, deep_linear_action, deep_linear_propagator,
+from dmftc.runtime.deep_linear import (Layout, action_hessian, deep_linear_action, deep_linear_propagator,
                                deep_linear_saddle, observable_names, saddle_point_vector)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ def test_two_layer_matches_exact_backend():
 def test_propagator_matches_finite_width_networks(L, E):
     """Richardson-extrapolated (N = 256, 512) ensembles of real deep linear networks: N Var of Delta, K and
     every kernel diagonal, and the means, within 4 standard errors of the theory at every time."""
-    from dmftc.deep_ensemble import deep_truth
+    from dmftc.validation.deep_ensemble import deep_truth
 
     P = propagator(L)
     s = P.saddle

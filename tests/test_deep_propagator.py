@@ -1,9 +1,9 @@
 """Finite-width propagator of deep nonlinear networks from the Monte Carlo Hessian of the discrete-time MSR
-action (dmftc.deep_propagator).
+action (dmftc.runtime.deep_propagator).
 
 Chain of checks: (1) the single-site integrand's derivatives from two Newton steps equal finite differences of
 a converged solver, through third order (and one step does not); (2) the structured estimator equals the
-brute-force autodiff Hessian on the same samples (round-off), and the closed-form sums of dmftc.site_moments (the
+brute-force autodiff Hessian on the same samples (round-off), and the closed-form sums of dmftc.runtime.site_moments (the
 default, fast path) equal the structured estimator on the same samples (round-off); (3) phi = identity: the Monte Carlo ln Z_l, its
 gradient and Hessian agree with deep_linear's closed form within Monte Carlo error, and the propagator with
 deep_linear_propagator; (4) tanh: exact initial covariances by quadrature; (5) tanh vs Richardson-extrapolated
@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
+from dmftc.runtime.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
                                deep_linear_saddle, observable_names, saddle_point_vector)
-from dmftc.deep_propagator import LocalEstimator, _estimator, deep_propagator, mc_saddle
+from dmftc.runtime.deep_propagator import LocalEstimator, _estimator, deep_propagator, mc_saddle
 from dmftc.reference.deep_autodiff import local_logf
 from dmftc.errors import NumericalError, ParameterError
 
@@ -195,7 +195,7 @@ def test_structured_estimator_equals_brute_force_autodiff():
 
 @pytest.mark.parametrize("activation", ["tanh", pytest.param("erf", marks=pytest.mark.slow)])
 def test_closed_form_site_moments_equal_autodiff_estimator(activation):
-    """Every sum of dmftc.site_moments (first, second and third source derivatives in closed form, Price block
+    """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives in closed form, Price block
     summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
     paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying)."""
     L, T, S = 3, 3, 64
@@ -226,7 +226,7 @@ def test_causal_blocking_of_the_price_products_is_exact():
     paths (T = 9, both source blocks varying) the blocked sums equal the single dense product to round-off."""
     import jax
 
-    from dmftc.site_moments import SiteMoments
+    from dmftc.runtime.site_moments import SiteMoments
 
     T, S = 9, 40
     rng = np.random.default_rng(1)
@@ -318,9 +318,9 @@ def test_linear_propagator_is_exact_with_a_degree_5_gaussian_cubature(L, T):
     """For phi = identity every sum behind the Hessian (kernels, fourth moments, responses, Price terms) is a
     Gaussian moment of degree <= 4.  Running the SAME estimator (march, closed-form site derivatives,
     assembly, inverse) on the points of a degree-5 cubature rule instead of random paths must therefore give
-    the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.deep_linear)
+    the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.runtime.deep_linear)
     to round-off, for every block of Delta, K, Phi[l], G[l] (the issue asks for 1e-6 relative)."""
-    from dmftc.deep_propagator import group_propagator
+    from dmftc.runtime.deep_propagator import group_propagator
     from dmftc.reference.deep_autodiff import gaussian_cubature5
 
     kw = dict(L=L, gamma=1.2, y=1.0, eta=0.2, T=T)
@@ -375,7 +375,7 @@ def test_tanh_initial_covariances_match_quadrature(tanh_small):
 
 # ------------------------------------------------------------------ 5. tanh vs finite-width networks
 def _compare_with_networks(P, params, E):
-    from dmftc.deep_ensemble import deep_truth
+    from dmftc.validation.deep_ensemble import deep_truth
 
     truth = deep_truth(activation="tanh", N=256, E=E, seed=11, extrapolate=True, **params)
     assert P.diagnostics["stationarity"] < 1e-12 and P.diagnostics["psd_within_mc"]

@@ -1,7 +1,7 @@
 """Deep networks against real finite-width networks trained by gradient descent.
 
 Theory: dmftc.deep.solve_deep (Monte Carlo saddle point for tanh, exact for linear nets).
-Truth: dmftc.deep_ensemble.deep_truth, width-N and 2N ensembles Richardson-extrapolated in 1/N.
+Truth: dmftc.validation.deep_ensemble.deep_truth, width-N and 2N ensembles Richardson-extrapolated in 1/N.
 Agreement is pointwise, z = |theory - ensemble| / sqrt(se_theory^2 + se_ensemble^2) <= 4, for the
 time series Delta, K and every entry (t, s) of the two-time kernels Phi[l], G[l].
 """
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dmftc.deep import solve_deep
-from dmftc.deep_ensemble import deep_truth
+from dmftc.validation.deep_ensemble import deep_truth
 
 Z = 4.0
 

@@ -5,8 +5,8 @@ import pytest
 import sympy as sp
 
 from dmftc.compiler import front_end
-from dmftc.report import format_derivation, u_blocks
-from dmftc.symbolic import ONEHOT
+from dmftc.derive.report import format_derivation, u_blocks
+from dmftc.derive.symbolic import ONEHOT
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

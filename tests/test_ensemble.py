@@ -1,4 +1,4 @@
-"""Tests for dmftc.ensemble: the brute-force finite-width two-layer network simulator.
+"""Tests for dmftc.validation.ensemble: the brute-force finite-width two-layer network simulator.
 
 Tolerances: comparisons against jax autodiff are float64 round-off checks (rtol 1e-10,
 the two codes differ only in summation order).  Statistical checks use the ensemble's
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.ensemble import (ACTIVATIONS, draw_parameters, gd_step, inputs_from_gram,
+from dmftc.validation.ensemble import (ACTIVATIONS, draw_parameters, gd_step, inputs_from_gram,
                             simulate_two_layer)
 
 ACTS = sorted(ACTIVATIONS)

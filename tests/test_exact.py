@@ -131,7 +131,7 @@ def test_linear_whitened_target_and_orthogonal_directions():
         np.testing.assert_allclose(Sp[i], Sp[0], rtol=1e-8, atol=1e-12)
     assert np.abs(np.diag(Sp[0])).max() > 0.05 * np.abs(np.diag(Sy)).max()   # perp fluctuations are not trivial
     # finite-width networks: project each member's Delta trajectory
-    from dmftc.ensemble import simulate_two_layer
+    from dmftc.validation.ensemble import simulate_two_layer
 
     for N, seed in ((512, 3),):
         st = simulate_two_layer(activation="linear", Kx_all=np.eye(P), y=y, gamma=1.0, eta=0.05, T=40,

@@ -3,7 +3,7 @@
 The scripts exit non-zero when theory and Richardson-extrapolated finite-width
 ensembles disagree by more than 4 combined standard errors, so these tests (part of
 the default suite, about 3 minutes together) fail if a figure drifts.  The fast test checks that the helpers the scripts use
-for derived observables reproduce dmftc.validation exactly.
+for derived observables reproduce dmftc.validation.truth exactly.
 """
 import json
 import subprocess
@@ -36,8 +36,8 @@ def test_figure_script_quick(script, tmp_path):
 def test_helpers_reproduce_finite_width_truth():
     """richardson / sample_stats on simulate_two_layer runs at (N, seed), (2N, seed + 1) equal
     finite_width_truth(..., extrapolate=True), which fig2 and fig4 rely on."""
-    from dmftc.ensemble import simulate_two_layer
-    from dmftc.validation import finite_width_truth
+    from dmftc.validation.ensemble import simulate_two_layer
+    from dmftc.validation.truth import finite_width_truth
 
     P, N, E, seed = 3, 16, 40, 5
     params = {"P": P, "y": np.full(P, 1 / np.sqrt(P)), "gamma": 1.0, "eta": 0.05, "T": 6}

@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from dmftc.check import check
-from dmftc.derive import derive
-from dmftc.emit import emit
+from dmftc.frontend.check import check
+from dmftc.derive.two_layer import derive
+from dmftc.codegen.two_layer import emit
 from dmftc.errors import SpecError
-from dmftc.lower import lower
-from dmftc.parse import parse
+from dmftc.codegen.lower import lower
+from dmftc.frontend.parse import parse
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHIPPED = ("eos", "linear_whitened", "two_layer", "two_layer_multi")

@@ -3,7 +3,7 @@ import io
 
 import numpy as np
 
-from dmftc.ensemble import simulate_two_layer
+from dmftc.validation.ensemble import simulate_two_layer
 from dmftc.progress import Progress
 
 

@@ -8,9 +8,9 @@ import pytest
 
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
-from dmftc.geometry import Geometry
-from dmftc.runtime import _sample_sources
+from dmftc.runtime.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
+from dmftc.runtime.geometry import Geometry
+from dmftc.runtime.two_layer import _sample_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ def _autodiff_D(model, sol, name):
 
 
 def _place_comp(vals, mod, shape):
-    from dmftc import kernels as _k
+    from dmftc.runtime import kernels as _k
 
     return jnp.reshape(_k.place(vals, mod.STORED_AXES["Delta"], len(shape)), shape) if mod.STORED_AXES["Delta"] \
         else jnp.full(shape, vals)

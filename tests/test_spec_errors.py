@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dmftc.check import check
-from dmftc.derive import derive
+from dmftc.frontend.check import check
+from dmftc.derive.two_layer import derive
 from dmftc.errors import (CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError,
                           SyntaxSpecError)
-from dmftc.parse import parse
+from dmftc.frontend.parse import parse
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHIPPED = ("two_layer", "two_layer_multi", "linear_whitened", "eos")

@@ -2,7 +2,7 @@
 
 For each shipped spec, the theory's saddle point and equal-time propagator are
 compared with the mean and N*Var of ensembles of width-N networks
-(:mod:`dmftc.ensemble`).  Tolerance, pointwise in time and component:
+(:mod:`dmftc.validation.ensemble`).  Tolerance, pointwise in time and component:
 
     |theory - ensemble| <= Z * sqrt(se_ensemble^2 + se_theory^2),   Z = 4
 
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import dmftc
-from dmftc.validation import finite_width_truth
+from dmftc.validation.truth import finite_width_truth
 
 ROOT = Path(__file__).resolve().parent.parent
 Z = 4.0

@@ -1,7 +1,7 @@
 """Autodiff references for the deep propagator's per-path sums (used by the tests as independent oracles).
 
-:class:`dmftc.deep_propagator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
-closed-form derivatives of :mod:`dmftc.site_moments`.  This module computes the same quantities by JAX autodiff
+:class:`dmftc.runtime.deep_propagator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
+closed-form derivatives of :mod:`dmftc.runtime.site_moments`.  This module computes the same quantities by JAX autodiff
 of the single-site integrand itself, with no closed forms:
 
 * ``local_logf``: ln F = hats . f(x) - ln det(I - J(x)) of one path, x the implicit solution of the single-site
@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..deep_propagator import _JIT, LocalEstimator, _act_jax, _couplings
-from ..errors import ParameterError
-from ..site_moments import _nilpotent_inverse
+from dmftc.runtime.deep_propagator import _JIT, LocalEstimator, _act_jax, _couplings
+from dmftc.errors import ParameterError
+from dmftc.runtime.site_moments import _nilpotent_inverse
 
 jax.config.update("jax_enable_x64", True)
 
@@ -154,7 +154,7 @@ def gaussian_cubature5(d):
 
 
 class AutodiffEstimator(LocalEstimator):
-    """:class:`~dmftc.deep_propagator.LocalEstimator` with its per-path sums from autodiff (module doc):
+    """:class:`~dmftc.runtime.deep_propagator.LocalEstimator` with its per-path sums from autodiff (module doc):
     method 'struct' (at the saddle) or 'full' (brute force; any base point where local_logf is exact)."""
 
     def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, method="struct"):

@@ -1,0 +1,389 @@
+"""Stage 3 for deep networks: symbolic derivation (SymPy) from a checked :class:`~dmftc.frontend.check_deep.DeepModel`.
+
+What is derived, for the generic hidden layer ``l`` (time arguments explicit, ``t`` the current step):
+
+* the roles of the spec's names: the forward field ``h`` (its source ``u ~ gp(0, Phi[l-1])``), the backward
+  field ``z`` (source ``r ~ gp(0, G[l+1])``), the gradient field ``g = phi'(h) z``, the kernels
+  ``Phi[l] = <phi(h) phi(h)>`` and ``G[l] = <g g>`` and the responses ``A[l] = <d phi(h(t)) / d r(s)>``,
+  ``B[l] = <d g(t) / d u(s)>`` (the names are the user's);
+* the coupling kernels: ``h(t) = u(t) + sum_{s<t} c_h(t, s) g(s)`` and
+  ``z(t) = r(t) + sum_{s<=t} c_z0(t, s) phi(h(s)) + sum_{s<t} c_z(t, s) phi(h(s))`` with the coefficients as
+  SymPy expressions of the adjacent layer's order parameters and responses (``integral(x, s < t)`` is
+  ``eta * sum_{s<t} x``);
+* the readout: every average ``E[z[L](t1) phi(h[L](t1))]`` in a scalar order parameter is reduced by
+  Stein's lemma for the Gaussian source ``r[L]`` to order parameters and responses,
+  ``sum_{s<t1} G[L+1](t1, s) A[L](t1, s) + sum_{s<=t1} c_z0 Phi[L] + sum_{s<t1} c_z Phi[L]``;
+* scalar order parameters given by layer sums of equal-time kernels (``K``);
+* the Hessian structure (printed by ``dmftc derive``): field sensitivities obtained by differentiating the
+  field equations, the Price-theorem term of kernels that are source covariances, kappa and D blocks, the
+  response blocks and their Schur complement.  :func:`unroll` builds the field equations at explicit
+  times for small T, on which the same derivatives are exact SymPy expressions (used by the tests).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from dmftc.frontend import ast
+from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
+from dmftc.frontend.check_deep import DeepModel, LayerRef
+from dmftc.errors import SpecError, StructureSpecError
+
+_BUILTINS = BUILTINS
+
+
+def activation_functions(name: str, orders: int = 4):
+    """Abstract SymPy functions phi, phi', phi'', ... whose derivatives are the next one (for printing)."""
+    classes = []
+    for k in range(orders + 1):
+        classes.append(type(name + "'" * k, (sp.Function,), {"nargs": 1}))
+    for k in range(orders):
+        nxt = classes[k + 1]
+        classes[k].fdiff = (lambda nxt: lambda self, argindex=1: nxt(self.args[0]))(nxt)
+    return tuple(classes)
+
+
+@dataclass(frozen=True)
+class Couplings:
+    """Coefficients of the causal sums of the forward and backward field equations (functions of t, s)."""
+
+    h_past: sp.Expr          # coefficient of g(s), s < t, in h(t)
+    z_upto: sp.Expr          # coefficient of phi(h(s)), s <= t, in z(t)
+    z_past: sp.Expr          # coefficient of phi(h(s)), s < t, in z(t)
+
+
+@dataclass(frozen=True)
+class ScalarDef:
+    """A one-time order parameter: ``expr`` of parameters, ``X[k]`` placeholders and layer sums."""
+
+    name: str
+    expr: sp.Expr
+    averages: tuple            # ((placeholder symbol, time text 't' or '0'), ...): E[z[L](t1) phi(h[L](t1))]
+    in_march: bool             # used by the field equations (computed during the march)
+
+
+@dataclass(frozen=True)
+class DeepDerivation:
+    model: DeepModel
+    t: sp.Symbol
+    s: sp.Symbol
+    act_arg: sp.Symbol
+    phi: tuple                  # (phi, phi', ..., phi'''') of act_arg, concrete SymPy (dmftc.derive.activation)
+    roles: dict                 # role -> spec name: h z g u r Phi G A B
+    couplings: Couplings
+    boundaries: dict            # family -> ((LayerRef, constant SymPy expr), ...)
+    scalars: tuple              # ScalarDef, declaration order
+    readout_stein: sp.Expr      # E[z[L](t) phi(h[L](t))] reduced to order parameters (printing)
+    params: tuple               # scalar parameter names (declaration order), then steps, step
+
+    @property
+    def linear(self) -> bool:
+        """phi(h) = h exactly: every field is Gaussian."""
+        return sp.simplify(self.phi[0] - self.act_arg) == 0
+
+    def rowname(self, family: str, ref: str) -> str:
+        return f"{family}[{ref}]"
+
+
+class _Deriver:
+    def __init__(self, m: DeepModel):
+        self.m = m
+        self.spec = m.spec
+        self.t = sp.Symbol(m.time_var)
+        self.s = sp.Symbol("s")
+        self.x = sp.Symbol("x", real=True)
+        self.act = m.activation
+        self.phi_f = activation_functions(self.act.name)
+
+    def err(self, msg, pos, hint=None, cls=StructureSpecError):
+        return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
+
+    # ------------------------------------------------------------ AST -> SymPy
+    def conv(self, e, tmap, sums=None, concrete_act=False):
+        """SymPy form; fields/sources/kernels are applied functions named like the spec ('Phi[l-1]')."""
+        c = lambda x: self.conv(x, tmap, sums, concrete_act)
+        if isinstance(e, ast.Num):
+            v = e.value
+            return sp.Integer(int(v)) if v == int(v) else sp.Float(v)
+        if isinstance(e, ast.Name):
+            if e.name in tmap:
+                return tmap[e.name]
+            return sp.pi if e.name == "pi" else sp.Symbol(e.name)
+        if isinstance(e, ast.BinOp):
+            a, b = c(e.left), c(e.right)
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
+        if isinstance(e, ast.Neg):
+            return -c(e.operand)
+        if isinstance(e, ast.PrimeCall):
+            return self.activation(c(e.args[0]), 1, concrete_act)
+        if isinstance(e, ast.Call):
+            sym = self.m.symbols.get(e.name)
+            if sym is not None and sym.kind == "activation":
+                return self.activation(c(e.args[0]), 0, concrete_act)
+            if sym is None or sym.kind == "builtin":
+                return _BUILTINS[e.name](*[c(a) for a in e.args])
+            label = e.name + (f"[{e.indices[0]}]" if e.indices else "")
+            args = [c(a) for a in e.args]
+            return sp.Function(label)(*args)
+        if isinstance(e, (ast.Integral, ast.TimeSum)):
+            inner = dict(tmap)
+            inner[e.var] = self.s
+            body = self.conv(e.body, inner, sums, concrete_act)
+            if isinstance(e, ast.Integral):
+                body = sp.Symbol(self.spec.time.step_name) * body
+            ph = sp.Symbol(f"__sum{len(sums)}")
+            sums[ph] = (e.cmp, body, e)
+            return ph
+        if isinstance(e, ast.LayerSum):
+            lv = sp.Symbol(e.var, integer=True)
+            inner = dict(tmap)
+            body = self.layer_conv(e.body, e.var, inner)
+            return sp.Sum(body, (lv, self.layer_value(e.lo), self.layer_value(e.hi)))
+        if isinstance(e, ast.Expectation):
+            ph = sp.Symbol(f"E_{len(sums) + 1}")
+            sums[ph] = ("E", e.body, e)
+            return ph
+        raise AssertionError(type(e))  # pragma: no cover
+
+    def layer_value(self, text):
+        m = self.m
+        ref = _ref(text, m)
+        base = sp.Symbol(ref.var, integer=True) if ref.var else sp.Integer(0)
+        return base + ref.offset
+
+    def layer_conv(self, e, var, tmap):
+        """Layer-sum bodies: kernels at equal times become Function(name)(layer value)."""
+        if isinstance(e, ast.Call) and e.indices and self.m.symbols[e.name].kind in ("family", "response"):
+            return sp.Function(e.name)(self.layer_value(e.indices[0]) if not e.indices[0].startswith(var)
+                                       else sp.Symbol(var, integer=True) + _ref(e.indices[0], self.m, var).offset)
+        if isinstance(e, ast.BinOp):
+            a, b = self.layer_conv(e.left, var, tmap), self.layer_conv(e.right, var, tmap)
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
+        if isinstance(e, ast.Neg):
+            return -self.layer_conv(e.operand, var, tmap)
+        return self.conv(e, tmap, {})
+
+    def activation(self, arg, order, concrete):
+        if not concrete:
+            return self.phi_f[order](arg)
+        return self.concrete_phi(order).subs(self.x, arg)
+
+    def concrete_phi(self, order):
+        a = self.act
+        body = self.conv(a.body, {a.arg: self.x}, {}, concrete_act=True)
+        return sp.diff(body, self.x, order) if order else body
+
+    # ------------------------------------------------------------ structure
+    def run(self) -> DeepDerivation:
+        m, t, s = self.m, self.t, self.s
+        fwd = next((g for g in m.sources if g.offset == -1), None)
+        bwd = next((g for g in m.sources if g.offset == +1), None)
+        if fwd is None or bwd is None or len(m.sources) != 2:
+            pos = m.sources[0].decl.pos if m.sources else m.spec.model.pos
+            raise self.err("a deep spec has two gp sources: one with the covariance of layer l-1 (forward) and one "
+                           "with that of layer l+1 (backward)", pos,
+                           hint="write u[l] ~ gp(0, Phi[l-1]) and r[l] ~ gp(0, G[l+1])")
+        eqs = {f.name: f for f in m.fields}
+        parsed = {}
+        for f in m.fields:
+            sums = {}
+            expr = self.conv(f.body, {m.time_var: t}, sums)
+            parsed[f.name] = (expr, sums)
+        src = lambda g: sp.Function(f"{g.name}[{m.layer_var}]")(t)  # noqa: E731
+        h = next((n for n, (e, _) in parsed.items() if e.has(src(fwd))), None)
+        z = next((n for n, (e, _) in parsed.items() if e.has(src(bwd))), None)
+        if h is None or z is None or h == z or len(m.fields) != 3:
+            raise self.err("a deep spec has three per-layer fields: a forward field with the forward source, a "
+                           "backward field with the backward source, and the gradient field g = phi'(h) z",
+                           m.fields[0].pos if m.fields else m.spec.model.pos)
+        g = next(n for n in eqs if n not in (h, z))
+        lv = m.layer_var
+        F = lambda n, arg: sp.Function(f"{n}[{lv}]")(arg)  # noqa: E731
+        phi = self.phi_f[0]
+        # gradient field
+        gexpr, gsums = parsed[g]
+        if gsums or sp.simplify(gexpr - self.phi_f[1](F(h, t)) * F(z, t)) != 0:
+            raise self.err(f"the gradient field must be {g}[{lv}]({m.time_var}) = {self.act.name}'({h}[{lv}]"
+                           f"({m.time_var})) * {z}[{lv}]({m.time_var})", eqs[g].body.pos)
+        h_past, h_upto = self.split(h, parsed[h], src(fwd), F(g, s), eqs[h])
+        if h_upto != 0:  # pragma: no cover - a same-time cycle, rejected by the checker
+            raise self.err("the forward field cannot use the gradient field at the same time", eqs[h].body.pos)
+        z_past, z_upto = self.split(z, parsed[z], src(bwd), phi(F(h, s)), eqs[z])
+        # families and responses
+        if fwd.cov_family == bwd.cov_family:
+            raise self.err("the forward and backward sources need different kernels", bwd.decl.cov.pos)
+        want = {fwd.cov_family: phi(F(h, t)) * phi(F(h, s)), bwd.cov_family: F(g, t) * F(g, s)}
+        for name in m.families:
+            eq = m.definitions[name]
+            if name not in want:
+                raise self.err(f"order parameter '{name}' is not a source covariance; the deep runtime supports the "
+                               "two kernels that are", eq.pos, hint="remove it or use it as a gp covariance")
+            got = self.conv(eq.body.body, {m.time_var: t, eq.time2: s}, {})
+            if sp.simplify(got - want[name]) != 0:
+                raise self.err(f"'{name}[{lv}]' must be the average {want[name]} (the covariance its source needs)",
+                               eq.body.pos)
+        roles = {"h": h, "z": z, "g": g, "u": fwd.name, "r": bwd.name, "Phi": fwd.cov_family, "G": bwd.cov_family}
+        for name in m.responses:
+            eq = m.definitions[name]
+            of = self.conv(eq.body.of, {m.time_var: t}, {})
+            wrt = eq.body.wrt.name
+            if wrt == bwd.name and of == phi(F(h, t)):
+                roles["A"] = name
+            elif wrt == fwd.name and of == F(g, t):
+                roles["B"] = name
+            else:
+                raise self.err(f"response '{name}' must be E[d {self.act.name}({h}[{lv}](t)) / d {bwd.name}[{lv}](s)] "
+                               f"or E[d {g}[{lv}](t) / d {fwd.name}[{lv}](s)]", eq.body.pos)
+        for role in ("A", "B"):
+            if role not in roles:
+                raise self.err("a deep spec defines both response functions (of phi(h) to the backward source and of "
+                               "g to the forward source)", m.spec.model.pos)
+        # which adjacent-layer quantities each coupling may use
+        allowed_h = {f"{roles['Phi']}[{lv}-1]", f"{roles['A']}[{lv}-1]"}
+        allowed_z = {f"{roles['G']}[{lv}+1]", f"{roles['B']}[{lv}+1]"}
+        self.restrict(h_past, allowed_h, eqs[h], "forward")
+        self.restrict(z_past + z_upto, allowed_z, eqs[z], "backward")
+        # boundaries
+        bounds = {}
+        for name, bs in m.boundaries.items():
+            bounds[name] = tuple((ref, self.conv(eq.body, {}, {})) for ref, eq in bs)
+        # scalar order parameters
+        scalars = []
+        used = {str(f.func) for e, _ in parsed.values() for f in e.atoms(sp.Function)} | {
+            str(f.func) for _, sums in parsed.values() for (_, b, _) in sums.values() for f in b.atoms(sp.Function)}
+        for name in m.scalars:
+            eq = m.definitions[name]
+            avgs = {}
+            expr = self.conv(eq.body, {m.time_var: t}, avgs)
+            placeholders = []
+            for ph, (_, body, node) in avgs.items():
+                when = self.readout_average(body, node, roles)
+                placeholders.append((ph, when))
+            scalars.append(ScalarDef(name, expr, tuple(placeholders), name in used))
+        march = [sc for sc in scalars if sc.in_march]
+        for sc in scalars:
+            if sc.in_march and not sc.averages:
+                raise self.err(f"'{sc.name}' is used by the field equations but is not a readout of the last layer",
+                               m.definitions[sc.name].pos,
+                               hint="the deep runtime computes one such order parameter during the march")
+        if len(march) != 1:
+            raise self.err("the field equations must use exactly one scalar order parameter (the error signal)",
+                           m.fields[0].pos)
+        for sc in scalars:
+            if not sc.in_march and sc.averages:
+                raise self.err(f"'{sc.name}' uses averages but is not used by the field equations", 
+                               m.definitions[sc.name].pos)
+            if not sc.in_march and any(isinstance(f, sp.Function) and str(f.func) in m.scalars
+                                       for f in sc.expr.atoms(sp.Function)):
+                raise self.err(f"'{sc.name}' may use kernels and parameters only", m.definitions[sc.name].pos)
+        Lp1 = {"G": f"{roles['G']}[{m.depth}+1]", "B": f"{roles['B']}[{m.depth}+1]"}
+        stein = (sp.Sum(sp.Function(Lp1["G"])(t, s) * sp.Function(f"{roles['A']}[{m.depth}]")(t, s), (s, 0, t - 1))
+                 + sp.Sum(z_upto.subs(_layer_subs(z_upto, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
+                          (s, 0, t))
+                 + sp.Sum(z_past.subs(_layer_subs(z_past, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
+                          (s, 0, t - 1)))
+        params = tuple(p.name for p in m.spec.params) + (m.spec.time.steps_name, m.spec.time.step_name)
+        try:
+            phis = act_derivatives(self.concrete_phi(0))
+        except (ValueError, TypeError, NotImplementedError) as err:
+            raise self.err(f"cannot differentiate the activation four times: {err}", self.act.body.pos,
+                           hint="use elementwise functions of h; kinks from abs, max, min of expressions in h")
+        return DeepDerivation(m, t, s, self.x, phis, roles,
+                              Couplings(h_past, z_upto, z_past), bounds, tuple(scalars), stein, params)
+
+    def split(self, name, parsed, source, driver, eq):
+        """expr = source + sum_{s<t} c_past * driver + sum_{s<=t} c_upto * driver: return (c_past, c_upto)."""
+        expr, sums = parsed
+        local = expr.subs({ph: 0 for ph in sums})
+        if sp.simplify(local - source) != 0:
+            raise self.err(f"the field '{name}' must be its source plus causal sums: {source} + sum(...)",
+                           eq.body.pos, hint="fields of a deep spec are driven by their own source at the "
+                                             "current time and by sums over earlier times")
+        out = {"<": sp.Integer(0), "<=": sp.Integer(0)}
+        for ph, (cmp, body, node) in sums.items():
+            coeff = sp.diff(expr, ph)
+            if coeff.free_symbols & set(sums):
+                raise self.err("sums over time must enter the field equation linearly", node.pos)
+            term = sp.expand(coeff * body)
+            c = sp.simplify(term / driver)
+            if c.has(driver) or any(c.has(sp.Function(f"{f.name}[{self.m.layer_var}]")) for f in self.m.fields) \
+                    or c.has(self.phi_f[0]):
+                raise self.err(f"the sum must be linear in {driver} (the deep runtime's {name}-equation form)",
+                               node.pos, hint=f"write sum(s < t: coefficient(t, s) * {driver})")
+            out[cmp] += c
+        return sp.simplify(out["<"]), sp.simplify(out["<="])
+
+    def restrict(self, coeff, allowed, eq, which):
+        scal = set(self.m.scalars)
+        for f in coeff.atoms(sp.Function):
+            n = str(f.func)
+            if n in allowed or n in scal:
+                continue
+            if isinstance(f, sp.core.function.AppliedUndef):
+                raise self.err(f"the {which} field's coupling uses {f}; the deep runtime supports the adjacent "
+                               f"layer's {' and '.join(sorted(allowed))} and the error signal", eq.body.pos)
+
+    def readout_average(self, body, node, roles):
+        m = self.m
+        if not (isinstance(body, ast.BinOp) and body.op == "*"):
+            raise self.err(f"averages in '{node}' must be E[{roles['z']}[{m.depth}](t) {self.act.name}({roles['h']}"
+                           f"[{m.depth}](t))]", node.pos)
+        t1 = None
+        seen = set()
+        for part in (body.left, body.right):
+            if isinstance(part, ast.Call) and part.name == roles["z"]:
+                seen.add("z")
+                arg = part.args[0]
+            elif isinstance(part, ast.Call) and part.name == self.act.name and isinstance(part.args[0], ast.Call) \
+                    and part.args[0].name == roles["h"]:
+                seen.add("phi")
+                part = part.args[0]
+                arg = part.args[0]
+            else:
+                break
+            if part.indices != (m.depth,):
+                break
+            when = arg.name if isinstance(arg, ast.Name) else "0"
+            if t1 is not None and when != t1:
+                break
+            t1 = when
+        if seen != {"z", "phi"}:
+            raise self.err(f"the deep runtime reads the output from E[{roles['z']}[{m.depth}](t) {self.act.name}("
+                           f"{roles['h']}[{m.depth}](t))] (and the same at time 0)", node.pos,
+                           hint="the network output is the last layer's readout average")
+        return t1
+
+
+def _ref(text, m, extra=None) -> LayerRef:
+    import re
+    mm = re.match(r"^(?:([A-Za-z_][A-Za-z_0-9]*)([+-][0-9]+)?|([0-9]+))$", text)
+    if mm.group(3) is not None:
+        return LayerRef(None, int(mm.group(3)))
+    return LayerRef(mm.group(1), int(mm.group(2) or 0))
+
+
+def _layer_subs(expr, lv, depth):
+    """Rename kernels of layer l+k to layer depth+k (couplings of the last layer)."""
+    rep = {}
+    for f in expr.atoms(sp.Function):
+        n = str(f.func)
+        if "[" in n and n.endswith("]"):
+            base, ix = n[:-1].split("[", 1)
+            if ix.startswith(lv):
+                rep[f.func] = sp.Function(f"{base}[{depth}{ix[len(lv):]}]")
+    return {a: rep[a.func](*a.args) for a in expr.atoms(sp.Function) if a.func in rep}
+
+
+def derive_deep(model: DeepModel) -> DeepDerivation:
+    """Derive the deep spec's structure; raise a located SpecError if the runtime cannot solve it."""
+    try:
+        return _Deriver(model).run()
+    except SpecError:
+        raise
+    except (TypeError, ValueError, ZeroDivisionError) as err:  # pragma: no cover - SymPy surprises
+        raise StructureSpecError(f"cannot derive this deep spec: {err}", None, source=model.spec.source,
+                                 filename=model.spec.filename) from None
+
+
+__all__ = ["DeepDerivation", "derive_deep", "activation_functions", "Couplings", "ScalarDef"]

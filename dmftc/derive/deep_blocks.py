@@ -1,0 +1,256 @@
+"""The deep derivation's Hessian structure, symbolically: the layer's field equations unrolled at explicit small
+times (:func:`unroll`), the Price-theorem and explicit terms of the blocks, Gaussian averages by Wick's theorem,
+response observables, and the text ``dmftc derive`` prints for a deep spec (:func:`format_deep_derivation`).
+
+Split from :mod:`dmftc.derive.deep` (which derives the couplings, readout and scalars the generated module needs);
+the tests use :func:`unroll` to check the derived structure exactly at small T.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from dmftc.frontend import ast
+from dmftc.derive.deep import DeepDerivation, activation_functions
+
+# ====================================================================== explicit small-T system
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    """Field equations of one generic layer at explicit times 0..T-1 (SymPy).
+
+    Sources are symbols ``u(t)``, ``r(t)``; adjacent-layer kernels and responses and the error signal are
+    applied functions with integer times (``Phi[l-1](1, 0)``, ``Delta(0)``; symmetric kernels with the larger
+    time first).  ``fields[name][t]`` is the field as an explicit expression of those.
+    """
+
+    T: int
+    fields: dict
+    sources: dict                 # 'u' / 'r' -> tuple of symbols
+    cov: dict                     # 'u' / 'r' -> TxT matrix of covariance entries (applied functions)
+    phi: tuple                    # abstract phi, phi', phi''
+    roles: dict
+
+    def kernel(self, name: str, t: int, s: int):
+        return sp.Function(name)(max(t, s), min(t, s))
+
+
+def unroll(d: DeepDerivation, T: int, concrete: bool = False) -> Unrolled:
+    """Build the layer's fields at t = 0..T-1 from the derived couplings (``concrete``: the spec's phi)."""
+    m, r = d.model, d.roles
+    lv = m.layer_var
+    phi = activation_functions(m.activation.name) if not concrete else tuple(
+        sp.Lambda(d.act_arg, e) for e in d.phi)
+    fam2 = {f"{r['Phi']}[{lv}-1]", f"{r['G']}[{lv}+1]"}
+
+    def at(expr, tt, ss):
+        rep = {}
+        for f in expr.atoms(sp.Function):
+            n = str(f.func)
+            if not isinstance(f, sp.core.function.AppliedUndef):
+                continue
+            args = [a.subs({d.t: tt, d.s: ss}) for a in f.args]
+            if n in fam2 and len(args) == 2:
+                args = sorted(args, key=lambda a: -int(a))
+            rep[f] = sp.Function(n)(*args)
+        return expr.xreplace(rep).subs({d.t: tt, d.s: ss})
+
+    u = tuple(sp.Symbol(f"{r['u']}({k})") for k in range(T))
+    rr = tuple(sp.Symbol(f"{r['r']}({k})") for k in range(T))
+    h, z, g = [], [], []
+    for tt in range(T):
+        h.append(u[tt] + sum((at(d.couplings.h_past, tt, ss) * g[ss] for ss in range(tt)), sp.Integer(0)))
+        zt = rr[tt] + sum((at(d.couplings.z_upto, tt, ss) * phi[0](h[ss]) for ss in range(tt + 1)), sp.Integer(0))
+        zt += sum((at(d.couplings.z_past, tt, ss) * phi[0](h[ss]) for ss in range(tt)), sp.Integer(0))
+        z.append(zt)
+        g.append(phi[1](h[tt]) * zt)
+    cu = sp.Matrix(T, T, lambda a, b: sp.Function(f"{r['Phi']}[{lv}-1]")(max(a, b), min(a, b)))
+    cr = sp.Matrix(T, T, lambda a, b: sp.Function(f"{r['G']}[{lv}+1]")(max(a, b), min(a, b)))
+    return Unrolled(T, {r["h"]: tuple(h), r["z"]: tuple(z), r["g"]: tuple(g)}, {"u": u, "r": rr},
+                    {"u": cu, "r": cr}, phi, dict(r))
+
+
+def price_term(obs, sources, t1: int, s1: int):
+    """Source-covariance part of d<obs>/d C(t1, s1) for a symmetric covariance entry (Price's theorem).
+
+    For a Gaussian x with covariance C, d<F>/dC_ij = <d^2 F / dx_i dx_j> / 2 per matrix entry; the symmetric
+    kernel entry C(t1, s1) = C(s1, t1) is two entries when t1 != s1 (factor 1) and one when t1 = s1 (1/2).
+    Returns the expression inside the average.
+    """
+    factor = sp.Rational(1, 2) if t1 == s1 else sp.Integer(1)
+    return factor * sp.diff(obs, sources[t1], sources[s1])
+
+
+def explicit_term(obs, entry):
+    """Pathwise part of d obs / d q at fixed sources (q enters the couplings): the field sensitivity chain."""
+    return sp.diff(obs, entry)
+
+
+def gaussian_average(expr, groups):
+    """Exact <expr> for a polynomial in jointly Gaussian zero-mean sources (Isserlis).
+
+    ``groups``: sequence of (symbols, covariance Matrix); different groups are independent.
+    """
+    syms = [x for xs, _ in groups for x in xs]
+    cov = {}
+    for xs, C in groups:
+        for i, a in enumerate(xs):
+            for j, b in enumerate(xs):
+                cov[(a, b)] = C[i, j]
+    poly = sp.Poly(sp.expand(expr), *syms)
+    total = sp.Integer(0)
+    for powers, coeff in poly.terms():
+        factors = [x for x, k in zip(syms, powers) for _ in range(k)]
+        total += coeff * _wick(tuple(factors), cov)
+    return sp.expand(total)
+
+
+def _wick(factors, cov):
+    if not factors:
+        return sp.Integer(1)
+    if len(factors) % 2:
+        return sp.Integer(0)
+    a, rest = factors[0], factors[1:]
+    out = sp.Integer(0)
+    for i, b in enumerate(rest):
+        c = cov.get((a, b), 0)
+        if c != 0:
+            out += c * _wick(rest[:i] + rest[i + 1:], cov)
+    return out
+
+
+def response_observable(u: Unrolled, of: str, t1: int, wrt: str, s1: int, concrete_phi=None):
+    """The pathwise derivative inside a response average, e.g. d phi(h(t1)) / d r(s1) ('of' is 'phi(h)' or 'g')."""
+    r = u.roles
+    x = u.phi[0](u.fields[r["h"]][t1]) if of == "phi(h)" else u.fields[r["g"]][t1]
+    return sp.diff(x, u.sources[wrt][s1])
+
+
+def blocks_text(d: DeepDerivation) -> list[str]:
+    """Hessian structure of the deep action in the spec's names (printed by ``dmftc derive``)."""
+    m, r = d.model, d.roles
+    lv = m.layer_var
+    ph, Phi, G, A, B = m.activation.name, r["Phi"], r["G"], r["A"], r["B"]
+    h, z, g, u, rs = r["h"], r["z"], r["g"], r["u"], r["r"]
+    Dl = next(sc.name for sc in d.scalars if sc.in_march)
+    c = d.couplings
+    dh_dD = sp.diff(c.h_past, sp.Function(Dl)(d.s))
+    dz_dD = sp.diff(c.z_past, sp.Function(Dl)(d.s)) + sp.diff(c.z_upto, sp.Function(Dl)(d.s))
+    dh_dPhi = sp.diff(c.h_past, sp.Function(f"{Phi}[{lv}-1]")(d.t, d.s))
+    dh_dA = sp.diff(c.h_past, sp.Function(f"{A}[{lv}-1]")(d.t, d.s))
+    dz_dG = sp.diff(c.z_past + c.z_upto, sp.Function(f"{G}[{lv}+1]")(d.t, d.s))
+    dz_dB = sp.diff(c.z_upto + c.z_past, sp.Function(f"{B}[{lv}+1]")(d.t, d.s))
+    w = []
+    w.append("field sensitivities (differentiating the field equations; X' = dX/dq, q at (t', s'); "
+             "[..] is 1 if the condition holds):")
+    tp, sq = sp.Symbol("t'"), sp.Symbol("s'")
+    w.append(f"  d{h}(t)/d{Dl}(t') = [t' < t] ({sp.sstr(dh_dD.subs(d.s, tp))}) {g}(t') "
+             f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{Dl}(t')")
+    w.append(f"  d{h}(t)/d{Phi}[{lv}-1](t', s') = [t' = t, s' < t] ({sp.sstr(dh_dPhi.subs(d.s, sq))}) {g}(s') "
+             f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{Phi}[{lv}-1](t', s')   [+ the source {u}: Price term below]")
+    w.append(f"  d{h}(t)/d{A}[{lv}-1](t', s') = [t' = t, s' < t] ({sp.sstr(dh_dA)}) {g}(s') "
+             f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{A}[{lv}-1](t', s')")
+    w.append(f"  d{z}(t)/d{Dl}(t') = [t' < t] ({sp.sstr(dz_dD.subs(d.s, tp))}) {ph}({h}(t')) "
+             f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{Dl}(t')")
+    w.append(f"  d{z}(t)/d{G}[{lv}+1](t', s') = [t' = t, s' < t] ({sp.sstr(dz_dG.subs(d.s, sq))}) {ph}({h}(s')) "
+             f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{G}[{lv}+1](t', s')   [+ the source {rs}: Price term]")
+    w.append(f"  d{z}(t)/d{B}[{lv}+1](t', s') = [t' = t, s' <= t] ({sp.sstr(dz_dB.subs(d.s, sq))}) {ph}({h}(s')) "
+             f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{B}[{lv}+1](t', s')")
+    w.append(f"  d{g}(t)/dq = {ph}''({h}(t)) {z}(t) d{h}(t)/dq + {ph}'({h}(t)) d{z}(t)/dq")
+    w.append("Price-theorem term (a source covariance is an order parameter): for O = O(" + u + ") at fixed "
+             f"couplings, d<O>/d{Phi}[{lv}-1](t', s') = w(t', s') <d^2 O / d{u}(t') d{u}(s')>, "
+             "w = 1/2 if t' = s' else 1 (the symmetric entry is two matrix entries); likewise "
+             f"{G}[{lv}+1] through {rs}.  Total D = Price term + <explicit derivative at fixed sources>.")
+    w.append("kappa blocks (fourth cumulants of the single site, per layer; layers are independent at the saddle):")
+    w.append(f"  kappa[{Phi}[{lv}], {Phi}[{lv}]](t,s; t',s') = Cov({ph}({h}(t)) {ph}({h}(s)), {ph}({h}(t')) "
+             f"{ph}({h}(s')))")
+    w.append(f"  kappa[{G}[{lv}], {G}[{lv}]](t,s; t',s') = Cov({g}(t) {g}(s), {g}(t') {g}(s'))")
+    w.append(f"  kappa[{Phi}[{lv}], {G}[{lv}]](t,s; t',s') = Cov({ph}({h}(t)) {ph}({h}(s)), {g}(t') {g}(s'))")
+    w.append("D blocks (sensitivities of the layer-l averages; q of layers l-1 and l+1 and the error signal):")
+    for obs in (f"{Phi}[{lv}]", f"{G}[{lv}]", f"{A}[{lv}]", f"{B}[{lv}]"):
+        drivers = [f"{Phi}[{lv}-1] (Price + explicit)", f"{A}[{lv}-1]", f"{G}[{lv}+1] (Price + explicit)",
+                   f"{B}[{lv}+1]", Dl]
+        w.append(f"  D[{obs}, q] = d<O_{obs}>/dq,  q in {', '.join(drivers)}")
+    w.append(f"  O_{A}[{lv}](t, s) = d{ph}({h}(t))/d{rs}(s),  O_{B}[{lv}](t, s) = d{g}(t)/d{u}(s)  (pathwise, "
+             "their sensitivities are tangents of tangents)")
+    w.append("response blocks and Schur complement (order parameters q1 = Phi, G, K, Delta and their duals; "
+             f"q2 = the responses {A}, {B}):")
+    w.append("  Sigma0 = -[Hess_q1 S]^-1 = [[U^-1 kappa U^-T, -U^-1], [-U^-T, 0]]")
+    w.append("  M = Hess_q2 S + Hess_q2q1 S . Sigma0 . Hess_q1q2 S")
+    w.append("  Sigma_11 = Sigma0 - Sigma0 . Hess_q1q2 S . M^-1 . Hess_q2q1 S . Sigma0   (the physical block)")
+    w.append("  Sigma_12 = -Sigma0 . Hess_q1q2 S . M^-1,   Sigma_22 = -M^-1")
+    w.append(f"  (the responses enter the action as -Tr({A}[{lv}] {B}[{lv}+1]) pairs; numerically: "
+             "dmftc.runtime.deep_linear for linear activations)")
+    return w
+
+
+def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
+    m, r = d.model, d.roles
+    lv, tv = m.layer_var, m.time_var
+    f = (lambda e: sp.latex(e)) if latex else sp.sstr
+    out = []
+    w = out.append
+    w(f"model {m.name}: deep network, layers {lv} = 1..{m.depth}, time {tv} = 0..{m.spec.time.steps_name}-1, "
+      f"step {m.spec.time.step_name}")
+    w(f"activation: {m.activation.name}(x) = {f(d.phi[0])};  {m.activation.name}'(x) = {f(d.phi[1])};  "
+      f"{m.activation.name}''(x) = {f(d.phi[2])}")
+    if m.from_action:
+        from dmftc.frontend.action_deep import expr_text
+
+        w("")
+        w("from the action (stationarity in the duals hat Q, in the paired responses and in the constraints' duals):")
+        for eq in m.from_action:
+            lhs = f"{eq.name}{'[' + ', '.join(eq.indices) + ']' if eq.indices else ''}({eq.time}"
+            w(f"  {lhs}{', ' + eq.time2 if eq.time2 else ''}) = {expr_text(eq.body)}")
+    kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
+    if kink is not None:
+        w(f"  non-smooth: derivative {kink} of {m.activation.name} holds a delta function (derivatives are taken "
+          "as distributions; the generated code replaces each delta by a Gaussian of width dirac_width, a bias "
+          "of the propagator's Monte Carlo estimate)")
+    w("")
+    w(f"process of layer {lv} (c_X: coupling kernels, explicit in the order parameters of the adjacent layers):")
+    w(f"  {r['u']}[{lv}] ~ GP(0, {r['Phi']}[{lv}-1]),  {r['r']}[{lv}] ~ GP(0, {r['G']}[{lv}+1])  (independent)")
+    w(f"  {r['h']}(t) = {r['u']}(t) + sum_{{s<t}} c_{r['h']}(t, s) {r['g']}(s),     c_{r['h']}(t, s) = "
+      f"{f(d.couplings.h_past)}")
+    w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({r['h']}(s)) + sum_{{s<t}} "
+      f"c_{r['z']}(t, s) {m.activation.name}({r['h']}(s)),")
+    w(f"      c0_{r['z']}(t, s) = {f(d.couplings.z_upto)},   c_{r['z']}(t, s) = {f(d.couplings.z_past)}")
+    w(f"  {r['g']}(t) = {m.activation.name}'({r['h']}(t)) {r['z']}(t)")
+    w("")
+    w("saddle-point equations (l = 1..L), boundaries:")
+    for name in m.families + m.responses:
+        eq = m.definitions[name]
+        body = eq.body
+        if isinstance(body, ast.Response):
+            w(f"  {name}[{lv}](t, s) = < d {_txt(body.of)} / d {_txt(body.wrt)} >")
+        else:
+            w(f"  {name}[{lv}](t, s) = < {_txt(body.body)} >")
+    for name, bs in d.boundaries.items():
+        for ref, val in bs:
+            w(f"  {name}[{ref.text()}](t, s) = {f(val)}")
+    for sc in d.scalars:
+        w(f"  {sc.name}(t) = {f(sc.expr)}")
+        for ph, when in sc.averages:
+            w(f"      {ph} = E[{r['z']}[{m.depth}]({when}) {m.activation.name}({r['h']}[{m.depth}]({when}))]")
+    w(f"  readout by Stein's lemma for {r['r']}[{m.depth}]: E[{r['z']}[{m.depth}](t) {m.activation.name}("
+      f"{r['h']}[{m.depth}](t))] = {f(d.readout_stein)}")
+    w("")
+    out.extend(blocks_text(d))
+    return "\n".join(out)
+
+
+def _txt(e) -> str:
+    if isinstance(e, ast.Call):
+        idx = f"[{', '.join(e.indices)}]" if e.indices else ""
+        return f"{e.name}{idx}({', '.join(_txt(a) for a in e.args)})"
+    if isinstance(e, ast.PrimeCall):
+        return f"{e.name}'({', '.join(_txt(a) for a in e.args)})"
+    if isinstance(e, ast.BinOp):
+        return f"{_txt(e.left)} {e.op} {_txt(e.right)}" if e.op != "*" else f"{_txt(e.left)} {_txt(e.right)}"
+    return ast.to_text(e)
+
+
+__all__ = ["Unrolled", "unroll", "price_term", "explicit_term", "gaussian_average", "response_observable",
+           "blocks_text", "format_deep_derivation"]

@@ -1,0 +1,157 @@
+"""Human-readable (text and LaTeX) rendering of a derivation, and the block form of U.
+
+Everything printed here is read off the :class:`~dmftc.derive.two_layer.Derivation`; time
+arguments are re-attached for display: ``X(t)`` is the value at the current step,
+``I_k(t) = eta * sum_{s<t} (...)(s)`` a causal running sum and ``s'`` the time of
+the perturbation in a sensitivity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from dmftc.frontend.ast import to_text
+from dmftc.derive.two_layer import Derivation
+from dmftc.derive.symbolic import ONEHOT
+
+
+def _timed(expr, d: Derivation, when: str):
+    """Attach a time argument to every quantity: Delta -> Delta(t); h[mu] -> h[mu](t)."""
+    tsym = sp.Symbol(when)
+    rep = {}
+    names = {n for n, _ in d.orders} | {f.name for f in d.fields} | {s.name for s in d.sample_sums + d.order_sums}
+    for a in expr.atoms(sp.Symbol):
+        n = str(a)
+        if n in names:
+            rep[a] = sp.Function(n.replace("∫", "I"))(tsym)
+        elif n.startswith("d") and "/d" in n:
+            rep[a] = sp.Function(n.replace("∫", "I") + "'")(tsym)  # tangent, s' implicit
+    for a in expr.atoms(sp.Indexed):
+        n = str(a.base.label)
+        if n in names or ("/d" in n):
+            label = n.replace("∫", "I") + ("'" if "/d" in n else "")
+            rep[a] = sp.Function(f"{label}[{','.join(str(i) for i in a.indices)}]")(tsym)
+    out = expr.xreplace(rep)
+    return out.xreplace({ONEHOT: sp.Symbol(f"[{when}=s']")})
+
+
+@dataclass(frozen=True)
+class UBlock:
+    """U[row, col](t, s) = same * delta(t,s) + Theta(t-s) * past(t, s) - D[row, col](t, s) if has_d."""
+
+    same: sp.Expr
+    past: sp.Expr
+    has_d: bool
+
+
+def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
+    """The block structure of U (scalar indices are shown; indexed blocks keep their indices)."""
+    out = {}
+    orders = [n for n, _ in d.orders]
+    eta = sp.Symbol("eta")
+    tangent_obs = {(t.target, t.driver) for t in d.observable_tangents}
+    for r in orders:
+        for c in orders:
+            same = d.saddle(r).coeff if r == c else sp.Integer(0)
+            past = sp.Integer(0)
+            for pt in d.past_terms:
+                if pt.row == r and pt.col == c:
+                    term = _timed(pt.at_t, d, "t") * _timed(pt.at_s, d, "s")
+                    if pt.dummies:
+                        from dmftc.derive.symbolic import index_symbol
+                        term = sp.Sum(term, *[(index_symbol(x), 1, sp.Symbol(d.index_size[x])) for x in pt.dummies])
+                    past += eta * term
+            has_d = (r, c) in tangent_obs
+            if same != 0 or past != 0 or has_d:
+                out[(r, c)] = UBlock(same, past, has_d)
+    return out
+
+
+def _fmt(expr, latex):
+    return sp.latex(expr) if latex else sp.sstr(expr)
+
+
+def format_derivation(d: Derivation, latex: bool = False) -> str:
+    if not isinstance(d, Derivation):  # a deep network (dmftc.derive.deep)
+        from dmftc.derive.deep_blocks import format_deep_derivation
+        return format_deep_derivation(d, latex=latex)
+    spec = d.model.spec
+    f = lambda e, when="t": _fmt(_timed(e, d, when), latex)
+    running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"
+    L: list[str] = []
+    w = L.append
+    if latex:
+        return _format_latex(d)
+    w(f"model {spec.model.name}: {spec.model.description}")
+    single = [s.name for s in d.saddles if s.observable is not None]
+    cons = [s.name for s in d.saddles if s.observable is None]
+    w(f"order parameters: {', '.join(n + _ix(i) + '(t)' for n, i in d.orders)}")
+    w(f"  single-site averages: {', '.join(single) or '-'};  deterministic constraints: {', '.join(cons) or '-'}")
+    w("")
+    w("single-site process (at step t; I_k(t) = eta * sum_{s<t} integrand(s)):")
+    for g in d.sources:
+        w(f"  source  {', '.join(n + _ix(i) for n, i in g.targets)} ~ normal(0, {to_text(g.cov)})")
+    for s in d.sample_sums:
+        w(f"  sum     {running_sum(s)}")
+    for fd in d.fields:
+        w(f"  field   {fd.name}{_ix(fd.indices)}(t) = {f(fd.expr)}")
+    w("")
+    w("saddle-point equations (one forward march in t):")
+    for s in d.order_sums:
+        w(f"  {running_sum(s)}")
+    for s in d.saddles:
+        rhs = f"<{f(s.observable)}>" if s.observable is not None else "0"
+        w(f"  {f(s.coeff * sp.Symbol(s.name + _ix(s.indices) + '(t)') + s.rest)} = {rhs}")
+    w("")
+    if d.drivers:
+        w("field sensitivities (tangents to a perturbation of the driver at time s'):")
+        for t in d.field_tangents + d.sum_tangents:
+            lhs = f"d{t.target.replace('∫', 'I')}{_ix(t.indices[:len(t.indices) - len(d.primed[t.driver])])}(t)" \
+                  f"/d{t.driver}{_ix(d.primed[t.driver])}(s')"
+            kind = "increment" if t.target.startswith("∫") else "value"
+            w(f"  {lhs} {'+= eta *' if kind == 'increment' else '='} {f(t.expr)}")
+        w("")
+    w("Hessian blocks (N Cov(q) -> Sigma = U^-1 kappa U^-T):")
+    for s in d.saddles:
+        if s.observable is not None:
+            w(f"  kappa[{s.name}, *](t, s) = Cov(O_{s.name}(t), O_*(s)),  O_{s.name} = {f(s.observable)}")
+    for t in d.observable_tangents:
+        w(f"  D[{t.target}, {t.driver}](t, s') = < {f(t.expr)} >")
+    for (r, c), b in u_blocks(d).items():
+        parts = []
+        if b.same != 0:
+            parts.append(f"{_fmt(b.same, False)} delta(t,s)")
+        if b.past != 0:
+            parts.append(f"Theta(t-s) {_fmt(b.past, False)}")
+        if b.has_d:
+            parts.append(f"- D[{r}, {c}](t, s)")
+        w(f"  U[{r}, {c}](t, s) = {' + '.join(parts)}")
+    if d.singular:
+        w("")
+        w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
+          + "; the Monte Carlo sensitivities replace each delta by a Gaussian of width dirac_width (solve option)")
+    return "\n".join(L)
+
+
+def _format_latex(d: Derivation) -> str:
+    f = lambda e, when="t": sp.latex(_timed(e, d, when))
+    L = ["% generated by dmftc derive --latex", r"\begin{align*}"]
+    rows = []
+    for s in d.sample_sums + d.order_sums:
+        rows.append(rf"{s.name.replace('∫', 'I_{')}}}(t) &= \eta \sum_{{s<t}} {f(s.increment, 's')}")
+    for fd in d.fields:
+        rows.append(rf"{sp.latex(sp.Symbol(fd.name))}(t) &= {f(fd.expr)}")
+    for s in d.saddles:
+        rhs = rf"\left\langle {f(s.observable)} \right\rangle" if s.observable is not None else "0"
+        rows.append(rf"{f(s.coeff * sp.Symbol(s.name) + s.rest)} &= {rhs}")
+    for t in d.observable_tangents:
+        rows.append(rf"D_{{{sp.latex(sp.Symbol(t.target))},{sp.latex(sp.Symbol(t.driver))}}}(t,s') &= "
+                    rf"\left\langle {f(t.expr)} \right\rangle")
+    L.append(" \\\\\n".join(rows))
+    L.append(r"\end{align*}")
+    return "\n".join(L)
+
+
+def _ix(indices) -> str:
+    return f"[{', '.join(indices)}]" if indices else ""

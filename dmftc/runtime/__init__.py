@@ -1,0 +1,1 @@
+"""The runtime: the causal march, tangents, propagators and solutions of compiled specs (two-layer and deep)."""

@@ -1,0 +1,165 @@
+"""Propagator of the deep-network action by causal block forward substitution (no dense inverse).
+
+The variables of :class:`~dmftc.runtime.deep_linear.Layout` split into PRIMAL and DUAL halves of equal size:
+
+    primal  Phi[l](t,s), G[l](t,s) (t >= s), Delta(t), the causal couplings A[l](t,s) (s < t), B[l](t,s) (s <= t)
+    dual    their conjugates Phi_hat, G_hat, Delta_hat and the anti-causal couplings A[l](t,s) (s >= t),
+            B[l](t,s) (s > t), which -Tr(A B) pairs with the causal entries of the other family.
+
+At the saddle every ln Z_l is identically zero on the primal subspace (zero hats, causal couplings: the
+single-site integrand is 1 path by path), so the primal-primal block of the action Hessian vanishes and
+
+    Hess S = [[0, U^T], [U, Kd]],      [Hess S]^-1 = [[U^-1 (-Kd) U^-T, U^-1], [U^-T, 0]],
+
+so the propagator is Sigma = -[(Hess S)^-1]_{phys} = [U^-1 Kd U^-T]_{phys} (the paper's U^-1 kappa U^-T, with the
+response functions carried as extra primal variables instead of a Schur complement).  Give every variable the
+time tau at which it first acts: max(t, s) for a two-time entry, t for Delta and Delta_hat.  An average at time
+tau depends only on primal variables with time <= tau, so U (dual rows, primal columns), ordered by tau, is
+BLOCK LOWER TRIANGULAR with square diagonal blocks (L (2 tau + 2) + 1 + (L - 1)(2 tau + 1) variables at tau).
+
+For R observables given as rows E over the primal variables, Y = E U^-1 is found by block back substitution
+(from the last time to the first, one LU of a diagonal block and one matrix product per time) and
+E Sigma E^T = Y Kd Y^T: O(R n^2) work for n = dim(U), instead of the O(n^3) dense factorisation of the
+2n-dimensional Hessian.
+"""
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from dmftc.runtime.deep_linear import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
+from dmftc.errors import NumericalError
+
+__all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "left_solve", "causal_propagator"]
+
+_COND_LIMIT = 1e13
+
+
+@dataclass(frozen=True)
+class CausalOrder:
+    """Primal and dual variables of a Layout, each sorted by time (stable).  ``primal``/``dual``: their flat
+    Layout indices in that order; ``edges``: (T + 1) boundaries of the time blocks (the same for both halves);
+    ``is_primal``/``pos``: per flat index, its half and its position within that half."""
+    primal: np.ndarray
+    dual: np.ndarray
+    edges: np.ndarray
+    is_primal: np.ndarray
+    pos: np.ndarray
+
+
+def causal_order(lay: Layout) -> CausalOrder:
+    T = lay.T
+    tau = np.zeros(lay.n, int)
+    prim = np.zeros(lay.n, bool)
+    ti, _ = lay.tril
+    t_full, s_full = np.divmod(np.arange(T * T), T)
+    for name, (o, size) in lay.blocks.items():
+        sl = slice(o, o + size)
+        if name.startswith(("Phi", "G")):
+            tau[sl], prim[sl] = ti, "_hat" not in name
+        elif name.startswith("Delta"):
+            tau[sl], prim[sl] = np.arange(T), name == "Delta"
+        else:                                                   # A[l] primal for s < t, B[l] for s <= t
+            causal = s_full < t_full if name.startswith("A[") else s_full <= t_full
+            tau[sl], prim[sl] = np.where(causal, t_full, s_full), causal
+    primal = np.flatnonzero(prim)[np.argsort(tau[prim], kind="stable")]
+    dual = np.flatnonzero(~prim)[np.argsort(tau[~prim], kind="stable")]
+    cp = np.bincount(tau[prim], minlength=T)
+    if not np.array_equal(cp, np.bincount(tau[~prim], minlength=T)):
+        raise AssertionError("primal and dual time blocks differ in size")      # a Layout bug, not user input
+    pos = np.zeros(lay.n, int)
+    pos[primal] = np.arange(len(primal))
+    pos[dual] = np.arange(len(dual))
+    return CausalOrder(primal, dual, np.concatenate([[0], np.cumsum(cp)]), prim, pos)
+
+
+@dataclass
+class CausalBlocks:
+    """U (dual x primal) and Kd (dual x dual) of the action Hessian, both in :class:`CausalOrder`, and the largest
+    primal-primal entry the local Hessians carried (zero at an exact causal saddle)."""
+    order: CausalOrder
+    U: np.ndarray
+    Kd: np.ndarray
+    primal_block_max: float
+
+
+def assemble_blocks(x0, lay: Layout, local_hessians) -> CausalBlocks:
+    """U and Kd from the bilinear part and the local Hessians of ln Z_l.  ``local_hessians``: an iterable of
+    (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_linear._log_z_local order); each
+    is added and can be freed before the next is produced."""
+    co = causal_order(lay)
+    n = len(co.primal)
+    U = np.zeros((n, n))
+    Kd = np.zeros((n, n))
+    ia, ib, val = bilinear_pairs(lay)
+    if np.any(co.is_primal[ia] == co.is_primal[ib]):
+        raise AssertionError("bilinear pairing within one half")
+    for a, b in ((ia, ib), (ib, ia)):
+        sel = ~co.is_primal[a]
+        np.add.at(U, (co.pos[a[sel]], co.pos[b[sel]]), val[sel])
+    pp_max = 0.0
+    for l, h in local_hessians:
+        _, idx = _gather_local(np.asarray(x0), lay, l)
+        keep = np.flatnonzero(idx >= 0)
+        gi = idx[keep]
+        d_loc, p_loc = keep[~co.is_primal[gi]], keep[co.is_primal[gi]]
+        d_pos, p_pos = co.pos[idx[d_loc]], co.pos[idx[p_loc]]
+        U[np.ix_(d_pos, p_pos)] += h[np.ix_(d_loc, p_loc)]
+        Kd[np.ix_(d_pos, d_pos)] += h[np.ix_(d_loc, d_loc)]
+        if len(p_loc):
+            pp_max = max(pp_max, float(np.abs(h[np.ix_(p_loc, p_loc)]).max()))
+    return CausalBlocks(co, U, Kd, pp_max)
+
+
+def left_solve(U, edges, E):
+    """Y with Y U = E for U block lower triangular with square diagonal blocks at ``edges``: block back
+    substitution from the last block.  Raises NumericalError naming the block if a diagonal block is singular
+    (condition number above 1e13); returns (Y, largest diagonal-block condition number)."""
+    Y = np.zeros((E.shape[0], U.shape[0]))
+    worst = 1.0
+    for b in range(len(edges) - 2, -1, -1):
+        lo, hi = edges[b], edges[b + 1]
+        blk = U[lo:hi, lo:hi]
+        if not np.all(np.isfinite(blk)):
+            raise NumericalError(f"non-finite entries in the diagonal block of U at time {b}")
+        cond = float(np.linalg.cond(blk))
+        worst = max(worst, cond)
+        if not cond < _COND_LIMIT:
+            raise NumericalError(f"U is singular at time {b}: condition number {cond:.3g} of its {hi - lo} x "
+                                 f"{hi - lo} diagonal block (the propagator does not exist; too few samples, "
+                                 "or dynamics at the edge of stability)")
+        rhs = E[:, lo:hi] - Y[:, hi:] @ U[hi:, lo:hi]
+        Y[:, lo:hi] = sla.solve(blk, rhs.T, transposed=True, check_finite=False).T
+    return Y, worst
+
+
+def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False) -> Propagator:
+    """Propagator of the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)) from U and Kd;
+    with ``full`` also sigma_phys over the whole packed physical block (otherwise None)."""
+    lay = Layout(sad.L, sad.T)
+    co = blocks.order
+    t0 = _time.perf_counter()
+    names, rows, J = observable_map(sad, lay)
+    phys_pos = co.pos[np.arange(lay.n_phys)]                    # physical variables are all primal
+    R = np.eye(lay.n_phys) if full else J
+    E = np.zeros((R.shape[0], len(co.primal)))
+    E[:, phys_pos] = R
+    Y, cond = left_solve(blocks.U, co.edges, E)
+    Kd = blocks.Kd
+    asym = float(np.abs(Kd - Kd.T).max() / max(np.abs(Kd).max(), 1e-300))
+    S = Y @ Kd @ Y.T
+    S = 0.5 * (S + S.T)                                         # = Y sym(Kd) Y^T
+    So = J @ S @ J.T if full else S
+    t1 = _time.perf_counter()
+    if not np.all(np.isfinite(So)):
+        raise NumericalError("non-finite propagator (overflow in the causal solve)")
+    sigma = {a: {b: So[np.ix_(rows[a], rows[b])] for b in names} for a in names}
+    ev = sla.eigh(So, eigvals_only=True, driver="evr")
+    diag = {"n_vars": lay.n, "n_phys": lay.n_phys, "asymmetry": asym, "u_cond": cond,
+            "primal_block_max": blocks.primal_block_max,
+            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
+            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)), "time_solve": t1 - t0}
+    return Propagator(sad, lay, sigma, S if full else None, diag)

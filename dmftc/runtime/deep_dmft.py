@@ -1,0 +1,444 @@
+"""Infinite-width (saddle-point) solver of the exact discrete-time DMFT of deep networks.
+
+Network: :mod:`dmftc.validation.deep_ensemble` (mean-field / muP parameterisation,
+one training point, L hidden layers, discrete GD with learning rate eta N gamma^2).
+Single-site process of hidden layer l = 1..L, all layers coupled only through order parameters::
+
+    h^l(t) = u^l(t) + sum_{s<t}  [Rphi[l-1](t,s) + eta gamma Delta(s) Phi[l-1](t,s)] g^l(s)
+    z^l(t) = r^l(t) + sum_{s<=t} Rg[l+1](t,s) phi(h^l(s)) + sum_{s<t} eta gamma Delta(s) G[l+1](t,s) phi(h^l(s))
+    g^l(t) = phi'(h^l(t)) z^l(t),      u^l ~ GP(0, Phi[l-1]),  r^l ~ GP(0, G[l+1])  independent
+
+    Phi[l](t,s) = <phi(h^l(t)) phi(h^l(s))>,   G[l](t,s) = <g^l(t) g^l(s)>,   Phi[0] = G[L+1] = 1
+    Rphi[l](t,s) = <d phi(h^l(t)) / d r^l(s)>  (s < t),   Rg[l](t,s) = <d g^l(t) / d u^l(s)>  (s <= t)
+    Rphi[0] = Rg[L+1] = 0
+    f(t) = <z^L(t) phi(h^L(t))> / gamma,   Delta(t) = y - f(t)
+    K(t) = sum_{l=0..L} G[l+1](t,t) Phi[l](t,t)
+
+f is evaluated with the exact Gaussian identity (Stein's lemma for r^L = w(0) ~ N(0, 1), constant in
+time, which enters z^L(s) additively for every s)::
+
+    f(t) = (1/gamma) sum_{s<t} Rphi[L](t,s) + eta sum_{s<t} Delta(s) Phi[L](t,s)
+
+which equals <z^L phi(h^L)>/gamma in expectation but has O(1) instead of O(1/gamma) Monte Carlo
+noise (the direct average is kept in ``diagnostics['f_direct']``; both agree exactly on the
+exact backend).
+
+The equations are causal, so there is no fixed-point iteration: one forward march in time.  Inside
+step t: forward sweep l = 1..L (u^l(t) from Phi[l-1](t, s<=t), h^l(t), Phi[l](t, s<=t), Rphi[l](t, s<t)),
+then f(t) and Delta(t) (used by later steps only), then backward sweep l = L..1 (r^l(t) from
+G[l+1](t, s<=t), z^l(t) including the same-time term Rg[l+1](t,t) phi(h^l(t)), g^l(t), G[l](t, s<=t),
+Rg[l](t, s<=t)).
+
+Sources are generated causally with common random numbers: u(t) = sum_{s<=t} C(t,s) xi(s), the
+Cholesky factor C of the kernel being extended by one row per step (negative residual variance
+clamped to 0, pivots below a relative threshold treated as zero, as for the rank-deficient kernels
+of linear / lazy networks).  Responses are forward-mode tangents carried along the march, per
+sample: dg^l(t)/d eps_z(s), phi'(h^l(t)) dh^l(t)/d eps_z(s) for an additive perturbation of z^l(s)
+(-> Rphi[l]) and the same for a perturbation of h^l(s) (-> Rg[l]), all s at once: O(S T^3 L) work.
+For a non-smooth activation (ReLU) phi'' contains a Dirac delta that pathwise tangents cannot sample; it
+is replaced by a Gaussian of width ``dirac_width`` (bias O(width^2)), as in :mod:`dmftc.derive.activation`.
+
+Validation: linear networks agree with :func:`dmftc.runtime.deep_linear.deep_linear_saddle` to round-off; tanh,
+L = 2, gamma = 1, eta = 0.05, T = 40 (320k samples) agrees with finite-width networks
+(:mod:`dmftc.validation.deep_ensemble`, N = 512..2048 extrapolated in 1/N, initial-condition control variates)
+to <= 0.7 % in Delta, K, Phi[l](t,t), G[l](t,t), within 1.5 combined standard errors.
+
+Backends: 'mc' draws ``samples`` source paths split into ``groups`` independent groups, each with its
+own complete march; means are group averages and ``stderr`` their standard errors.  'exact'
+(linear activation only) runs the same march on the coefficient vectors of the fields over the
+2 L T independent standard normals xi (the "samples" are the basis directions; second moments are
+sums over them; the response tangents do not depend on the fields and are carried once), so every
+average is an exact Gaussian covariance: no sampling, stderr = 0.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time as _time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from dmftc.derive.activation import as_activation
+from dmftc.errors import NumericalError, ParameterError
+
+jax.config.update("jax_enable_x64", True)
+
+# Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
+# to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
+_PIVOT_TOL = 1e-10
+_MEMORY_BUDGET = 2.5e8     # floats of tangent storage per group (2 GB in float64)
+
+
+def _extend_cholesky(C, krow, t):
+    """Row t of the causal Cholesky factor of a kernel whose row t (entries s <= t) is ``krow``."""
+    T = C.shape[0]
+    idx = jnp.arange(T)
+    live = (idx < t) & (jnp.diagonal(C) > 0)
+    A = jnp.where(live[:, None], C, 0.0) + jnp.diag(jnp.where(live, 0.0, 1.0))
+    x = jnp.where(live, solve_triangular(A, jnp.where(live, krow, 0.0), lower=True), 0.0)
+    kt = krow[t]
+    d = kt - x @ x
+    piv = jnp.where(d > _PIVOT_TOL * jnp.maximum(kt, 0.0), jnp.sqrt(jnp.maximum(d, 0.0)), 0.0)
+    return C.at[t].set(x + piv * (idx == t))
+
+
+def _set_col(X, v, t):
+    """X[:, t] = v as an in-place dynamic update (column t = time t of a history buffer)."""
+    return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
+
+
+def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
+    """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
+
+    ``spec`` (a :class:`SpecKernels`, from a compiled deep spec) supplies the activation, the coupling
+    kernels of the h and z equations, the boundary layers and the readout of the error signal; ``prm``
+    is then a dict of parameter values.  Without it the built-in network of the module doc is marched
+    and ``prm`` is the vector (eta, gamma, y, dirac width).
+
+    Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
+    fields h, phi(h), z, g (S, T); tangents Dgz, Pz, Dgh, Ph stored flat as (S*T_s, T_t'): entry
+    (n*T + s, t') is the derivative of g(t') [Dg] or phi'(h(t')) h(t') [P] of sample n w.r.t. an
+    additive perturbation of z(s) [..z] or h(s) [..h].  Contracting the last axis with a kernel row
+    makes every tangent update one (S*T, T) @ (T,) product and one column write, in place.  (Written
+    as batched 2-D products rather than a jax.vmap of per-sample (T, T) products: XLA duplicated the
+    vmapped 3-D buffers every step, 5x slower.)  On the exact backend phi' = 1 and phi'' = 0, so the
+    tangents are the same for every basis row and are carried for one row only.
+    """
+    if spec is None:
+        site = as_activation(activation)                # widths are part of a SiteActivation
+        act = lambda h, w: site.fn(h)[:3]               # noqa: E731
+        eta, gamma, y, width = prm[0], prm[1], prm[2], prm[3]
+    else:
+        act = spec.activation(prm)
+        width = prm["dirac width"]
+    S = xiu.shape[1]
+    wprod = 1.0 if exact else 1.0 / S       # second moments: sum over basis rows, or sample mean
+    St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
+    per_layer = ("h", "ph", "z", "g", "Dgz", "Pz", "Dgh", "Ph", "Cu", "Cr", "Phi", "G", "Rphi", "Rg")
+    shapes = dict(h=(S, T), ph=(S, T), z=(S, T), g=(S, T), Dgz=(St * T, T), Pz=(St * T, T), Dgh=(St * T, T),
+                  Ph=(St * T, T), Cu=(T, T), Cr=(T, T), Phi=(T, T), G=(T, T), Rphi=(T, T), Rg=(T, T))
+    carry0 = {k: [jnp.zeros(shapes[k]) for _ in range(L)] for k in per_layer}
+    carry0.update(Delta=jnp.zeros(T), f=jnp.zeros(T), fdir=jnp.zeros(T))
+    idx = jnp.arange(T)
+
+    def step(t, c):
+        c = {k: (list(v) if k in per_layer else v) for k, v in c.items()}
+        onehot = (idx == t).astype(jnp.float64)
+        past, upto = idx < t, (idx <= t).astype(jnp.float64)
+        if spec is None:
+            egD = eta * gamma * jnp.where(past, c["Delta"], 0.0)
+        else:
+            Dm = jnp.where(past, c["Delta"], 0.0)
+        local = []
+        for l in range(L):                                          # forward sweep, layer l+1
+            if spec is not None:                                     # spec: boundary rows and couplings
+                rows = spec.forward_rows(c, l, t, T, prm)
+                krow = rows["Phi"] * upto
+                M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
+            elif l == 0:
+                krow, M = upto, egD                                  # Phi[0] = 1, Rphi[0] = 0
+            else:
+                krow = c["Phi"][l - 1][t] * upto
+                M = jnp.where(past, c["Rphi"][l - 1][t], 0.0) + egD * c["Phi"][l - 1][t]
+            c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t)
+            h = xiu[l] @ Cu[t] + c["g"][l] @ M
+            dhz = (c["Dgz"][l] @ M).reshape(St, T)                   # d h(t) / d z(s)
+            dhh = (c["Dgh"][l] @ M).reshape(St, T) + onehot          # d h(t) / d h(s)
+            p0, p1, p2 = act(h, width)
+            if exact:
+                p1, p2 = jnp.ones(1), jnp.zeros(1)
+            Pzt, Pht = p1[:, None] * dhz, p1[:, None] * dhh
+            c["h"][l], c["ph"][l] = _set_col(c["h"][l], h, t), _set_col(c["ph"][l], p0, t)
+            c["Pz"][l], c["Ph"][l] = _set_col(c["Pz"][l], Pzt, t), _set_col(c["Ph"][l], Pht, t)
+            c["Phi"][l] = c["Phi"][l].at[t].set(wprod * (p0 @ c["ph"][l]) * upto)
+            c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, jnp.mean(Pzt, axis=0), 0.0))
+            local.append((dhz, dhh, p1, p2))
+        if spec is None:
+            # f(t) = (1/gamma) sum_{s<t} Rphi[L](t,s) + eta sum_{s<t} Delta(s) Phi[L](t,s)   (Stein, see doc)
+            f = (jnp.sum(c["Rphi"][L - 1][t]) + jnp.sum(egD * c["Phi"][L - 1][t])) / gamma
+            c["f"] = c["f"].at[t].set(f)
+            c["Delta"] = c["Delta"].at[t].set(y - f)
+        else:
+            # the spec's readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
+            last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
+            e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
+            c["f"] = c["f"].at[t].set(e_t)
+            c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
+        for l in reversed(range(L)):                                 # backward sweep, layer l+1
+            if spec is not None:
+                rows = spec.backward_rows(c, l, t, T, prm)
+                krow = rows["G"] * upto
+                c0, c1 = spec.z_coupling(rows, Dm, prm)
+                N = upto * c0 + jnp.where(past, c1, 0.0)
+            elif l == L - 1:
+                krow, N = upto, egD                                  # G[L+1] = 1, Rg[L+1] = 0
+            else:
+                krow = c["G"][l + 1][t] * upto
+                N = c["Rg"][l + 1][t] * upto + egD * c["G"][l + 1][t]
+            c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t)
+            z = xir[l] @ Cr[t] + c["ph"][l] @ N                      # includes Rg[l+1](t,t) phi(h(t))
+            dzz = (c["Pz"][l] @ N).reshape(St, T) + onehot
+            dzh = (c["Ph"][l] @ N).reshape(St, T)
+            dhz, dhh, p1, p2 = local[l]
+            g = z if exact else p1 * z
+            p2z = p2 if exact else p2 * z
+            dgz = p2z[:, None] * dhz + p1[:, None] * dzz
+            dgh = p2z[:, None] * dhh + p1[:, None] * dzh
+            c["z"][l], c["g"][l] = _set_col(c["z"][l], z, t), _set_col(c["g"][l], g, t)
+            c["Dgz"][l], c["Dgh"][l] = _set_col(c["Dgz"][l], dgz, t), _set_col(c["Dgh"][l], dgh, t)
+            c["G"][l] = c["G"][l].at[t].set(wprod * (g @ c["g"][l]) * upto)
+            c["Rg"][l] = c["Rg"][l].at[t].set(jnp.mean(dgh, axis=0) * upto)
+        zphi = wprod * (c["z"][L - 1][:, t] @ c["ph"][L - 1][:, t])
+        c["fdir"] = c["fdir"].at[t].set(zphi / gamma if spec is None else zphi)
+        return c
+
+    c = jax.lax.fori_loop(0, T, step, carry0)
+    return {k: (jnp.stack(c[k]) if k in per_layer else c[k])
+            for k in ("Phi", "G", "Rphi", "Rg", "Delta", "f", "fdir")}
+
+
+class SpecKernels:
+    """The numerics a compiled deep spec determines (its generated module), in the march's terms.
+
+    The march's internal names are the roles: kernels Phi (forward, covariance of u) and G (backward,
+    covariance of r), responses Rphi (spec role A) and Rg (role B).  Boundary layers 0 and L+1 are
+    constant rows from the spec's boundary values.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.key = ("spec", module.SPEC_SHA256, module.SPEC_PATH)
+        r = module.ROLES
+        self.names = {"Phi": r["Phi"], "A": r["A"], "G": r["G"], "B": r["B"]}
+        self.scalars = tuple(module.SCALARS)
+
+    def activation(self, p):
+        mod = self.module
+        return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
+
+    def site_activation(self, params: dict, width: float):
+        """The spec's activation with its four derivatives (generated functions) at fixed parameter values."""
+        from dmftc.derive.activation import SiteActivation
+
+        mod = self.module
+        p = {k: float(v) for k, v in params.items()}
+        return SiteActivation(key=self.key + (tuple(sorted(p.items())), float(width)),
+                              label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
+                              fn=lambda h: mod.activation(h, p, float(width)),
+                              kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
+                              rewidth=lambda w: self.site_activation(params, w))
+
+    def _boundary(self, role, layer, T, p, depth):
+        """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""
+        mod, name = self.module, self.names[role]
+        for (fam, ref), value in mod.boundaries(p).items():
+            if fam == name and _layer_number(ref, mod.DEPTH, depth) == layer:
+                return jnp.full((T,), value, dtype=jnp.float64)
+        raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
+
+    def forward_rows(self, c, l, t, T, p):
+        """Rows t of the layer below hidden layer l+1 (0-based l): {'Phi', 'A'} keyed by spec names too."""
+        if l == 0:
+            L = len(c["Phi"])
+            rows = {"Phi": self._boundary("Phi", 0, T, p, L), "A": self._boundary("A", 0, T, p, L)}
+        else:
+            rows = {"Phi": c["Phi"][l - 1][t], "A": c["Rphi"][l - 1][t]}
+        return rows | {self.names[k]: v for k, v in rows.items()}
+
+    def backward_rows(self, c, l, t, T, p):
+        """Rows t of the layer above hidden layer l+1: {'G', 'B'} (boundary layer L+1 for the last one)."""
+        L = len(c["G"])
+        if l == L - 1:
+            rows = {"G": self._boundary("G", L + 1, T, p, L), "B": self._boundary("B", L + 1, T, p, L)}
+        else:
+            rows = {"G": c["G"][l + 1][t], "B": c["Rg"][l + 1][t]}
+        return rows | {self.names[k]: v for k, v in rows.items()}
+
+    def h_coupling(self, rows, Delta, p):
+        return self.module.h_coupling(rows, Delta, p)
+
+    def z_coupling(self, rows, Delta, p):
+        return self.module.z_coupling(rows, Delta, p)
+
+    def readout_average(self, last, nxt, Delta, past, upto, p):
+        last = last | {self.names[k]: v for k, v in last.items()}
+        return self.module.readout_average(last, nxt, Delta, past, upto, p)
+
+    def readout(self, e_t, e_0, p):
+        return self.module.readout(e_t, e_0, p)
+
+
+def _layer_number(ref: str, depth_name: str, depth: int) -> int:
+    if ref.isdigit():
+        return int(ref)
+    off = ref[len(depth_name):]
+    return depth + (int(off) if off else 0)
+
+
+_JIT: dict = {}
+
+
+def _compiled(activation, L, T, exact, spec=None):
+    key = (activation if spec is None else spec.key, L, T, exact)
+    if key not in _JIT:
+        _JIT[key] = jax.jit(lambda xiu, xir, prm: _march(xiu, xir, prm, activation=activation, L=L, T=T,
+                                                          exact=exact, spec=spec))
+    return _JIT[key]
+
+
+def _assemble(out, L, T, spec=None, p=None):
+    """Raw march output -> named arrays; kernels symmetrised from their causal rows."""
+    sym = lambda A: np.tril(A) + np.tril(A, -1).T  # noqa: E731
+    arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(out["f"]), "f_direct": np.asarray(out["fdir"])}
+    for l in range(1, L + 1):
+        arr[f"Phi[{l}]"] = sym(np.asarray(out["Phi"][l - 1]))
+        arr[f"G[{l}]"] = sym(np.asarray(out["G"][l - 1]))
+        arr[f"Rphi[{l}]"] = np.asarray(out["Rphi"][l - 1])
+        arr[f"Rg[{l}]"] = np.asarray(out["Rg"][l - 1])
+    if spec is not None:  # the spec's scalar order parameters from the time diagonals of the kernels
+        roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}
+
+        def diag(name, layer):
+            role = roles[name]
+            if 1 <= layer <= L:
+                return np.diagonal(arr[f"{role}[{layer}]"])
+            return np.asarray(spec._boundary(role, layer, T, p, L))
+
+        for name in spec.scalars:
+            arr[name] = np.asarray(getattr(spec.module, f"scalar_{name}")(diag, p), dtype=float)
+        return arr
+    dPhi = [np.ones(T)] + [np.diagonal(arr[f"Phi[{l}]"]) for l in range(1, L + 1)]
+    dG = [np.diagonal(arr[f"G[{l}]"]) for l in range(1, L + 1)] + [np.ones(T)]
+    arr["K"] = sum(dG[l] * dPhi[l] for l in range(L + 1))
+    return arr
+
+
+def _check_finite(out, L, T, where):
+    """Raise NumericalError naming the first step (and quantity, in causal order) that is not finite."""
+    first = {}
+    for l in range(1, L + 1):
+        first[f"Phi[{l}]"], first[f"Rphi[{l}]"] = np.asarray(out["Phi"][l - 1]), np.asarray(out["Rphi"][l - 1])
+    first["f"], first["Delta"] = np.asarray(out["f"])[:, None], np.asarray(out["Delta"])[:, None]
+    for l in range(L, 0, -1):
+        first[f"G[{l}]"], first[f"Rg[{l}]"] = np.asarray(out["G"][l - 1]), np.asarray(out["Rg"][l - 1])
+    best = None
+    for name, v in first.items():
+        bad = ~np.isfinite(v).all(axis=1)
+        if bad.any() and (best is None or int(np.argmax(bad)) < best[1]):
+            best = (name, int(np.argmax(bad)))
+    if best is not None:
+        raise NumericalError(f"{best[0]} became non-finite at step {best[1]} of the deep DMFT march ({where}); "
+                             "the dynamics diverge: reduce the learning rate eta or the feature strength gamma")
+
+
+@dataclass(frozen=True)
+class DeepSaddle:
+    """Saddle point of the deep DMFT: ``sad['Phi[1]']`` etc.; ``stderr`` has the same keys (MC errors)."""
+
+    L: int
+    T: int
+    params: dict
+    arrays: dict
+    stderr: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
+
+    def __getitem__(self, name):
+        try:
+            return self.arrays[name]
+        except KeyError:
+            raise KeyError(f"no quantity {name!r}; available: {', '.join(self.arrays)}") from None
+
+    def __contains__(self, name):
+        return name in self.arrays
+
+    def keys(self):
+        return self.arrays.keys()
+
+
+def _number(name, v, *, low=None, strict=False):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+        raise ParameterError(f"{name} must be a finite real number, got {v!r}")
+    if low is not None and (float(v) <= low if strict else float(v) < low):
+        raise ParameterError(f"{name} must be {'>' if strict else '>='} {low}, got {v!r}")
+    return float(v)
+
+
+def _integer(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
+        raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
+    return int(v)
+
+
+def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
+               samples: int = 20000, seed: int = 0, backend: str = "auto", groups: int = 8,
+               dirac_width: float = 0.1, spec=None, spec_params: dict | None = None) -> DeepSaddle:
+    """Infinite-width saddle point of the discrete-time DMFT of an L-hidden-layer network (see module doc).
+
+    ``backend``: 'exact' (linear activation only, no sampling), 'mc', or 'auto' (exact iff linear).
+    MC: ``samples`` source paths in ``groups`` independent complete marches (means = group averages,
+    ``stderr`` = their standard errors).  ``dirac_width``: width of the Gaussians that stand for delta functions in
+    the derivatives of a non-smooth activation (:mod:`dmftc.derive.activation`).  ``activation``: an expression in h,
+    a shorthand ('tanh', 'relu', ...) or a :class:`dmftc.derive.activation.SiteActivation`.
+    ``spec``: a :class:`SpecKernels` of a compiled deep spec, which then supplies the activation, the
+    couplings and the readout; ``spec_params`` its parameter values (``activation`` is a label only,
+    gamma, y and eta are recorded but the spec's own parameters are used).
+    """
+    dirac_width = _number("dirac_width", dirac_width, low=0.0)
+    if spec is None:
+        activation = as_activation(activation, dirac_width)
+    linear = activation.linear if spec is None else bool(spec.module.LINEAR)
+    L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
+    gamma = _number("gamma", gamma, low=0.0, strict=True)
+    y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    if backend not in ("auto", "exact", "mc"):
+        raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
+    if backend == "exact" and not linear:
+        raise ParameterError(f"the exact backend needs Gaussian fields (activation='linear'), got {activation!r}; "
+                             "use backend='mc'")
+    exact = backend == "exact" or (backend == "auto" and linear)
+    seed = _integer("seed", seed, 0)
+    groups = _integer("groups", groups, 2)
+    samples = _integer("samples", samples, 2 * groups)
+    if not exact and 4 * L * (samples // groups) * T * T > _MEMORY_BUDGET:
+        raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
+                             f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
+                             "use more groups or fewer samples")
+    if spec is None:
+        prm = jnp.asarray([eta, gamma, y, dirac_width], dtype=jnp.float64)
+    else:
+        prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
+        prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
+    march = _compiled(activation, L, T, exact, spec)
+    host = None if spec is None else {k: float(v) for k, v in (spec_params or {}).items()}
+    params = dict(activation=activation if spec is not None else activation.label, L=L, gamma=gamma, y=y,
+                  eta=eta, T=T, backend="exact" if exact else "mc", dirac_width=dirac_width)
+    t0 = _time.perf_counter()
+    if exact:
+        n = 2 * L * T
+        basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
+        out = march(basis[0], basis[1], prm)
+        _check_finite(out, L, T, "exact backend")
+        arrays = _assemble(out, L, T, spec, host)
+        stderr = {k: np.zeros_like(v) for k, v in arrays.items()}
+        diag = dict(backend="exact", basis_size=n)
+    else:
+        per = samples // groups
+        key = jax.random.PRNGKey(seed)
+        runs = []
+        for gi in range(groups):
+            xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, T), dtype=jnp.float64)
+            out = march(xi[0], xi[1], prm)
+            _check_finite(out, L, T, f"Monte Carlo group {gi}")
+            runs.append(_assemble(out, L, T, spec, host))
+        arrays = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
+        stderr = {k: np.std([r[k] for r in runs], axis=0, ddof=1) / math.sqrt(groups) for k in runs[0]}
+        params.update(samples=per * groups, seed=seed, groups=groups)
+        diag = dict(backend="mc", samples_per_group=per)
+    diag["f_direct"] = arrays.pop("f_direct")
+    diag["f_direct_stderr"] = stderr.pop("f_direct")
+    diag["wall_time"] = _time.perf_counter() - t0
+    return DeepSaddle(L=L, T=T, params=params, arrays=arrays, stderr=stderr, diagnostics=diag)

@@ -1,0 +1,489 @@
+"""Finite-width propagator of deep LINEAR networks from the autodiff Hessian of their Gaussian DMFT action.
+
+The network (:mod:`dmftc.validation.deep_ensemble`): width N, L hidden layers, one training point,
+phi = identity, mean-field parameterisation, discrete gradient descent with step eta, recorded at
+t = 0..T-1 before each update, Delta(t) = y - (f(t) - f(0)).  The saddle point is the exact
+discrete-time DMFT; the propagator Sigma = lim N Cov(q) is the physical block of -[Hess S]^-1.
+
+Derivation (discrete time, per neuron, one layer pair W^l between h^l and h^{l+1})
+--------------------------------------------------------------------------------
+Unrolling the updates, h^{l+1}(t) = chi^{l+1}(t) + eta gamma sum_{s<t} Delta(s) Phi^l(t,s) g^{l+1}(s) and
+z^l(t) = xi^l(t) + eta gamma sum_{s<t} Delta(s) G^{l+1}(t,s) phi(h^l(s)), with chi^{l+1} = W^l(0) phi(h^l)/sqrt N,
+xi^l = W^l(0)^T g^{l+1}/sqrt N.  Enforcing chi, xi with conjugates chi_hat, xi_hat and averaging over W^l(0)
+gives Gaussian sources u^{l+1} ~ GP(0, Phi^l), r^l ~ GP(0, G^{l+1}) and the cross term
+-N sum_{t,s} Bx(t,s) Ax(t,s), Bx = <chi_hat^{l+1}(t) g^{l+1}(s)>, Ax = <phi(h^l(t)) xi_hat^l(s)>.  Introducing
+Ax, Bx with conjugates and integrating out Ax exactly (it enters linearly) leaves ONE pair of full T x T
+matrices per layer pair, which after a constant rescaling (which leaves the physical block of the
+propagator invariant) are real:
+
+    A^l(t,s): coupling of g^{l+1}(s) into h^{l+1}(t)    (saddle: Rphi[l](t,s) = <d h^l(t)/d r^l(s)>,  s < t)
+    B^l(t,s): coupling of h^l(s)    into z^l(t)         (saddle: Rg[l+1](t,s) = <d g^{l+1}(t)/d u^{l+1}(s)>, s <= t)
+
+The pairing term is -Tr(A^l B^l) = -sum_{t,s} A^l(t,s) B^l(s,t): the causal entries of A pair with the
+ANTI-causal entries of B and vice versa, so both must be kept as full matrices (restricting both to their
+causal supports makes the pairing vanish identically).  With x = (h(0..T-1), z(0..T-1)) of layer l,
+
+    M_l = [[I, -C_l], [-E_l, I]],  C_l(t,s) = A^{l-1}(t,s) + [s<t] eta gamma Delta(s) Phi^{l-1}(t,s)
+                                   E_l(t,s) = B^l(t,s)     + [s<t] eta gamma Delta(s) G^{l+1}(t,s)
+    (A^0 = B^L = 0, Phi^0 = G^{L+1} = 1 1^T), sources (u, r) ~ N(0, Sw_l), Sw_l = diag(Phi^{l-1}, G^{l+1}).
+
+The single-site generating function is the exact Gaussian integral over (x, x_hat), INCLUDING the Jacobian
+1/det M_l (=1 only for causal couplings, which the anti-causal entries of A, B are not):
+
+    ln Z_l = -1/2 ln det [[-Q_l, M_l^T], [M_l, Sw_l]]        (4T x 4T; = -ln det M_l at Q_l = 0)
+    -x^T Q_l x / 2 = -sum_{t>=s} [Phi_hat^l(t,s) h(t) h(s) + G_hat^l(t,s) z(t) z(s)]
+                     + [l = L] sum_t Delta_hat(t) (z(t) h(t) - z(0) h(0)) / gamma
+
+(the last term is N^-1 sum_i of the exact finite-width f~(t) = f(t) - f(0): the error dynamics is exact in
+discrete time, no gradient-flow approximation and no K-driven Delta update).  The action per neuron is
+
+    S = sum_l sum_{t>=s} [Phi_hat^l Phi^l + G_hat^l G^l](t,s) + sum_t Delta_hat(t) (Delta(t) - y)
+        - sum_{l=1}^{L-1} Tr(A^l B^l) + sum_{l=1}^{L} ln Z_l .
+
+Symmetric kernels are parameterised by their lower triangles (t >= s), each distinct entry having its own
+conjugate.  At the saddle all hats vanish, A = Rphi, B = Rg and every first derivative of S is zero
+(checked in the tests).  Then N Cov(q_phys) -> Sigma = [-(Hess S)^-1]_{phys, phys}; K is a derived
+observable, dK(t) = sum_l G^{l+1}(t,t) dPhi^l(t,t) + Phi^l(t,t) dG^{l+1}(t,t).
+
+Relation to the paper (App. "Deep Linear Networks", continuous time): A, B here are gamma times the paper's
+A, B (so -Tr(A B) is its -gamma^2 Tr(A B)), the Delta terms carry the step eta and act only on s < t, the
+response terms include the same-time entry of Rg (discrete time), and A, B enter M_l WITHOUT the causal mask
+Theta the paper puts on them (with the mask the action is not stationary at the DMFT solution: its
+d/dA of the pairing term is balanced only by anti-causal derivatives of ln Z).  The propagator is the
+physical block of the full inverse; the paper's route (Sigma0 = [[U^-1 kappa U^-T, -U^-1], [-U^-T, 0]],
+then the Schur complement over A, B) gives the same matrix (tests/test_deep_linear.py).
+"""
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg as sla
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "Layout",
+           "Saddle", "Propagator", "saddle_point_vector", "observable_names", "observable_map",
+           "propagator_from_hessian", "bilinear_pairs"]
+
+
+# ----------------------------------------------------------------------------------------------
+# infinite-width saddle point: exact forward march of linear maps on the Gaussian sources
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Saddle:
+    """Infinite-width discrete-time DMFT solution.  Layer-indexed lists hold index l at position l - 1."""
+    L: int
+    gamma: float
+    y: float
+    eta: float
+    T: int
+    Delta: np.ndarray           # (T,)
+    f: np.ndarray               # (T,)  f(t) - f(0), f(0) = 0
+    K: np.ndarray               # (T,)  sum_{l=0..L} G[l+1](t,t) Phi[l](t,t)
+    Phi: list                   # L x (T,T)   Phi[l], l = 1..L
+    G: list                     # L x (T,T)   G[l],   l = 1..L
+    Rphi: list                  # L x (T,T)   <d h^l(t)/d r^l(s)>, s < t
+    Rg: list                    # L x (T,T)   <d g^l(t)/d u^l(s)>, s <= t
+    maps: list = field(repr=False, default=None)  # L x (H, Z): (T, 2T) coefficients of h^l, z^l on (u^l, r^l)
+
+    def phi(self, l):           # Phi[l] with Phi[0] = 1 1^T
+        return np.ones((self.T, self.T)) if l == 0 else self.Phi[l - 1]
+
+    def g(self, l):             # G[l] with G[L+1] = 1 1^T
+        return np.ones((self.T, self.T)) if l == self.L + 1 else self.G[l - 1]
+
+
+def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) -> Saddle:
+    """Exact infinite-width solution of the discrete-time DMFT of an L-hidden-layer linear network.
+
+    Every field of layer l is linear in that layer's sources w = (u^l(0..T-1), r^l(0..T-1)),
+    Cov(w) = diag(Phi[l-1], G[l+1]); we march the coefficient rows of h^l(t), z^l(t) causally
+    (forward sweep over layers for h, then f(t), then backward sweep for z), so all averages are exact
+    quadratic forms.  Responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
+    """
+    L, T = int(L), int(T)
+    if L < 1 or T < 1:
+        raise ValueError("need L >= 1 and T >= 1")
+    ones = np.ones((T, T))
+    Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]          # index 0..L
+    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [ones]   # index 1..L+1
+    H = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
+    Z = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
+    Delta = np.zeros(T)
+    f = np.zeros(T)
+    eg = eta * gamma
+
+    def cov(l, a, b):        # a Sw_l b^T for coefficient rows a (m,2T), b (n,2T)
+        return a[:, :T] @ Phi[l - 1] @ b[:, :T].T + a[:, T:] @ G[l + 1] @ b[:, T:].T
+
+    for t in range(T):
+        past = np.arange(t)
+        for l in range(1, L + 1):                                # forward sweep: h^l(t)
+            Rphi_prev = H[l - 1][t, T + past] if l > 1 else np.zeros(t)
+            c = Rphi_prev + eg * Delta[past] * Phi[l - 1][t, past]
+            row = c @ Z[l][past]
+            row[t] += 1.0                                        # u^l(t)
+            H[l][t] = row
+            v = cov(l, H[l][t:t + 1], H[l][: t + 1])[0]
+            Phi[l][t, : t + 1] = v
+            Phi[l][: t + 1, t] = v
+        for l in range(L, 0, -1):                                # backward sweep: z^l(t)
+            upto = np.arange(t + 1)
+            Rg_next = Z[l + 1][t, upto] if l < L else np.zeros(t + 1)
+            e = Rg_next.copy()
+            e[:t] += eg * Delta[past] * G[l + 1][t, past]
+            row = e @ H[l][upto]
+            row[T + t] += 1.0                                    # r^l(t)
+            Z[l][t] = row
+            v = cov(l, Z[l][t:t + 1], Z[l][: t + 1])[0]
+            G[l][t, : t + 1] = v
+            G[l][: t + 1, t] = v
+            if l == L:
+                f[t] = cov(L, Z[L][t:t + 1], H[L][t:t + 1])[0, 0] / gamma
+                Delta[t] = y - f[t]
+    K = sum(G[l + 1].diagonal() * Phi[l].diagonal() for l in range(L + 1))
+    Rphi = [np.ascontiguousarray(H[l][:, T:]) for l in range(1, L + 1)]
+    Rg = [np.ascontiguousarray(Z[l][:, :T]) for l in range(1, L + 1)]
+    return Saddle(L, float(gamma), float(y), float(eta), T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg,
+                  [(H[l], Z[l]) for l in range(1, L + 1)])
+
+
+# ----------------------------------------------------------------------------------------------
+# the action
+# ----------------------------------------------------------------------------------------------
+class Layout:
+    """Flat packing of all order parameters.  Physical block first: Phi[1..L] (lower triangles, t >= s),
+    G[1..L] (lower triangles), Delta (T); then Phi_hat, G_hat (lower triangles), Delta_hat (T);
+    then A[1..L-1], B[1..L-1] (full T x T, row-major)."""
+
+    def __init__(self, L: int, T: int):
+        self.L, self.T = int(L), int(T)
+        self.tril = np.tril_indices(T)
+        self.nt = T * (T + 1) // 2
+        blocks, off = {}, 0
+
+        def add(name, size):
+            nonlocal off
+            blocks[name] = (off, size)
+            off += size
+
+        for l in range(1, L + 1):
+            add(f"Phi[{l}]", self.nt)
+        for l in range(1, L + 1):
+            add(f"G[{l}]", self.nt)
+        add("Delta", T)
+        self.n_phys = off
+        for l in range(1, L + 1):
+            add(f"Phi_hat[{l}]", self.nt)
+        for l in range(1, L + 1):
+            add(f"G_hat[{l}]", self.nt)
+        add("Delta_hat", T)
+        for l in range(1, L):
+            add(f"A[{l}]", T * T)
+        for l in range(1, L):
+            add(f"B[{l}]", T * T)
+        self.blocks, self.n = blocks, off
+
+    def slice(self, name):
+        o, s = self.blocks[name]
+        return slice(o, o + s)
+
+    def pack(self, q: dict) -> np.ndarray:
+        """dict of arrays (symmetric kernels as (T,T): lower triangle used) -> flat vector."""
+        x = np.zeros(self.n)
+        for name, (o, s) in self.blocks.items():
+            v = np.asarray(q[name], dtype=float)
+            x[o:o + s] = v[self.tril] if self._kind(name) == "tril" else v.reshape(-1)
+        return x
+
+    def unpack(self, x) -> dict:
+        """flat vector -> dict (kernels/hats as lower-triangular (T,T) arrays, A/B full)."""
+        T, out = self.T, {}
+        for name, (o, s) in self.blocks.items():
+            v = x[o:o + s]
+            kind = self._kind(name)
+            if kind == "tril":
+                out[name] = jnp.zeros((T, T), dtype=v.dtype).at[self.tril].set(v)
+            elif kind == "full":
+                out[name] = v.reshape(T, T)
+            else:
+                out[name] = v
+        return out
+
+    @staticmethod
+    def _kind(name):
+        if name in ("Delta", "Delta_hat"):
+            return "vector"
+        return "full" if name.startswith(("A[", "B[")) else "tril"
+
+    def indices(self, name):
+        o, s = self.blocks[name]
+        return np.arange(o, o + s)
+
+
+def _sym(low):
+    """symmetric matrix from its lower triangle (diagonal once)."""
+    return low + low.T - jnp.diag(jnp.diag(low))
+
+
+def _split_local(v, T):
+    nt = T * (T + 1) // 2
+    sizes = [nt, nt, T * T, T * T, nt, nt, T, T]
+    out, o = [], 0
+    for n in sizes:
+        out.append(v[o:o + n])
+        o += n
+    return out
+
+
+def _log_z_local(v, gamma, eta, top, *, T):
+    """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] from the layer's local variables
+    v = [Phi[l-1] (tril), G[l+1] (tril), A[l-1] (T*T), B[l] (T*T), Phi_hat[l] (tril), G_hat[l] (tril),
+    Delta, Delta_hat].  The first layer passes Phi[0] = 1 1^T and A[0] = 0, the last G[L+1] = 1 1^T, B[L] = 0
+    and top = 1 (the Delta_hat source term belongs to the last layer only)."""
+    tril = np.tril_indices(T)
+    low = lambda w: jnp.zeros((T, T), dtype=w.dtype).at[tril].set(w)
+    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
+    phi_prev, g_next = _sym(low(pp)), _sym(low(gn))
+    ph, gh = low(ph), low(gh)
+    eg = eta * gamma
+    strict = jnp.tril(jnp.ones((T, T)), -1)
+    C = strict * eg * phi_prev * Delta[None, :] + a.reshape(T, T)
+    E = strict * eg * g_next * Delta[None, :] + b.reshape(T, T)
+    eye, zero = jnp.eye(T), jnp.zeros((T, T))
+    M = jnp.block([[eye, -C], [-E, eye]])
+    Qhz = top * (-jnp.diag(dh) + zero.at[0, 0].add(jnp.sum(dh))) / gamma
+    Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
+    Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
+    big = jnp.block([[-Q, M.T], [M, Sw]])
+    return -0.5 * jnp.linalg.slogdet(big)[1]
+
+
+_HESS_CACHE: dict = {}
+
+
+def _local_hessian(T):
+    if T not in _HESS_CACHE:
+        _HESS_CACHE[T] = jax.jit(jax.hessian(lambda v, g, e, top: _log_z_local(v, g, e, top, T=T)))
+    return _HESS_CACHE[T]
+
+
+def _local_parts(lay: "Layout", l: int):
+    """(names or constants) of the local variables of layer l, in _log_z_local order."""
+    L, T = lay.L, lay.T
+    ones = ("const", np.ones(lay.nt))
+    return [f"Phi[{l - 1}]" if l > 1 else ones,
+            f"G[{l + 1}]" if l < L else ones,
+            f"A[{l - 1}]" if l > 1 else ("const", np.zeros(T * T)),
+            f"B[{l}]" if l < L else ("const", np.zeros(T * T)),
+            f"Phi_hat[{l}]", f"G_hat[{l}]", "Delta",
+            "Delta_hat" if l == L else ("const", np.zeros(T))]
+
+
+def _gather_local(x, lay, l):
+    """local vector of layer l and, per entry, its index in the flat layout (-1 for constants)."""
+    vals, idx = [], []
+    for part in _local_parts(lay, l):
+        if isinstance(part, tuple):
+            vals.append(jnp.asarray(part[1]))
+            idx.append(-np.ones(len(part[1]), dtype=int))
+        else:
+            vals.append(x[lay.slice(part)])
+            idx.append(lay.indices(part))
+    return jnp.concatenate(vals), np.concatenate(idx)
+
+
+def _bilinear(q, *, L, T, y):
+    s = q["Delta_hat"] @ (q["Delta"] - y)
+    for l in range(1, L + 1):
+        s = s + jnp.sum(q[f"Phi_hat[{l}]"] * q[f"Phi[{l}]"]) + jnp.sum(q[f"G_hat[{l}]"] * q[f"G[{l}]"])
+    for l in range(1, L):
+        s = s - jnp.sum(q[f"A[{l}]"] * q[f"B[{l}]"].T)            # Tr(A B)
+    return s
+
+
+def deep_linear_action(x, *, L: int, gamma: float, y: float, eta: float, T: int):
+    """Action S per neuron as a differentiable (JAX) function of the flat order-parameter vector x
+    (see :class:`Layout`; a dict of arrays is packed first).  Formula in the module docstring."""
+    lay = Layout(L, T)
+    if isinstance(x, dict):
+        x = lay.pack(x)
+    q = lay.unpack(jnp.asarray(x))
+    s = _bilinear(q, L=L, T=T, y=y)
+    x = jnp.asarray(x)
+    for l in range(1, L + 1):
+        v, _ = _gather_local(x, lay, l)
+        s = s + _log_z_local(v, gamma, eta, float(l == L), T=T)
+    return s
+
+
+def saddle_point_vector(sad: Saddle) -> np.ndarray:
+    """The saddle point as a flat vector: kernels and Delta from the march, hats 0, A = Rphi, B = Rg."""
+    L, T = sad.L, sad.T
+    lay = Layout(L, T)
+    q = {"Delta": sad.Delta, "Delta_hat": np.zeros(T)}
+    for l in range(1, L + 1):
+        q[f"Phi[{l}]"] = sad.Phi[l - 1]
+        q[f"G[{l}]"] = sad.G[l - 1]
+        q[f"Phi_hat[{l}]"] = np.zeros((T, T))
+        q[f"G_hat[{l}]"] = np.zeros((T, T))
+    for l in range(1, L):
+        q[f"A[{l}]"] = sad.Rphi[l - 1]           # couples g^{l+1}(s) into h^{l+1}(t)
+        q[f"B[{l}]"] = sad.Rg[l]                 # = Rg[l+1], couples h^l(s) into z^l(t)
+    return lay.pack(q)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hessian and propagator
+# ----------------------------------------------------------------------------------------------
+def bilinear_pairs(lay: "Layout"):
+    """Constant Hessian of the bilinear part S_0 as index pairs (ia, ib) and values (each pair once, ia != ib):
+    +1 between every kernel entry / Delta and its conjugate, -1 between A[l](t,s) and B[l](s,t) (-Tr(A B))."""
+    ia, ib, val = [], [], []
+    names = [(f"Phi[{l}]", f"Phi_hat[{l}]") for l in range(1, lay.L + 1)]
+    names += [(f"G[{l}]", f"G_hat[{l}]") for l in range(1, lay.L + 1)] + [("Delta", "Delta_hat")]
+    for a, b in names:
+        ia.append(lay.indices(a))
+        ib.append(lay.indices(b))
+        val.append(np.ones(len(ia[-1])))
+    TT = np.arange(lay.T * lay.T).reshape(lay.T, lay.T)
+    for l in range(1, lay.L):
+        ia.append(lay.indices(f"A[{l}]"))
+        ib.append(lay.indices(f"B[{l}]")[TT.T.reshape(-1)])   # A(t,s) pairs with B(s,t)
+        val.append(-np.ones(len(ia[-1])))
+    return np.concatenate(ia), np.concatenate(ib), np.concatenate(val)
+
+
+def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=None):
+    """Hessian of S at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
+    ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part.
+
+    ``local_hessians`` (blocked only): a sequence of L matrices, the Hessian of ln Z_l (l = 1..L) over its
+    local variables in :func:`_log_z_local` order, used instead of the closed form (hook for estimates of
+    ln Z_l of nonlinear networks, :mod:`dmftc.runtime.deep_propagator`)."""
+    lay = Layout(L, T)
+    x0 = jnp.asarray(x0)
+    if local_hessians is not None and method != "blocked":
+        raise ValueError("local_hessians needs method='blocked'")
+    if method == "dense":
+        fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, gamma=gamma, y=y, eta=eta, T=T)))
+        return np.asarray(fn(x0))
+    if method != "blocked":
+        raise ValueError(f"unknown method {method!r}")
+    H = np.zeros((lay.n, lay.n))
+    ia, ib, val = bilinear_pairs(lay)
+    H[ia, ib] += val
+    H[ib, ia] += val
+    hess = _local_hessian(T)
+    for l in range(1, L + 1):
+        v, idx = _gather_local(x0, lay, l)
+        if local_hessians is not None:
+            h = np.asarray(local_hessians[l - 1], dtype=float)
+            if h.shape != (len(idx), len(idx)):
+                raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
+        else:
+            h = np.asarray(hess(v, gamma, eta, float(l == L)))
+        keep = idx >= 0
+        H[np.ix_(idx[keep], idx[keep])] += h[np.ix_(keep, keep)]
+    return H
+
+
+def observable_names(L: int) -> list:
+    return ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
+
+
+@dataclass
+class Propagator:
+    """sigma[a][b] (T,T) = lim N Cov(a(t), b(s)) for a, b in observable_names(L) (time-diagonal kernels);
+    sigma_phys over the packed physical block of ``layout`` (all kernel entries t >= s and Delta)."""
+    saddle: Saddle
+    layout: Layout
+    sigma: dict
+    sigma_phys: np.ndarray
+    diagnostics: dict
+
+    def __getitem__(self, a):
+        return self.sigma[a]
+
+    def var(self, name):
+        """lim N Var(name(t)), shape (T,)."""
+        return np.diag(self.sigma[name][name]).copy()
+
+    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
+        """Full two-time block (T,T,T,T): N Cov(a(t,s), b(t',s')) for kernels a, b in 'Phi[l]', 'G[l]'."""
+        b = a if b is None else b
+        lay, T = self.layout, self.layout.T
+        ti, si = lay.tril
+        S = self.sigma_phys[lay.slice(a), lay.slice(b)]           # (nt, nt)
+        out = np.zeros((T, T, T, T))
+        for i, (t, s) in enumerate(zip(ti, si)):
+            blk = np.zeros((T, T))
+            blk[ti, si] = S[i]
+            blk[si, ti] = S[i]
+            out[t, s] = blk
+            out[s, t] = blk
+        return out
+
+
+def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int,
+                           method: str = "blocked") -> Propagator:
+    """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle; observables Delta, K, Phi[l](t,t), G[l](t,t)."""
+    t0 = _time.perf_counter()
+    sad = deep_linear_saddle(L=L, gamma=gamma, y=y, eta=eta, T=T)
+    x0 = saddle_point_vector(sad)
+    t1 = _time.perf_counter()
+    H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, method=method)
+    t2 = _time.perf_counter()
+    P = propagator_from_hessian(sad, H)
+    P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1,
+                          "time_total": _time.perf_counter() - t0, "method": method})
+    return P
+
+
+def observable_map(sad: Saddle, lay: "Layout"):
+    """(names, rows, J): the linear map J (len(names) T, n_phys) from the packed physical block to the
+    time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t); rows[name] are its rows of that observable.
+    K(t) = sum_l G[l+1](t,t) Phi[l](t,t) is linearised at the saddle ``sad``."""
+    L, T = sad.L, sad.T
+    names = observable_names(L)
+    J = np.zeros((len(names) * T, lay.n_phys))
+    diag_pos = np.array([i for i, (t, s) in enumerate(zip(*lay.tril)) if t == s])   # position of (t,t)
+    rows = {n: np.arange(k * T, (k + 1) * T) for k, n in enumerate(names)}
+    J[rows["Delta"], np.arange(lay.n_phys)[lay.slice("Delta")]] = 1.0
+    for l in range(1, L + 1):
+        J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
+        J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
+        # dPhi[l] with G[l+1] (l = 1..L), dG[l] with Phi[l-1] (l = 1..L)
+        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += np.diag(sad.g(l + 1))
+        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += np.diag(sad.phi(l - 1))
+    return names, rows, J
+
+
+def propagator_from_hessian(sad: Saddle, H) -> Propagator:
+    """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
+    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
+    A float64 H is factorised in place (overwritten) to halve the peak memory."""
+    L, T = sad.L, sad.T
+    lay = Layout(L, T)
+    t2 = _time.perf_counter()
+    rhs = np.zeros((lay.n, lay.n_phys))
+    rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
+    lu = sla.lu_factor(np.asarray(H, dtype=float), overwrite_a=True, check_finite=False)   # H is consumed
+    X = sla.lu_solve(lu, rhs, check_finite=False)
+    Sp = -X[: lay.n_phys]
+    t3 = _time.perf_counter()
+    asym = float(np.abs(Sp - Sp.T).max() / np.abs(Sp).max())
+    Sp = 0.5 * (Sp + Sp.T)
+    names, rows, J = observable_map(sad, lay)
+    So = J @ Sp @ J.T
+    sigma = {a: {b: So[np.ix_(rows[a], rows[b])] for b in names} for a in names}
+    ev = sla.eigh(Sp, eigvals_only=True, driver="evr")   # (the default drivers crawl on this spectrum)
+    diag = {"n_vars": lay.n, "n_phys": lay.n_phys, "asymmetry": asym,
+            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
+            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
+            "time_solve": t3 - t2}
+    return Propagator(sad, lay, sigma, Sp, diag)

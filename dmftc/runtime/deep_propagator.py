@@ -1,0 +1,619 @@
+"""Finite-width propagator of DEEP NONLINEAR networks: Hessian of the discrete-time MSR action with each
+layer's single-site log-partition function ln Z_l estimated by Monte Carlo and differentiated by JAX.
+
+Same route as :mod:`dmftc.runtime.deep_linear` (same order parameters, :class:`~dmftc.runtime.deep_linear.Layout`, bilinear
+part S_0 = sum_{t>=s}(Phi_hat Phi + G_hat G) + sum_t Delta_hat (Delta - y) - sum_l Tr(A^l B^l), assembly,
+inversion and mapping to Delta, K, Phi[l](t,t), G[l](t,t)); only ln Z_l changes.
+
+Single-site problem of layer l
+------------------------------
+Fields x = (h(0..T-1), z(0..T-1)), sources w = (u, r) ~ N(0, Sw), Sw = diag(Phi[l-1], G[l+1]), and
+
+    x = w + F(x),   F_h(t) = sum_s C(t,s) g(s),  F_z(t) = sum_s E(t,s) phi(h(s)),  g = phi'(h) z,
+    C = A^{l-1} + [s<t] eta gamma Delta(s) Phi[l-1](t,s),   E = B^l + [s<t] eta gamma Delta(s) G[l+1](t,s)
+
+(C, E general T x T: their anti-causal entries are variables of the action).  The MSR integral is
+Z_l = int dx dx_hat Dw exp(i x_hat.(x - w - F(x)) - Q(x)); integrating x_hat gives the delta function
+delta(x - w - F(x)), and integrating it over x (change of variables w = x - F(x), dw = |det(I - J)| dx,
+J = dF/dx) leaves
+
+    Z_l = E_w[ exp(-Q(x*)) / |det(I - J(x*))| ],     x* = w + F(x*),
+    Q(x) = sum_{t>=s} [Phi_hat(t,s) phi(h(t)) phi(h(s)) + G_hat(t,s) g(t) g(s)]
+           - [l = L] sum_t Delta_hat(t) (z(t) phi(h(t)) - z(0) phi(h(0))) / gamma.
+
+The 1/det is the Jacobian of the constraint: it equals 1 whenever C, E are causal (J is strictly lower
+triangular in the order h(0), z(0), h(1), z(1), ...: h(t) reads z(s<t), z(t) reads h(s<=t)), but its
+derivatives in the anti-causal directions are not zero: d(-ln det(I-J))/dC(t,s) = <dg(s)/du(t)>, the response
+that pairs A with B in -Tr(A B).  Signs as in deep_linear: Q enters as exp(-Q) (the hats are conjugate to the
+kernels with +Phi_hat Phi in S), and the Delta_hat source carries +z phi / gamma, so dS/dDelta_hat = 0 gives
+Delta = y - (<z phi>(t) - <z phi>(0)) / gamma.  For phi = identity the integral is Gaussian and equals
+deep_linear's closed form -1/2 ln det [[-Q, M^T], [M, Sw]] (checked in the tests, value, gradient, Hessian).
+
+Estimator
+---------
+Default (method 'fast'): the closed-form per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and
+third source derivatives of the single-site fields; the Price block summed over paths and times in one matrix
+product).  It computes exactly the sums of the autodiff estimator described below, which is kept as the
+reference ('struct', and 'full' = brute force); the tests check fast = struct = full on the same paths.
+
+* Derivatives in the couplings, hats and Delta ("theta"): pathwise.  x* at the saddle (causal C, E) is the
+  march's field x0 (exact); off the saddle x*(theta, w) is reproduced by TWO Newton steps from the stopped x0,
+  x_{k+1} = x_k - (I - J(x_k))^{-1} (x_k - w - F(x_k)), everything differentiable.  Newton's map N satisfies
+  N(x*) = x*, N'(x*) = 0, so x1 - x* = O(|x0 - x*|^2) = O(|d theta|^2) and x2 - x* = O(|d theta|^4): the
+  derivatives of x2 (and of F, det(I-J) built on it) agree with those of the implicit solution through THIRD
+  order (one step would give first order only).  tests/test_deep_propagator.py checks this against finite
+  differences of a converged solver.
+* Derivatives in the source covariance Sw (the kernels Phi[l-1], G[l+1] in their source role): NOT by a
+  reparametrisation w = sqrt(Sw) xi.  The saddle kernels are nearly singular (tanh, L = 2, T = 6, eta = 0.1:
+  eigenvalues of Phi[1] from 2.4 down to 1.8e-9) and d sqrt(K) ~ dK / sqrt(lambda_min) makes that estimator's
+  variance explode.  Instead Price's theorem (Gaussian integration by parts), exact for any PSD K:
+  dE_K[F]/dK(t,s) = E_K[d^2 F / dw(t) dw(s)] (t > s; one half of it for t = s), so the mixed block
+  d^2 Z / dK dtheta = E[d_theta d_w d_w F] (third order, still exact with two Newton steps), and the pure
+  block d^2 Z / dK dK = 0 at the saddle because there F(w) = 1 for every w (hats 0, causal couplings).
+* The linear solves and ln det inside the Newton steps use R0 = (I - J(x0))^-1 at the base point (J(x0) is
+  nilpotent there, so R0 is a finite product) and a Neumann series in J - J(x0) truncated after third order:
+  exact for every derivative the estimator takes, matrix products only (no pivoting, no batched LAPACK, which
+  deadlocked under vmap on this machine, see dmftc.reference.deep_autodiff.local_logf).
+* ln Z_l = ln mean_n F_n with common random numbers: its Hessian is H_Z / Z - g_Z g_Z^T / Z^2 from chunked
+  per-sample sums.  Default ('struct', LocalEstimator): derivatives in the reduced variables (C, E, hats),
+  using that at the saddle ln F = hats . f(x) - ln det(I - J) vanishes identically on the causal subspace of
+  (C, E), so only the T^2 anti-causal directions need Hessian-vector products; chain rule to the local
+  variables.  'full': jax.hessian over all local variables (forward-over-reverse) and the Price block by
+  reverse mode over second directional derivatives in w; the two agree to round-off (tests).
+* Every Hessian entry is a plain sample mean of per-path derivatives: no division by kernel eigenvalues, no
+  reweighting; the Monte Carlo error of the propagator comes from these means and from the group's own saddle.
+
+Saddle point
+------------
+Each group marches the exact discrete-time DMFT of :mod:`dmftc.runtime.deep_dmft` with its own samples
+(sources from causally extended Cholesky factors of its own kernels, responses from forward tangents), and
+uses the SAME samples for ln Z_l.  With f(t) = (<z phi>(t) - <z phi>(0)) / gamma estimated by the same
+samples, every first derivative of the Monte Carlo action vanishes at that saddle to round-off (checked:
+``diagnostics['stationarity']``).  Each group is a complete estimate (saddle, Hessian, propagator by the
+causal solve of :mod:`dmftc.runtime.causal_solve`); the result is the mean over groups and ``se`` their standard
+error std / sqrt(groups).
+"""
+from __future__ import annotations
+
+import math
+import time as _time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg as sla
+from scipy import sparse
+
+from dmftc.runtime.deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
+                          propagator_from_hessian, saddle_point_vector)
+from dmftc.runtime.deep_dmft import _integer, _number
+from dmftc.errors import NumericalError, ParameterError
+from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
+from dmftc.progress import Progress
+from dmftc.runtime.site_moments import SiteMoments
+from dmftc.derive.activation import as_activation
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
+
+_PIVOT_TOL = 1e-10
+
+
+# ----------------------------------------------------------------------------------------------
+# activations (dmftc.derive.activation.SiteActivation): (phi, phi', phi'') in numpy (march) and jax (action)
+# ----------------------------------------------------------------------------------------------
+def _act_np(act):
+    act = as_activation(act)
+    return lambda h: act.numpy(h)[:3]
+
+
+def _act_jax(act):
+    act = as_activation(act)
+    return lambda h: act.fn(h)[:3]
+
+
+# ----------------------------------------------------------------------------------------------
+# Monte Carlo saddle point (exact discrete-time DMFT march with the group's samples)
+# ----------------------------------------------------------------------------------------------
+def _extend_cholesky(Cf, krow, t):
+    """Row t of the causal Cholesky factor Cf of a PSD kernel with row t (s <= t) ``krow``; zero pivots
+    (residual variance below _PIVOT_TOL K(t,t)) are kept as zero columns (rank-deficient kernels)."""
+    live = np.diagonal(Cf)[:t] > 0
+    x = np.zeros(t)
+    if live.any():
+        x[live] = sla.solve_triangular(Cf[:t, :t][np.ix_(live, live)], krow[:t][live], lower=True)
+    d = krow[t] - x @ x
+    Cf[t, :t] = x
+    Cf[t, t] = math.sqrt(d) if d > _PIVOT_TOL * max(krow[t], 0.0) else 0.0
+
+
+@dataclass
+class _Fields:
+    """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
+    w: list
+    x: list
+
+
+def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
+    """Discrete-time DMFT march on given standard normals xiu, xir (L, S, T) (sources u^l = chol(Phi[l-1]) xi,
+    r^l = chol(G[l+1]) xi, extended causally).  Returns (deep_linear.Saddle, _Fields).  All averages are
+    sample means over these S paths; f(t) = (<z^L phi(h^L)>(t) - <z^L phi(h^L)>(0)) / gamma."""
+    act = _act_np(activation)
+    S = xiu.shape[1]
+    wt = np.ones(S) if weights is None else np.asarray(weights, float) * (S / np.sum(weights))
+    eg = eta * gamma
+    ones = np.ones((T, T))
+    Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]               # index 0..L
+    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [ones]        # index 1..L+1
+    Rphi = [np.zeros((T, T)) for _ in range(L + 1)]                    # index 0..L (0: zero)
+    Rg = [np.zeros((T, T)) for _ in range(L + 2)]                      # index 1..L+1 (L+1: zero)
+    Cu = [None] + [np.zeros((T, T)) for _ in range(L)]
+    Cr = [None] + [np.zeros((T, T)) for _ in range(L)]
+    new = lambda: [None] + [np.zeros((S, T)) for _ in range(L)]        # noqa: E731
+    u, r, h, z, P, D1, D2, g = (new() for _ in range(8))
+    tan = lambda: [None] + [np.zeros((S, T, T)) for _ in range(L)]     # noqa: E731  [n, t, s]
+    Dhu, Dhr, Dpu, Dpr, Dgu, Dgr = (tan() for _ in range(6))
+    Delta, f, fz = np.zeros(T), np.zeros(T), np.zeros(T)
+    for t in range(T):
+        for l in range(1, L + 1):                                      # forward sweep
+            _extend_cholesky(Cu[l], Phi[l - 1][t], t)
+            u[l][:, t] = xiu[l - 1][:, : t + 1] @ Cu[l][t, : t + 1]
+            c = Rphi[l - 1][t, :t] + eg * Delta[:t] * Phi[l - 1][t, :t]
+            h[l][:, t] = u[l][:, t] + g[l][:, :t] @ c
+            Dhu[l][:, t] = np.einsum("nsk,s->nk", Dgu[l][:, :t], c)
+            Dhu[l][:, t, t] += 1.0
+            Dhr[l][:, t] = np.einsum("nsk,s->nk", Dgr[l][:, :t], c)
+            p, d1, d2 = act(h[l][:, t])
+            P[l][:, t], D1[l][:, t], D2[l][:, t] = p, d1, d2
+            Dpu[l][:, t] = d1[:, None] * Dhu[l][:, t]
+            Dpr[l][:, t] = d1[:, None] * Dhr[l][:, t]
+            row = (wt * p) @ P[l][:, : t + 1] / S
+            Phi[l][t, : t + 1] = row
+            Phi[l][: t + 1, t] = row
+            Rphi[l][t, :t] = wt @ Dpr[l][:, t, :t] / S
+        for l in range(L, 0, -1):                                      # backward sweep
+            _extend_cholesky(Cr[l], G[l + 1][t], t)
+            r[l][:, t] = xir[l - 1][:, : t + 1] @ Cr[l][t, : t + 1]
+            e = Rg[l + 1][t, : t + 1].copy()
+            e[:t] += eg * Delta[:t] * G[l + 1][t, :t]
+            z[l][:, t] = r[l][:, t] + P[l][:, : t + 1] @ e
+            dzu = np.einsum("nsk,s->nk", Dpu[l][:, : t + 1], e)
+            dzr = np.einsum("nsk,s->nk", Dpr[l][:, : t + 1], e)
+            dzr[:, t] += 1.0
+            d1, d2 = D1[l][:, t], D2[l][:, t]
+            g[l][:, t] = d1 * z[l][:, t]
+            Dgu[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhu[l][:, t] + d1[:, None] * dzu
+            Dgr[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhr[l][:, t] + d1[:, None] * dzr
+            row = (wt * g[l][:, t]) @ g[l][:, : t + 1] / S
+            G[l][t, : t + 1] = row
+            G[l][: t + 1, t] = row
+            Rg[l][t, : t + 1] = wt @ Dgu[l][:, t, : t + 1] / S
+        fz[t] = np.mean(wt * z[L][:, t] * P[L][:, t])
+        f[t] = (fz[t] - fz[0]) / gamma
+        Delta[t] = y - f[t]
+        rows = [Phi[l][t] for l in range(1, L + 1)] + [G[l][t] for l in range(1, L + 1)] + [Delta[t:t + 1]]
+        if not all(np.all(np.isfinite(r)) for r in rows) or max(np.abs(r).max() for r in rows) > 1e150:
+            raise NumericalError(f"the Monte Carlo DMFT march diverges at step t={t} (non-finite or > 1e150 order "
+                                 f"parameters); reduce eta (= {eta}) or gamma (= {gamma})")
+    K = sum(np.diag(G[l + 1]) * np.diag(Phi[l]) for l in range(L + 1))
+    sad = Saddle(L, float(gamma), float(y), float(eta), T, Delta, f, K, Phi[1:], G[1:L + 1],
+                 Rphi[1:], Rg[1:L + 1], None)
+    fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
+                     [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
+    return sad, fields
+
+
+# ----------------------------------------------------------------------------------------------
+# the single-site integrand and its derivatives
+# ----------------------------------------------------------------------------------------------
+def _couplings(v, T, gamma, eta):
+    """(C, E, hats) of the local vector v (deep_linear._log_z_local order); hats = (Phi_hat, G_hat, Delta_hat)
+    = (ph (nt), gh (nt), dh (T)), the coefficients of the features (reference.deep_autodiff._features)."""
+    tril = np.tril_indices(T)
+    low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
+    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
+    strict = jnp.asarray(np.tril(np.ones((T, T)), -1))
+    eg = eta * gamma
+    C = strict * eg * _sym(low(pp)) * Delta[None, :] + a.reshape(T, T)
+    E = strict * eg * _sym(low(gn)) * Delta[None, :] + b.reshape(T, T)
+    return C, E, jnp.concatenate([ph, gh, dh])
+
+
+def _price_pairs(T, vary_u, vary_r):
+    """Index pairs (a >= b) of the varying source blocks, their positions in v and the factors 1 (a > b), 1/2."""
+    nt = T * (T + 1) // 2
+    ti, si = np.tril_indices(T)
+    pa, pb, pos, fac = [], [], [], []
+    for off, vary, voff in ((0, vary_u, 0), (T, vary_r, nt)):        # (w offset, varies?, offset in v)
+        if vary:
+            pa.append(ti + off)
+            pb.append(si + off)
+            pos.append(voff + np.arange(nt))
+            fac.append(np.where(ti == si, 0.5, 1.0))
+    cat = lambda q, dt: np.concatenate(q).astype(dt) if q else np.zeros(0, dt)  # noqa: E731
+    return cat(pa, int), cat(pb, int), cat(pos, int), cat(fac, float)
+
+
+
+
+_JIT: dict = {}
+
+
+class LocalEstimator:
+    """Monte Carlo estimate of ln Z_l of one layer kind (T, activation, which source blocks vary) and its
+    gradient and Hessian over the local variables v, from chunked per-path sums (common random numbers),
+    valid at a causal base point with zero hats (the saddle).
+
+    Derivatives in the reduced variables theta = (C, E (full T x T), hats).  There, per path, ln F = hats . f(x)
+    + ell(C, E) with ell = -ln det(I - J(x)) and F = 1; ell = 0 on the whole causal subspace, so
+        dF/dhats = f,  dF/dc = dell/dc (nonzero only for anti-causal c),  d2F/dhats2 = f f^T,
+        d2F/dhats dc = df/dc + f dell/dc^T  (df/dc = f'(x) dx/dc, dx/dC(t,s) = R0[:, t] g(s),
+                                             dx/dE(t,s) = R0[:, T+t] phi(h(s)), R0 = (I - J0)^-1),
+        d2F/dc dc' = d2ell + dell dell^T, whose causal-causal block vanishes: only the T^2 anti-causal
+        directions are needed.
+    Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
+    [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
+    The per-path sums come from the closed-form derivatives of :class:`dmftc.runtime.site_moments.SiteMoments`; the
+    autodiff estimators they are tested against ('struct', 'full') are in :mod:`dmftc.reference.deep_autodiff`."""
+
+    method = "fast"
+
+    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
+        activation = as_activation(activation)
+        self.T, self.activation = T, activation
+        nt = T * (T + 1) // 2
+        self.nt, self.nf = nt, 2 * nt + T
+        self.nv = 4 * nt + 2 * T * T + 2 * T
+        self.pa, self.pb, self.pos, self.fac = _price_pairs(T, vary_u, vary_r)
+        tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+        self.anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])   # T^2 entries
+        self._setup(vary_u, vary_r, chunk)
+
+    def _setup(self, vary_u, vary_r, chunk):
+        key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk)
+        if key not in _JIT:
+            _JIT[key] = SiteMoments(T=self.T, activation=self.activation, pa=self.pa, pb=self.pb, anti=self.anti,
+                                    chunk=chunk)
+        self._site = _JIT[key]
+
+    def moments(self, v, W, X0, *, top, gamma, eta, weights=None):
+        C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
+        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma, weights=weights)
+
+    def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
+        """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
+        folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
+        T, S, T2 = self.T, W.shape[0], self.T * self.T
+        pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
+        if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
+                or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
+            raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
+                                 "use method='full' elsewhere")
+        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta, weights=weights)
+        if l2 > 1e-16 * S:
+            what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
+            raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
+                                 "are not causal or x0 is not the solution of the single-site equations")
+        Zb = Fs / S                                       # = 1 at the base point
+        nc, nf = 2 * T2, self.nf
+        m = np.concatenate([gl, f]) / S                   # <dF/dtheta>, theta = (c, hats)
+        # theta-Hessian H_theta = E[d2F]/Z - m m^T / Z^2 (Z = 1).  Its causal-causal block vanishes (F = 1 on the
+        # causal subspace; m = 0 there), so only the columns R = (anti-causal couplings, hats) are needed, and
+        # each theta in R is a single entry of v (a, b or a hat): the chain rule is a placement plus the causal
+        # rows, which depend on (a, Phi, Delta) or (b, G, Delta).
+        caus = np.setdiff1d(np.arange(nc), self.anti)
+        if np.abs(m[caus]).max() > 0:
+            raise NumericalError("nonzero mean derivative along a causal coupling: not a causal base point")
+        R = np.concatenate([self.anti, nc + np.arange(nf)])
+        na = len(self.anti)
+        HR = np.empty((nc + nf, len(R)))                  # H_theta[:, R]
+        HR[:nc, :na] = Ha.T / S
+        HR[self.anti, :na] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
+        HR[:nc, na:] = Jf.T / S
+        HR[nc:, :na] = Jf[:, self.anti] / S
+        HR[nc:, na:] = ff / S
+        HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
+        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, gamma, eta)
+        JR = J[R]
+        if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
+            raise AssertionError("anti-causal couplings and hats must be plain entries of v")
+        vR = JR.indices
+        Jt = J.T.tocsr()                              # theta(v) is affine in most of v: J is very sparse
+        hess = np.zeros((self.nv, self.nv))
+        hess[np.ix_(vR, vR)] = HR[R]
+        B = np.asarray(J[caus].T @ HR[caus])          # (nv, |R|): causal rows through the chain rule
+        hess[:, vR] += B
+        hess[vR, :] += B.T
+        np.add.at(hess, (si, sj), sv)                 # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms)
+        grad = Jt @ m / Zb
+        if len(self.pos):                             # pos: distinct entries of v
+            Pv = self.fac[:, None] * np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
+            hess[self.pos] += Pv
+            hess[:, self.pos] += Pv.T
+        return math.log(Zb), grad, hess
+
+def _theta_jacobian(v, m, T, gamma, eta):
+    """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
+    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] eta gamma Phi(t,s) Delta(s), E alike
+    with G and b, hats = (Phi_hat, G_hat, Delta_hat); the only second derivatives are the Phi-Delta (G-Delta)
+    cross terms of the causal entries."""
+    nt, T2 = T * (T + 1) // 2, T * T
+    o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
+    o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
+    pp, gn = v[o_pp:o_pp + nt], v[o_gn:o_gn + nt]
+    Delta = v[o_D:o_D + T]
+    eg = eta * gamma
+    tri = np.zeros((T, T), int)
+    ti, si = np.tril_indices(T)
+    tri[ti, si] = np.arange(nt)
+    tri[si, ti] = np.arange(nt)
+    t, s = np.divmod(np.arange(T2), T)
+    causal = s < t
+    rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
+        [np.ones(2 * T2)]
+    si_, sj_, sv_ = [], [], []
+    for k, (o_k, ker) in enumerate(((o_pp, pp), (o_gn, gn))):            # C from (pp, a), E from (gn, b)
+        r = k * T2 + np.flatnonzero(causal)
+        ic, ds = tri[t[causal], s[causal]], s[causal]
+        rows += [r, r]
+        cols += [o_k + ic, o_D + ds]
+        vals += [eg * Delta[ds], eg * ker[ic]]
+        w = eg * m[r]
+        si_ += [o_k + ic, o_D + ds]
+        sj_ += [o_D + ds, o_k + ic]
+        sv_ += [w, w]
+    nh = 2 * nt + T
+    rows.append(2 * T2 + np.arange(nh))
+    cols.append(np.concatenate([o_ph + np.arange(2 * nt), o_dh + np.arange(T)]))
+    vals.append(np.ones(nh))
+    nv = 4 * nt + 2 * T2 + 2 * T
+    J = sparse.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(2 * T2 + nh, nv)).tocsr()
+    return J, (np.concatenate(si_), np.concatenate(sj_), np.concatenate(sv_))
+
+
+_EST: dict = {}
+
+
+def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
+    """The ln Z_l estimator of a layer kind; ``method`` 'struct' / 'full' are the autodiff references of
+    :mod:`dmftc.reference.deep_autodiff` (tests only)."""
+    activation = as_activation(activation)
+    if method not in ("fast", "struct", "full"):
+        raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")
+    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
+    if key not in _EST:
+        if method == "fast":
+            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk)
+        else:
+            from dmftc.reference.deep_autodiff import AutodiffEstimator
+
+            _EST[key] = AutodiffEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                                          method=method)
+    return _EST[key]
+
+
+# ----------------------------------------------------------------------------------------------
+# propagator
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class DeepPropagator:
+    """Group-mean propagator.  ``P[a][b]`` (T,T) = lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l]
+    (time-diagonal kernels); ``se[a][b]`` its Monte Carlo standard error (std over groups / sqrt(groups));
+    ``saddle``: group-mean saddle (deep_linear.Saddle fields, dict); ``groups``: per-group Propagators."""
+    L: int
+    T: int
+    params: dict
+    sigma: dict
+    se: dict
+    saddle: dict
+    saddle_se: dict
+    groups: list = field(repr=False)
+    diagnostics: dict = field(default_factory=dict)
+
+    def __getitem__(self, a):
+        return self.sigma[a]
+
+    def names(self):
+        return list(self.sigma)
+
+    def var(self, name):
+        """lim N Var(name(t)), (T,)."""
+        self._known(name)
+        return np.diag(self.sigma[name][name]).copy()
+
+    def se_var(self, name):
+        """Monte Carlo standard error of var(name), (T,)."""
+        self._known(name)
+        return np.diag(self.se[name][name]).copy()
+
+    def _known(self, name):
+        if name not in self.sigma:
+            raise ParameterError(f"unknown observable {name!r}; known: {', '.join(self.sigma)}")
+
+
+def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None,
+                     solver="causal", full=False):
+    """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
+    (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
+    (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
+
+    solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.runtime.causal_solve`),
+    sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys)."""
+    if solver not in ("causal", "dense"):
+        raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
+    t0 = _time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):
+        if weights is not None:                       # normalised to sum to the number of paths (as plain means)
+            weights = np.asarray(weights, float) * (xiu.shape[1] / np.sum(weights))
+        sad, fields = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xiu, xir=xir,
+                                weights=weights)
+    if not all(np.all(np.isfinite(a)) for a in (sad.Delta, sad.K, *sad.Phi, *sad.G, *sad.Rphi, *sad.Rg,
+                                                  *fields.w, *fields.x)):
+        raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "
+                             f"diverge; reduce eta (= {eta}) or gamma (= {gamma})")
+    t1 = _time.perf_counter()
+    lay = Layout(L, T)
+    x0 = saddle_point_vector(sad)
+    grads, tl, kept = np.zeros(lay.n), [], []
+
+    def local_hessians():
+        for l in range(1, L + 1):
+            v, idx = _gather_local(jnp.asarray(x0), lay, l)
+            est = _estimator(T, activation, l > 1, l < L, chunk, method)
+            ta = _time.perf_counter()
+            _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
+                                 gamma=gamma, eta=eta, weights=weights)
+            tl.append(_time.perf_counter() - ta)
+            if not np.all(np.isfinite(h)):
+                raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
+            keep = idx >= 0
+            np.add.at(grads, idx[keep], gr[keep])
+            if solver == "dense":
+                kept.append(h)
+            yield l, h
+
+    if solver == "causal":
+        blocks = assemble_blocks(x0, lay, local_hessians())
+    else:
+        for _ in local_hessians():
+            pass
+    # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l
+    q = {k: np.asarray(a) for k, a in lay.unpack(jnp.asarray(x0)).items()}
+    g0 = np.zeros(lay.n)
+    for l in range(1, L + 1):
+        g0[lay.slice(f"Phi_hat[{l}]")] = q[f"Phi[{l}]"][lay.tril]
+        g0[lay.slice(f"G_hat[{l}]")] = q[f"G[{l}]"][lay.tril]
+    g0[lay.slice("Delta_hat")] = q["Delta"] - y
+    for l in range(1, L):
+        g0[lay.slice(f"A[{l}]")] = -q[f"B[{l}]"].T.reshape(-1)
+        g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
+    stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
+    t2 = _time.perf_counter()
+    if solver == "causal":
+        P = causal_propagator(sad, blocks, full=full)
+        del blocks
+    else:
+        H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, local_hessians=kept)
+        del kept[:]
+        P = propagator_from_hessian(sad, H)
+    diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
+                time_hessian_layers=tl, time_total=_time.perf_counter() - t0)
+    P.diagnostics = diag
+    if not all(np.all(np.isfinite(P.sigma[a][b])) for a in P.sigma for b in P.sigma[a]):
+        raise NumericalError("non-finite propagator: the Monte Carlo Hessian of the action is singular")
+    return P
+
+
+class _Extrapolated:
+    """A group's propagator extrapolated to delta width 0 from widths w and w/2 (same paths): 2 P(w/2) - P(w)."""
+
+    def __init__(self, at_w, at_half):
+        self.sigma = {a: {b: 2 * at_half.sigma[a][b] - at_w.sigma[a][b] for b in at_w.sigma[a]} for a in at_w.sigma}
+        self.saddle = at_half.saddle
+        self.diagnostics = dict(at_half.diagnostics)
+        self.diagnostics["min_eig"] = min(at_w.diagnostics["min_eig"], at_half.diagnostics["min_eig"])
+        for k in ("time_saddle", "time_hessian", "time_solve"):
+            self.diagnostics[k] = at_w.diagnostics[k] + at_half.diagnostics[k]
+
+
+_extrapolated = _Extrapolated
+
+
+def _observable_matrix(P):
+    names = list(P.sigma)
+    return np.block([[P.sigma[a][b] for b in names] for a in names])
+
+
+def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T: int,
+                    samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
+                    method: str = "fast", progress: bool = False, dirac_width: float = 0.1,
+                    dirac_extrapolate: bool = True) -> DeepPropagator:
+    """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
+    (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
+    its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
+    standard error over groups.  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
+    :class:`dmftc.derive.activation.SiteActivation` (a compiled spec's); delta functions in its derivatives (kinks)
+    are Gaussians of width ``dirac_width``.
+
+    Kinks (``activation.kink_order`` not None): with ``dirac_extrapolate`` every group is also run with half the
+    width on the same paths, and its propagator is extrapolated linearly to width 0, 2 Sigma(w/2) - Sigma(w)
+    (the mollifier's bias is about linear in w when the delta function multiplies a function that is itself
+    non-smooth at the kink, as for softsign; measured in experiments/deep_activations.py).  The standard errors
+    come from the spread of the extrapolated groups; ``diagnostics['dirac_shift']`` reports, per observable,
+    max_t |Sigma(w/2) - Sigma(w)| relative to the curve's peak, the size of the bias that was removed (the
+    residual bias is not estimated), and ``'dirac_shift_vs_se'`` the same shift over the standard error."""
+    activation = as_activation(activation, dirac_width)
+    half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
+        else None
+    L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
+    gamma = _number("gamma", gamma, low=0.0, strict=True)
+    y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    seed = _integer("seed", seed, 0)
+    groups = _integer("groups", groups, 2)
+    samples = _integer("samples", samples, 2 * groups)
+    if chunk is not None:
+        chunk = _integer("chunk", chunk, 1)
+    per = samples // groups
+    t0 = _time.perf_counter()
+    runs, runs_w = [], []
+    with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
+        for gi in range(groups):
+            rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
+            xi = rng.standard_normal((2, L, per, T))
+            kw = dict(L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method)
+            run = group_propagator(activation=activation, **kw)
+            if half is not None:
+                runs_w.append(run)
+                run = _extrapolated(run, group_propagator(activation=half, **kw))
+            runs.append(run)
+            bar.advance(note=f"group {gi + 1}: {per} paths")
+    names = observable_names(L)
+    stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
+    sigma, se = {}, {}
+    for a in names:
+        sigma[a], se[a] = {}, {}
+        for b in names:
+            arr = stack(lambda p: p.sigma[a][b])
+            sigma[a][b] = arr.mean(axis=0)
+            se[a][b] = arr.std(axis=0, ddof=1) / math.sqrt(groups)
+    sad_keys = {"Delta": lambda s: s.Delta, "f": lambda s: s.f, "K": lambda s: s.K}
+    for l in range(1, L + 1):
+        for kind in ("Phi", "G", "Rphi", "Rg"):
+            sad_keys[f"{kind}[{l}]"] = (lambda s, k=kind, i=l - 1: getattr(s, k)[i])
+    saddle = {k: stack(lambda p, fn=fn: fn(p.saddle)).mean(axis=0) for k, fn in sad_keys.items()}
+    saddle_se = {k: stack(lambda p, fn=fn: fn(p.saddle)).std(axis=0, ddof=1) / math.sqrt(groups)
+                 for k, fn in sad_keys.items()}
+    allS = np.array([_observable_matrix(p) for p in runs])      # covariance of all time-diagonal observables
+    Sp = allS.mean(axis=0)
+    ev = sla.eigh(0.5 * (Sp + Sp.T), eigvals_only=True, driver="evr")
+    # eigenvalue noise scale: spectral norm of the matrix of entrywise standard errors (a bound on |d lambda|
+    # for perturbations of that size); exact zero modes (e.g. Delta(0) = y) show up as O(noise) eigenvalues
+    noise = float(np.linalg.norm(allS.std(axis=0, ddof=1) / math.sqrt(groups), 2))
+    d = [p.diagnostics for p in runs]
+    diag = {"samples_per_group": per, "groups": groups,
+            "stationarity": max(x["stationarity"] for x in d),
+            "asymmetry": max(x["asymmetry"] for x in d),
+            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
+            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
+            "eig_noise": noise, "psd_within_mc": bool(ev.min() >= -4 * noise),
+            "group_min_eig": [x["min_eig"] for x in d],
+            "time_saddle": sum(x["time_saddle"] for x in d), "time_hessian": sum(x["time_hessian"] for x in d),
+            "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0}
+    diag.update(activation=activation.label, kink_order=activation.kink_order,
+                dirac_width=activation.width if activation.kink_order is not None else None,
+                dirac_extrapolated=half is not None)
+    if half is not None:
+        shift, ratio = {}, {}
+        for a in names:
+            d_a = np.array([np.diag(pe.sigma[a][a] - pw.sigma[a][a]) for pe, pw in zip(runs, runs_w)]) / 2
+            mean = d_a.mean(axis=0)             # Sigma(w/2) - Sigma(w) on the time diagonal
+            peak = max(float(np.max(np.abs(np.diag(sigma[a][a])))), 1e-300)
+            shift[a] = float(np.max(np.abs(mean)) / peak)
+            ratio[a] = float(np.max(np.abs(mean) / np.maximum(np.diag(se[a][a]), 1e-300)))
+        diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
+    params = dict(activation=activation.label, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups,
+                  seed=seed, groups=groups)
+    return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

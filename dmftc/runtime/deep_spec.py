@@ -1,0 +1,338 @@
+"""Runtime of compiled deep specs: solve a generated deep module (``KIND = 'deep'``).
+
+The generated module supplies the numerics the spec determines (activation and derivatives, coupling
+kernels, boundaries, readout, scalar order parameters); :func:`dmftc.runtime.deep_dmft.solve_deep` marches them
+(``spec=SpecKernels(module)``).  Propagator: for a linear activation it comes from
+:mod:`dmftc.runtime.deep_linear` through :func:`dmftc.deep.solve_deep`, after checking that the spec's own march
+reproduces that solver's saddle point (so a spec that describes a different network is not given a
+propagator that belongs to another).  For any other activation the means come from the spec-driven march
+and the propagator from :mod:`dmftc.runtime.deep_propagator` with the spec's generated activation and its four
+derivatives (computed on first use of ``var``/``sigma``), after checking on random rows that the spec's
+couplings, boundaries and readout are those of the network that the propagator's action describes.
+
+    m = dmftc.load("specs/deep_tanh.dmft")
+    sol = m.solve(L=3, T=20, samples=20000)
+    sol.mean("Phi[2]"), sol.stderr("Delta"), sol.names
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import numbers
+from pathlib import Path
+
+import numpy as np
+
+from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
+from dmftc.runtime.solution import atomic_savez
+
+# Agreement required between the spec's exact march and the deep-linear solver's saddle point before the
+# latter's propagator is attached (both are exact; they differ by round-off, about 1e-12 at T = 20).
+_LINEAR_MATCH = 1e-8
+
+
+class DeepSpecSolution:
+    """Solution of a deep spec in the spec's names: ``Delta``, ``K``, ``Phi[l]``, ``G[l]``, ``A[l]``, ``B[l]``.
+
+    ``mean(name)``: (T,) for scalars, (T, T) for kernels and responses; ``stderr(name)``: Monte Carlo
+    standard error of the mean (zeros when exact); ``var(name)``: lim N Var(name(t)) (kernels on the time
+    diagonal); ``sigma(a, b)``: the (T, T) block lim N Cov(a(t), b(s)); ``two_time(a, b)``: (T, T, T, T).
+    """
+
+    kind = "deep"
+
+    def __init__(self, module, inner, params: dict, names: dict, sigma_error: Exception | None = None):
+        self.module = module
+        self.inner = inner                    # dmftc.deep.DeepSolution (internal names)
+        self.params = dict(params)
+        self._map = dict(names)               # spec name -> internal name
+        self._sigma_error = sigma_error
+        self.L = inner.L
+        self.T = inner.T
+
+    @property
+    def model(self) -> str:
+        return self.module.MODEL
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._map)
+
+    @property
+    def times(self) -> np.ndarray:
+        return float(self.params[self.module.TIME["step"]]) * np.arange(self.T)
+
+    @property
+    def info(self) -> dict:
+        return dict(self.inner.diagnostics)
+
+    def _name(self, name: str) -> str:
+        if name not in self._map:
+            close = difflib.get_close_matches(str(name), list(self._map), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ParameterError(f"unknown name {name!r} for model {self.model}{hint} (known: {', '.join(self._map)})")
+        return self._map[name]
+
+    def mean(self, name: str) -> np.ndarray:
+        return self.inner.mean(self._name(name))
+
+    def stderr(self, name: str) -> np.ndarray:
+        return self.inner.stderr(self._name(name))
+
+    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
+        ia, ib = self._name(a), self._name(a if b is None else b)
+        if self._sigma_error is not None:
+            raise self._sigma_error
+        for n, i in ((a, ia), (b or a, ib)):
+            if i.startswith(("Rphi[", "Rg[")):
+                raise ParameterError(f"no propagator block for the response function {n!r}; blocks exist for "
+                                     "the order parameters")
+        return self.inner.sigma(ia, ib)
+
+    def var(self, name: str) -> np.ndarray:
+        return np.diag(self.sigma(name, name)).copy()
+
+    def var_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (zeros when exact)."""
+        if self._sigma_error is not None:
+            raise self._sigma_error
+        return self.inner.var_stderr(self._name(name))
+
+    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
+        ia, ib = self._name(a), self._name(a if b is None else b)
+        if self._sigma_error is not None:
+            raise self._sigma_error
+        return self.inner.two_time(ia, ib)
+
+    def summary(self) -> str:
+        d = self.inner.diagnostics
+        how = "exact" if d.get("backend") == "exact" or self.inner.activation == "linear" else \
+            f"samples = {d.get('samples')}"
+        order = [n for n, _, _ in self.module.PARAMS] + [self.module.TIME["steps"], self.module.TIME["step"]]
+        shown = {k: self.params[k] for k in order if k in self.params}
+        rows = [f"model {self.model} (deep, {self.module.DEPTH} = {self.L} hidden layers, T = {self.T}; {how}): "
+                + ", ".join(f"{k} = {float(v):g}" for k, v in shown.items())]
+        rows.append(f"  {'name':<10}{'final mean':>12}{'stderr':>12}{'peak N Var':>12}")
+        missing = None
+        for n in self.names:
+            if self._map[n].startswith(("Rphi[", "Rg[")):
+                continue
+            m, se = self.mean(n), self.stderr(n)
+            final, fse = (m[-1], se[-1]) if m.ndim == 1 else (m[-1, -1], se[-1, -1])
+            try:
+                peak = f"{self.var(n).max():12.4g}"
+            except (ParameterError, PropagatorTooLarge, StructureSpecError) as err:
+                peak, missing = f"{'-':>12}", err
+            rows.append(f"  {n:<10}{final:12.4g}{fse:12.2g}{peak}")
+        if missing is not None:
+            rows.append(f"  N Var: {missing}")
+        return "\n".join(rows)
+
+    def save(self, path) -> Path:
+        """Write means, standard errors, equal-time variances (when available) and metadata to an .npz."""
+        from dmftc import __version__
+
+        path = Path(path)
+        arrays = {"times": self.times}
+        for n in self.names:
+            arrays[f"mean:{n}"] = self.mean(n)
+            arrays[f"stderr:{n}"] = self.stderr(n)
+            try:
+                arrays[f"var:{n}"] = self.var(n)
+            except (ParameterError, PropagatorTooLarge, StructureSpecError):
+                pass
+        meta = {"model": self.model, "kind": "deep", "params": {k: float(v) for k, v in self.params.items()},
+                "spec": self.module.SPEC_PATH, "spec_sha256": self.module.SPEC_SHA256, "dmftc": __version__,
+                "names": list(self.names)}
+        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+        return atomic_savez(path, arrays)
+
+    def plot(self, path):
+        """Equal-time means (kernels on the diagonal) and, when available, N Var, one column per quantity."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        groups = {}
+        for n in self.names:
+            if not self._map[n].startswith(("Rphi[", "Rg[")):
+                groups.setdefault(n.split("[")[0], []).append(n)
+        fig, axes = plt.subplots(2, len(groups), figsize=(3.2 * len(groups), 5.5), squeeze=False)
+        for j, (g, members) in enumerate(groups.items()):
+            missing = False
+            for n in members:
+                m = self.mean(n)
+                axes[0, j].plot(self.times, m if m.ndim == 1 else np.diagonal(m), label=n)
+                try:
+                    axes[1, j].plot(self.times, self.var(n), label=n)
+                except (ParameterError, PropagatorTooLarge, StructureSpecError):
+                    missing = True
+            if missing:
+                axes[1, j].text(0.5, 0.5, "not available", ha="center", transform=axes[1, j].transAxes)
+            axes[0, j].set_title(f"{g}: mean (N = inf)")
+            axes[1, j].set_title(f"N Var({g})")
+            axes[1, j].set_xlabel("t")
+            if len(members) > 1:
+                axes[0, j].legend(fontsize=7)
+        fig.suptitle(f"{self.model}, {self.module.DEPTH} = {self.L}")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def __repr__(self) -> str:
+        return f"DeepSpecSolution({self.model!r}, L={self.L}, T={self.T})"
+
+
+def _suggest(name, known):
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
+    """The spec's defaults overridden by ``given``, validated: (params, L, T)."""
+    steps, step, depth = mod.TIME["steps"], mod.TIME["step"], mod.DEPTH
+    declared = [n for n, _, _ in mod.PARAMS] + [steps, step]
+    for name in given:
+        if name not in declared:
+            raise ParameterError(f"unknown parameter '{name}' for model {mod.MODEL}{_suggest(name, declared)}"
+                                 f" (parameters: {', '.join(declared)})")
+    p = {}
+    for k, v in given.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise ParameterError(f"parameter '{k}' must be a finite real number, got {v!r}")
+        p[k] = float(v)
+    for name, what in ((depth, "the number of hidden layers"), (steps, "the number of steps")):
+        if name in p and (p[name] != int(p[name]) or p[name] < 1):
+            raise ParameterError(f"parameter '{name}' ({what}) must be an integer >= 1, got {given[name]!r}")
+    p = mod.defaults(p)
+    p = {k: float(v) for k, v in p.items()}
+    if p[step] <= 0:
+        raise ParameterError(f"parameter '{step}' (time step) must be positive, got {p[step]!r}")
+    return p, int(p[depth]), int(p[steps])
+
+
+def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
+                      backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
+                      propagator_groups: int = 8, progress: bool = False, **given) -> DeepSpecSolution:
+    """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults."""
+    from dmftc import deep
+    from dmftc.runtime.deep_dmft import SpecKernels
+    from dmftc.runtime.deep_dmft import solve_deep as march
+
+    p, L, T = resolve_deep_params(mod, given)
+    spec = SpecKernels(mod)
+    steps, step = mod.TIME["steps"], mod.TIME["step"]
+    r = mod.ROLES
+    names = {n: n for n, k in mod.ORDERS if k == 1}
+    for l in range(1, L + 1):
+        names[f"{r['Phi']}[{l}]"] = f"Phi[{l}]"
+        names[f"{r['G']}[{l}]"] = f"G[{l}]"
+    for l in range(1, L + 1):
+        names[f"{r['A']}[{l}]"] = f"Rphi[{l}]"
+        names[f"{r['B']}[{l}]"] = f"Rg[{l}]"
+    std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])      # recorded only (the spec's own
+    # parameters drive the march); the propagator gets the constants of standard_constants
+    if mod.LINEAR:
+        if backend == "mc":
+            raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
+        own = march(activation="linear", L=L, T=T, backend="exact", spec=spec, spec_params=p,
+                    dirac_width=dirac_width, **std)
+        need = deep.propagator_bytes(L, T)
+        if need > memory_limit:
+            err = PropagatorTooLarge(
+                f"the dense deep-linear propagator at {mod.DEPTH} = {L}, {steps} = {T} needs about {need / 1e9:.1f} GB "
+                f"(memory_limit = {memory_limit / 1e9:.1f} GB); means are available, for variances lower {steps} "
+                f"or {mod.DEPTH}, or raise memory_limit")
+            inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"})
+            return DeepSpecSolution(mod, inner, p, names, err)
+        consts, why = standard_constants(mod, p, T)
+        if consts is None:
+            raise StructureSpecError(f"the deep-linear propagator describes the standard deep network of "
+                                     f"specs/deep_linear.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
+        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, **consts)
+        _check_same_model(mod, own, inner, L)
+        return DeepSpecSolution(mod, inner, p, names)
+    consts, why = standard_constants(mod, p, T)
+    inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
+                            spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
+                            memory_limit=memory_limit, propagator_samples=propagator_samples,
+                            propagator_groups=propagator_groups, progress=progress, **(consts or std))
+    err = None if why is None else StructureSpecError(
+        f"the finite-width propagator (dmftc.runtime.deep_propagator) describes the standard deep network of "
+        f"specs/deep_tanh.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
+    return DeepSpecSolution(mod, inner, p, names, err)
+
+
+def standard_constants(mod, p, T):
+    """The constants of the standard deep network's action that the spec's generated functions realise, as the
+    effective (gamma, eta, y) of :mod:`dmftc.runtime.deep_propagator` / :mod:`dmftc.runtime.deep_linear`, whose action depends
+    on them only through kappa = eta gamma (the coupling coefficient of both fields), rho = 1 / gamma (the
+    readout's) and y; or None and what differs.
+
+    Measured on random rows: c_h(t, s) = A[l-1](t, s) + kappa Delta(s) Phi[l-1](t, s), c0_z = B[l+1],
+    c_z = kappa Delta(s) G[l+1](t, s), Delta(t) = y - rho (E_t - E_0), standard boundaries and
+    K = sum_l G[l+1] Phi[l].  The spec's parameters may have any names and the constants any values."""
+    r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
+    rng = np.random.default_rng(12345)
+    Phi, A, G, B, Delta = (rng.standard_normal(T) for _ in range(5))
+    prev = lambda P, Q: {"Phi": P, "A": Q, r["Phi"]: P, r["A"]: Q}                     # noqa: E731
+    nxt = lambda P, Q: {"G": P, "B": Q, r["G"]: P, r["B"]: Q}                          # noqa: E731
+    close = lambda a, b: np.allclose(np.asarray(a, float), b, rtol=1e-12, atol=1e-12)  # noqa: E731
+    one, zero = np.ones(T), np.zeros(T)
+    kh = float(np.asarray(mod.h_coupling(prev(one, zero), one, q), float).ravel()[0])
+    if not close(mod.h_coupling(prev(Phi, A), Delta, q), kh * Delta * Phi + A):
+        return None, f"the h coupling is not {r['A']}[l-1](t,s) + c Delta(s) {r['Phi']}[l-1](t,s) with a constant c"
+    c0, c = mod.z_coupling(nxt(one, zero), one, q)
+    kz = float(np.asarray(c, float).ravel()[0])
+    c0, c = mod.z_coupling(nxt(G, B), Delta, q)
+    if not (close(c0, B) and close(c, kz * Delta * G)):
+        return None, (f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + c Delta(s) {r['G']}[l+1](t,s) (s < t) "
+                      "with a constant c")
+    if not math.isclose(kh, kz, rel_tol=1e-12, abs_tol=1e-300):
+        return None, f"the h and z couplings have different constants ({kh:g} and {kz:g})"
+    role = {v: k for k, v in r.items()}
+    want = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
+    for (fam, ref), value in mod.boundaries(q).items():
+        if role.get(fam) in want and float(value) != want[role[fam]]:
+            return None, f"the boundary {fam}[{ref}] = {value} (the standard network has {want[role[fam]]:g})"
+    y0 = float(mod.readout(0.0, 0.0, q))
+    rho = y0 - float(mod.readout(1.0, 0.0, q))
+    if not (close(mod.readout(0.7, 0.2, q), y0 - 0.5 * rho) and close(mod.readout(-0.3, 0.4, q), y0 + 0.7 * rho)):
+        return None, "the readout is not Delta(t) = y - c (E[z phi](t) - E[z phi](0)) with constants y, c"
+    if not rho > 0 or kh < 0:
+        return None, f"the readout and coupling constants ({rho:g}, {kh:g}) are not those of a network with gamma > 0"
+    L = int(q[mod.DEPTH])
+    for name in mod.SCALARS:
+        rows = {(fam, l): rng.standard_normal(T) for fam in (r["Phi"], r["G"]) for l in range(L + 2)}
+        got = getattr(mod, f"scalar_{name}")(lambda fam, l: rows[(fam, l)], q)
+        if name == "K" and not close(got, sum(rows[(r["G"], l + 1)] * rows[(r["Phi"], l)] for l in range(L + 1))):
+            return None, f"K is not sum(l = 0..L: {r['G']}[l+1](t, t) {r['Phi']}[l](t, t))"
+    return {"gamma": 1.0 / rho, "eta": kh * rho, "y": y0}, None
+
+
+def _from_saddle(deep, sad, activation, L, T, params, diag):
+    means = {k: np.asarray(sad[k]) for k in sad.keys()}
+    se = {k: np.asarray(sad.stderr.get(k, np.zeros_like(v))) for k, v in means.items()}
+    return deep.DeepSolution(activation, L, T, dict(params), means, se, None, dict(diag))
+
+
+def _check_same_model(mod, own, inner, L):
+    """The spec's exact march must reproduce the deep-linear solver's saddle point before its propagator is used."""
+    worst, where = 0.0, None
+    keys = [(mod.ERROR_SIGNAL, "Delta")] + [(f"{k}[{l}]",) * 2 for k in ("Phi", "G", "Rphi", "Rg")
+                                             for l in range(1, L + 1)]
+    keys += [(n, n) for n in mod.SCALARS if n in inner.means]
+    for k, ref in keys:
+        a, b = np.asarray(own[k]), np.asarray(inner.mean(ref))
+        diff = float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
+        if diff > worst:
+            worst, where = diff, k
+    if worst > _LINEAR_MATCH:
+        raise StructureSpecError(
+            f"the spec's equations are not the deep linear network that dmftc.runtime.deep_linear's propagator describes: "
+            f"its saddle point differs in {where} by {worst:.3g} (relative); the propagator is only available for "
+            "that network (means: solve with a nonlinear-style activation or compare the couplings with "
+            "specs/deep_linear.dmft)", None, filename=mod.SPEC_PATH)

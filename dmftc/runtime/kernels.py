@@ -1,0 +1,83 @@
+"""Array helpers called by generated modules (see :mod:`dmftc.codegen.lower` for the layout).
+
+All helpers are pure ``jax.numpy`` functions of arrays and static Python
+integers, so generated code stays jit/vmap-able and device-agnostic.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def place(x, axes: tuple[int, ...], rank: int):
+    """Put the dimensions of ``x`` (e.g. a (P, P) parameter) on ``axes`` of a rank-``rank`` array."""
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        return x
+    y = jnp.reshape(x, x.shape + (1,) * (rank - x.ndim))
+    return jnp.moveaxis(y, tuple(range(x.ndim)), axes)
+
+
+def relabel(x, src: tuple[int, ...], dst: tuple[int, ...]):
+    """Move the data axes ``src`` of a uniform-rank array to ``dst`` (other index axes are size 1)."""
+    rank = x.ndim
+    perm = [None] * rank
+    perm[0], perm[-1] = 0, rank - 1
+    for s, d in zip(src, dst):
+        perm[d] = s
+    spare = [a for a in range(1, rank - 1) if a not in src]
+    for d in range(1, rank - 1):
+        if perm[d] is None:
+            perm[d] = spare.pop(0)
+    return jnp.transpose(x, perm)
+
+
+def kron(a: int, b: int, n: int, rank: int):
+    """Kronecker delta between index axes ``a`` and ``b`` of size ``n``."""
+    return place(jnp.eye(n), (a, b), rank)
+
+
+def heaviside(x):
+    return jnp.where(x > 0, 1.0, 0.0)
+
+
+def dirac(x, width, order: int = 0):
+    """DiracDelta(x) from the derivative of a non-smooth activation (e.g. phi'' of a ReLU).
+
+    Pathwise sensitivities cannot sample a delta function; it is replaced by a
+    Gaussian of standard deviation ``width`` (a mollifier whose bias is O(width^2)
+    in smooth averages).  ``width = 0`` drops the term, which biases D in the rich
+    regime.  The width is a solve option (``dirac_width``) recorded in the results.
+    ``order`` > 0: the order-th derivative of that Gaussian, (-1)^k He_k(x / w) / w^k times it (for higher
+    derivatives of a non-smooth activation, see :mod:`dmftc.derive.activation`).
+    """
+    safe = jnp.where(width > 0, width, 1.0)
+    u = x / safe
+    bump = jnp.exp(-0.5 * u ** 2) / (safe * jnp.sqrt(2.0 * jnp.pi))
+    he0, he1 = jnp.ones_like(u), u                 # probabilists' Hermite polynomials He_k(u)
+    for k in range(1, order):
+        he0, he1 = he1, u * he1 - k * he0
+    he = he0 if order == 0 else he1
+    return jnp.where(width > 0, (-1) ** order * he * bump / safe ** order, 0.0)
+
+
+def onehot(t, n: int, rank: int):
+    """The indicator [s == t] on the trailing source-time axis."""
+    return jnp.reshape(jnp.arange(n) == t, (1,) * (rank - 1) + (n,)).astype(jnp.float64)
+
+
+def canonical(x, axes: tuple[int, ...], keep_batch: bool = True, keep_s: bool = False):
+    """Extract the data of a uniform-rank array as (batch?, *index dims in ``axes`` order, s?)."""
+    x = np.asarray(x)
+    lead = [0] if keep_batch else []
+    tail = [x.ndim - 1] if keep_s else []
+    order = lead + list(axes) + tail
+    rest = [a for a in range(x.ndim) if a not in order]
+    y = np.transpose(x, order + rest)
+    return y.reshape(y.shape[: len(order)])
+
+
+def covariance(c, n: int):
+    """Covariance of an indexed source: a scalar means c * identity(n)."""
+    c = np.asarray(c, dtype=float)
+    return c * np.eye(n) if c.ndim == 0 else c

@@ -1,0 +1,199 @@
+"""Results of a solve: saddle-point means and the propagator, with named accessors."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dmftc.errors import DmftcError, ParameterError
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Infinite-width saddle point and leading finite-width propagator.
+
+    ``mean(name)`` has shape ``(*index dims, T)``; ``sigma(a, b)`` has shape
+    ``(*dims_a, T, *dims_b, T)`` and approximates ``N Cov(q_a, q_b)``;
+    ``var(name)`` is its equal-time diagonal, ``N Var(q(t))``.
+    """
+
+    model: str
+    params: dict
+    times: np.ndarray
+    means: dict
+    shapes: dict                 # name -> index dims
+    offsets: dict                # name -> offset in the per-time block
+    block: int                   # components per time step
+    sigma_full: np.ndarray       # (T*block, T*block), time-major
+    info: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, var_se, run):
+        eta = float(p[mod.TIME["step"]])
+        info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
+                "diagnostics": dict(run.diagnostics),
+                "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR,
+                "dirac_width": float(p.get("dirac width", 0.0))}
+        return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
+                   sigma, info, {"U": U, "kappa": kappa, "var_se": var_se})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.means)
+
+    def _check(self, name):
+        if name not in self.means:
+            import difflib
+            close = difflib.get_close_matches(name, self.names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ParameterError(f"unknown order parameter '{name}'{hint} (have {', '.join(self.names)})")
+
+    def mean(self, name: str) -> np.ndarray:
+        self._check(name)
+        return self.means[name]
+
+    def _block(self, full, a, b):
+        self._check(a)
+        self._check(b)
+        T = len(self.times)
+        M = full.reshape(T, self.block, T, self.block)
+        oa, ob = self.offsets[a], self.offsets[b]
+        na, nb = int(np.prod(self.shapes[a], dtype=int)), int(np.prod(self.shapes[b], dtype=int))
+        blk = M[:, oa:oa + na, :, ob:ob + nb]                  # (T, na, T, nb)
+        blk = np.transpose(blk, (1, 0, 3, 2))                  # (na, T, nb, T)
+        return blk.reshape(self.shapes[a] + (T,) + self.shapes[b] + (T,))
+
+    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
+        """Propagator block: N Cov(q_a(t), q_b(s)) -> sigma, shape (*dims_a, T, *dims_b, T)."""
+        return self._block(self.sigma_full, a, a if b is None else b)
+
+    def kappa(self, a: str, b: str | None = None) -> np.ndarray:
+        """Uncoupled covariance of the single-site observables (zero for constraint-only variables)."""
+        return self._block(self.extras["kappa"], a, a if b is None else b)
+
+    def var(self, name: str) -> np.ndarray:
+        """Equal-time variance N Var(q(t)), shape (*dims, T)."""
+        self._check(name)
+        T = len(self.times)
+        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
+        d = np.diag(self.sigma_full).reshape(T, self.block)[:, o:o + n]
+        return d.T.reshape(self.shapes[name] + (T,))
+
+    def stderr(self, name: str, what: str = "var") -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (from independent sample groups) or of ``mean(name)``.
+
+        The saddle point is an average over ``samples`` single-site draws, so its
+        own Monte Carlo covariance is Sigma / samples (the solver is a width-``samples``
+        network in disguise): ``stderr(name, "mean") = sqrt(var(name) / samples)``.
+        """
+        self._check(name)
+        if what == "mean":
+            if self.info["samples"] is None:       # exact backend: no sampling error
+                return np.zeros_like(self.var(name))
+            return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
+        se = self.extras.get("var_se")
+        if se is None:
+            raise ParameterError("no standard errors: solve with groups >= 2")
+        T = len(self.times)
+        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
+        return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
+
+    # ------------------------------------------------------------ persistence
+    def save(self, path) -> Path:
+        """Write a self-describing .npz (means, propagator, kappa, U, standard errors, metadata), atomically."""
+        import jax
+        import lark
+        import numba
+        import scipy
+        import sympy
+
+        from dmftc import __version__
+
+        path = Path(path)
+        meta = {
+            "model": self.model, "params": {k: _jsonable(v) for k, v in self.params.items()},
+            "shapes": {k: list(v) for k, v in self.shapes.items()}, "offsets": self.offsets, "block": self.block,
+            "order": list(self.means), "info": _jsonable(self.info),
+            "versions": {"dmftc": __version__, "numpy": np.__version__, "jax": jax.__version__,
+                         "scipy": scipy.__version__, "sympy": sympy.__version__, "numba": numba.__version__,
+                         "lark": lark.__version__},
+        }
+        arrays = {"times": self.times, "sigma": self.sigma_full, "meta": np.array(json.dumps(meta, sort_keys=True))}
+        arrays.update({f"mean:{k}": v for k, v in self.means.items()})
+        for k in ("U", "kappa", "var_se"):
+            if self.extras.get(k) is not None:
+                arrays[f"extra:{k}"] = self.extras[k]
+        return atomic_savez(path, arrays)
+
+    @classmethod
+    def load(cls, path) -> "Solution":
+        """Read a file written by :meth:`save`."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                means = {k: z[f"mean:{k}"] for k in meta["order"]}
+                extras = {k[6:]: z[k] for k in z.files if k.startswith("extra:")}
+                times, sigma = z["times"], z["sigma"]
+        except (OSError, KeyError, ValueError) as err:
+            raise DmftcError(f"{path}: not a dmftc results file ({err})") from None
+        params = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in meta["params"].items()}
+        info = dict(meta["info"], versions=meta["versions"])
+        return cls(meta["model"], params, times, means, {k: tuple(v) for k, v in meta["shapes"].items()},
+                   meta["offsets"], meta["block"], sigma, info, extras)
+
+    def summary(self) -> str:
+        backend = self.info.get("diagnostics", {}).get("backend", "mc")
+        how = "exact Gaussian moments" if backend == "exact" else f"samples = {self.info.get('samples')}"
+        lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, {how}"]
+        lines.append(f"  {'order parameter':<16}{'shape':>10}{'final mean':>14}{'peak N Var':>14}{'at t':>8}")
+        for n in self.names:
+            m = self.mean(n)
+            v = self.var(n)
+            flat = v.reshape(-1, v.shape[-1])
+            i, t = np.unravel_index(int(np.argmax(flat)), flat.shape)
+            final = m[..., -1]
+            fm = f"{float(final):.5g}" if np.ndim(final) == 0 else f"|.|={np.linalg.norm(final):.4g}"
+            lines.append(f"  {n:<16}{str(self.shapes[n] or '()'):>10}{fm:>14}{flat[i, t]:>14.5g}"
+                         f"{self.times[t]:>8.3g}")
+        tm = self.info.get("timings", {})
+        cond = self.info.get("diagnostics", {}).get("u_condition")
+        if tm:
+            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
+        if cond is not None:
+            lines.append(f"  U condition estimate: {cond:.3g}")
+        if self.info.get("singular"):
+            w = self.info.get("dirac_width", 0.0)
+            lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
+                         + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
+        return "\n".join(lines)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v
+
+
+def atomic_savez(path: Path, arrays: dict) -> Path:
+    """Write ``arrays`` to the .npz ``path`` atomically (temporary file in the same directory + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
