@@ -25,10 +25,13 @@ SPECS = ROOT / "specs"
 Z_MAX = 4.0
 
 
-def parse_args(name: str, doc: str) -> argparse.Namespace:
+def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
+    """--quick and --out, plus the script's own options added by ``extra(parser)``."""
     ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small T, P, E and samples (about 1-3 minutes)")
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "out" / name, help="output directory")
+    if extra is not None:
+        extra(ap)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args

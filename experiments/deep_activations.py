@@ -14,7 +14,7 @@ each N Var curve's peak.  Softsign's third derivative holds a delta function (ph
 Gaussian of width dirac_width = 0.1 in the propagator, which is then extrapolated to width 0 from widths 0.1
 and 0.05 on the same paths (dmftc.runtime.deep_propagator); the script reports the size of that correction.
 
-    python experiments/deep_activations.py [--quick] [--out DIR]
+    python experiments/deep_activations.py [--quick] [--out DIR] [--paths N] [--only sin|softsign]
 
 Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means, 16000 source paths for the propagator;
 E = 20000 networks per width) takes about 35 minutes on 2 cores.
@@ -50,19 +50,27 @@ def spec_with_activation(name: str, expr: str, out: Path) -> Path:
 
 
 def main():
-    args = common.parse_args("deep_activations", __doc__)
+    def options(ap):
+        ap.add_argument("--paths", type=int, default=None, help="source paths of the propagator (default: by mode)")
+        ap.add_argument("--only", choices=sorted(ACTIVATIONS), default=None, help="one activation only")
+
+    args = common.parse_args("deep_activations", __doc__, options)
     if args.quick:
         T, eta, samples, paths, groups, N, E = 6, 0.1, 64000, 2000, 8, 128, 3000
     else:
         T, eta, samples, paths, groups, N, E = 30, 0.05, 128000, 16000, 8, 256, 20000
+    paths = args.paths or paths
+    acts = {k: v for k, v in ACTIVATIONS.items() if args.only in (None, k)}
     agree = common.Agreement("deep_activations", args.quick)
     agree.meta.update(L=L, gamma=GAMMA, y=Y, T=T, eta=eta, samples=samples, propagator_samples=paths,
-                      propagator_groups=groups, widths=[N, 2 * N], E=E, activations=ACTIVATIONS)
+                      propagator_groups=groups, widths=[N, 2 * N], E=E, activations=acts)
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
     diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731
     arrays, curves, flags = {}, {}, {}
     for k, (act, expr) in enumerate(ACTIVATIONS.items()):
+        if act not in acts:
+            continue
         spec = spec_with_activation(act, expr, args.out)
         m = dmftc.load(spec, args.out)
         sol = m.solve(L=L, gamma=GAMMA, y=Y, eta=eta, T=T, samples=samples, groups=16, propagator_samples=paths,
@@ -91,10 +99,10 @@ def main():
     np.savez_compressed(args.out / "deep_activations.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig, axes = plt.subplots(len(ACTIVATIONS), 4, figsize=(15, 3.4 * len(ACTIVATIONS)), squeeze=False)
+    fig, axes = plt.subplots(len(acts), 4, figsize=(15, 3.4 * len(acts)), squeeze=False)
     panels = [["Delta"], ["K"], [f"Phi[{l}]" for l in range(1, L + 1)], [f"G[{l}]" for l in range(1, L + 1)]]
     colors = ["tab:blue", "tab:orange", "tab:green"]
-    for i, act in enumerate(ACTIVATIONS):
+    for i, act in enumerate(acts):
         for ax, group in zip(axes[i], panels):
             for c, n in zip(colors, group):
                 th, se, rawv, v, _ = curves[(act, n)]
