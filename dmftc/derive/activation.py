@@ -22,7 +22,7 @@ from functools import cached_property, lru_cache
 
 import sympy as sp
 
-__all__ = ["Activation", "SiteActivation", "BUILTINS", "SHORTHANDS", "X", "as_activation", "MAX_ORDER"]
+__all__ = ["Activation", "SiteActivation", "BUILTINS", "ARITY", "SHORTHANDS", "X", "as_activation", "MAX_ORDER"]
 
 X = sp.Symbol("x", real=True)
 MAX_ORDER = 4
@@ -33,6 +33,7 @@ BUILTINS = {
     "sin": sp.sin, "cos": sp.cos, "relu": lambda x: sp.Max(0, x), "linear": lambda x: x,
     "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "max": sp.Max, "min": sp.Min,
 }
+ARITY = {name: 2 if name in ("max", "min") else 1 for name in BUILTINS}      # arguments each function takes
 # what the expression parser may see besides BUILTINS: number and name constructors only (no SymPy namespace,
 # where beta, gamma, E, N, S ... would be functions or constants)
 _PARSE_GLOBALS = {"Integer": sp.Integer, "Float": sp.Float, "Rational": sp.Rational, "Symbol": sp.Symbol,

@@ -12,11 +12,11 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from dmftc.derive.activation import ARITY
 from dmftc.frontend import ast
 from dmftc.errors import CausalitySpecError, NameSpecError, Pos, ShapeSpecError, SpecError, StructureSpecError
 
-BUILTIN_FUNCTIONS = {"tanh": 1, "relu": 1, "linear": 1, "erf": 1, "exp": 1, "log": 1, "sqrt": 1,
-                     "abs": 1, "sin": 1, "cos": 1, "sigmoid": 1, "max": 2, "min": 2}
+BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (one table: dmftc.derive.activation)
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
