@@ -12,8 +12,9 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc import __version__
-from dmftc.derive.deep import DeepDerivation
 from dmftc.codegen.two_layer import ExprPrinter, default_code, prune_imports
+from dmftc.derive.deep import DeepDerivation
+from dmftc.frontend import ast
 
 
 class _Code(ExprPrinter):
@@ -161,8 +162,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
 
 
 def _act_text(a) -> str:
-    from dmftc.derive.deep_blocks import _txt
-    return _txt(a.body)
+    return ast.to_text(a.body)
 
 
 def _broadcast(code: str, expr, x) -> str:

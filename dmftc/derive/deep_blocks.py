@@ -224,9 +224,9 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
         eq = m.definitions[name]
         body = eq.body
         if isinstance(body, ast.Response):
-            w(f"  {name}[{lv}](t, s) = < d {_txt(body.of)} / d {_txt(body.wrt)} >")
+            w(f"  {name}[{lv}](t, s) = < d {ast.to_text(body.of)} / d {ast.to_text(body.wrt)} >")
         else:
-            w(f"  {name}[{lv}](t, s) = < {_txt(body.body)} >")
+            w(f"  {name}[{lv}](t, s) = < {ast.to_text(body.body)} >")
     for name, bs in d.boundaries.items():
         for ref, val in bs:
             w(f"  {name}[{ref.text()}](t, s) = {f(val)}")
@@ -239,18 +239,3 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     w("")
     out.extend(blocks_text(d))
     return "\n".join(out)
-
-
-def _txt(e) -> str:
-    if isinstance(e, ast.Call):
-        idx = f"[{', '.join(e.indices)}]" if e.indices else ""
-        return f"{e.name}{idx}({', '.join(_txt(a) for a in e.args)})"
-    if isinstance(e, ast.PrimeCall):
-        return f"{e.name}'({', '.join(_txt(a) for a in e.args)})"
-    if isinstance(e, ast.BinOp):
-        return f"{_txt(e.left)} {e.op} {_txt(e.right)}" if e.op != "*" else f"{_txt(e.left)} {_txt(e.right)}"
-    return ast.to_text(e)
-
-
-__all__ = ["Unrolled", "unroll", "price_term", "explicit_term", "gaussian_average", "response_observable",
-           "blocks_text", "format_deep_derivation"]

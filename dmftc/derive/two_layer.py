@@ -374,7 +374,7 @@ class _Deriver:
         obs = sp.Integer(0)
         n_log = 0
         for act in self.spec.actions:
-            for sign, term in _terms(act.body, 1):
+            for sign, term in ast.signed_terms(act.body, 1):
                 if isinstance(term, ast.Expectation):
                     n_log += 1
                     if sign != 1:
@@ -451,16 +451,6 @@ def _base(x) -> str:
 
 def _is_order(spec, atom) -> bool:
     return any(o.name == _base(atom) for o in spec.orders)
-
-
-def _terms(e, sign):
-    if isinstance(e, ast.BinOp) and e.op in "+-":
-        yield from _terms(e.left, sign)
-        yield from _terms(e.right, sign if e.op == "+" else -sign)
-    elif isinstance(e, ast.Neg):
-        yield from _terms(e.operand, -sign)
-    else:
-        yield sign, e
 
 
 def derive(model: Model) -> Derivation:

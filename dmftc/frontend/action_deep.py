@@ -34,17 +34,6 @@ from dmftc.errors import SpecError, StructureSpecError
 __all__ = ["lower_deep_action", "expr_text"]
 
 
-def _terms(e, sign=1):
-    """Signed top-level terms of a sum."""
-    if isinstance(e, ast.BinOp) and e.op in "+-":
-        yield from _terms(e.left, sign)
-        yield from _terms(e.right, sign if e.op == "+" else -sign)
-    elif isinstance(e, ast.Neg):
-        yield from _terms(e.operand, -sign)
-    else:
-        yield sign, e
-
-
 def _factors(e):
     if isinstance(e, ast.BinOp) and e.op == "*":
         return _factors(e.left) + _factors(e.right)
@@ -84,7 +73,7 @@ class _Lowering:
     # ------------------------------------------------------------------ the action's terms
     def run(self) -> tuple:
         for act in self.spec.actions:
-            for sign, term in _terms(act.body):
+            for sign, term in ast.signed_terms(act.body):
                 self.term(sign, term)
         return self.definitions(), tuple(self.deferred)
 
@@ -144,7 +133,7 @@ class _Lowering:
 
     def kernel_pairs(self, sign, e):
         body, s = self.double_integral(e)
-        for sg, t in _terms(body, sign):
+        for sg, t in ast.signed_terms(body, sign):
             h, rest = self.split_hat(t, True)
             want = ast.Call(rest.pos, h.name, (self.lv,), (ast.Name(rest.pos, self.tv), ast.Name(rest.pos, s)))
             if sg < 0 or rest != want:
@@ -164,7 +153,7 @@ class _Lowering:
                            hint="the dual variables enter the single-site weight as exp(-sum hat Q O_Q)")
         body, s = self.double_integral(arg.args[0].operand if isinstance(arg.args[0], ast.Neg)
                                        else arg.args[0])
-        for sg, t in _terms(body, 1 if isinstance(arg.args[0], ast.Neg) else -1):
+        for sg, t in ast.signed_terms(body, 1 if isinstance(arg.args[0], ast.Neg) else -1):
             h, rest = self.split_hat(t, True)
             if h.name in self.obs:
                 raise self.err(SpecError, f"'hat {h.name}' appears twice in the log-partition function", t.pos)
@@ -204,7 +193,7 @@ class _Lowering:
             raise self.err(StructureSpecError, f"'hat {h.name}' of a constraint is the dual of a one-time order "
                            f"parameter at {tv}", h.pos, hint=f"write hat {h.name}({tv})")
         own = ast.Call(rest.pos, h.name, (), (ast.Name(rest.pos, tv),))
-        parts = list(_terms(rest))
+        parts = list(ast.signed_terms(rest))
         mine = [k for k, (sg, x) in enumerate(parts) if x == own]
         if len(mine) == 1 and parts[mine[0]][0] > 0 and len(parts) > 1:
             others = [(-sg, x) for k, (sg, x) in enumerate(parts) if k != mine[0]]   # X(t) = -(the others)
@@ -266,7 +255,7 @@ class _Lowering:
             rest = [x for x in fs if x is not k]
             if not rest:
                 raise self.err(StructureSpecError, f"{kernel} multiplies nothing in '{f.name}'", k.pos)
-            src = [x for s_, x in _terms(f.body) if s_ > 0 and isinstance(x, ast.Call) and x.name in gp]
+            src = [x for s_, x in ast.signed_terms(f.body) if s_ > 0 and isinstance(x, ast.Call) and x.name in gp]
             if len(src) != 1:
                 raise self.err(StructureSpecError, f"the field '{f.name}' holding the response kernel {kernel} "
                                "needs one gp source added to it", f.pos, hint=f"write {f.name}[{lv}]({tv}) = "
@@ -287,39 +276,4 @@ def lower_deep_action(spec: ast.Spec, err) -> tuple:
     return _Lowering(spec, err).run()
 
 
-# ---------------------------------------------------------------------- printing
-_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3}
-
-
-def expr_text(e, prec: int = 0) -> str:
-    """Spec-like text of an expression, parenthesised where precedence needs it."""
-    if isinstance(e, ast.Num):
-        return f"{e.value:g}"
-    if isinstance(e, ast.Name):
-        return e.name
-    if isinstance(e, ast.BinOp):
-        p = _PREC[e.op]
-        right = expr_text(e.right, p + (e.op in "-/^"))
-        text = f"{expr_text(e.left, p)} {right}" if e.op == "*" else f"{expr_text(e.left, p)} {e.op} {right}"
-        return f"({text})" if p < prec else text
-    if isinstance(e, ast.Neg):
-        return f"-{expr_text(e.operand, 3)}"
-    if isinstance(e, ast.Call):
-        idx = f"[{', '.join(e.indices)}]" if e.indices else ""
-        return f"{e.name}{idx}({', '.join(expr_text(a) for a in e.args)})"
-    if isinstance(e, ast.PrimeCall):
-        return f"{e.name}'({', '.join(expr_text(a) for a in e.args)})"
-    if isinstance(e, ast.Indexed):
-        return f"{e.name}[{', '.join(e.indices)}]"
-    if isinstance(e, ast.Expectation):
-        return f"E[{expr_text(e.body)}]"
-    if isinstance(e, ast.Response):
-        return f"E[d {expr_text(e.of)} / d {expr_text(e.wrt)}]"
-    if isinstance(e, ast.LayerSum):
-        return f"sum({e.var} = {e.lo}..{e.hi}: {expr_text(e.body)})"
-    if isinstance(e, ast.TimeSum):
-        return f"sum({e.var} {e.cmp} {e.upper}: {expr_text(e.body)})"
-    if isinstance(e, ast.Integral):
-        rng = f"{e.var} {e.cmp} {e.upper}" if e.cmp else e.var
-        return f"integral({expr_text(e.body)}, {rng})"
-    return ast.to_text(e)
+expr_text = ast.to_text          # the printer of the derived equations (dmftc derive)

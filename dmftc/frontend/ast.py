@@ -263,18 +263,56 @@ def walk(expr: Expr):
         yield from walk(expr.wrt)
 
 
-def to_text(e: Expr) -> str:
-    """Spec-like text of a parameter-level expression (numbers, names, arithmetic, matrices, calls)."""
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3}
+
+
+def to_text(e: Expr, prec: int = 0) -> str:
+    """Spec-like text of an expression, parenthesised where precedence needs it (``...`` for statements)."""
     if isinstance(e, Num):
         return f"{e.value:g}"
     if isinstance(e, Name):
         return e.name
     if isinstance(e, BinOp):
-        return f"{to_text(e.left)} {e.op} {to_text(e.right)}"
+        p = _PREC[e.op]
+        right = to_text(e.right, p + (e.op in "-/^"))
+        text = f"{to_text(e.left, p)} {right}" if e.op == "*" else f"{to_text(e.left, p)} {e.op} {right}"
+        return f"({text})" if p < prec else text
     if isinstance(e, Neg):
-        return f"-{to_text(e.operand)}"
+        return f"-{to_text(e.operand, 3)}"
     if isinstance(e, Matrix):
         return "[" + ", ".join(to_text(r) for r in e.rows) + "]"
     if isinstance(e, Call):
-        return f"{e.name}({', '.join(to_text(a) for a in e.args)})"
+        idx = f"[{', '.join(e.indices)}]" if e.indices else ""
+        return f"{e.name}{idx}({', '.join(to_text(a) for a in e.args)})"
+    if isinstance(e, PrimeCall):
+        return f"{e.name}'({', '.join(to_text(a) for a in e.args)})"
+    if isinstance(e, Indexed):
+        return f"{e.name}[{', '.join(e.indices)}]"
+    if isinstance(e, Hat):
+        idx = f"[{', '.join(e.indices)}]" if e.indices else ""
+        return f"hat {e.name}{idx}({e.time}{', ' + e.time2 if e.time2 else ''})"
+    if isinstance(e, Expectation):
+        return f"{'log ' if e.log else ''}E[{to_text(e.body)}]"
+    if isinstance(e, Response):
+        return f"E[d {to_text(e.of)} / d {to_text(e.wrt)}]"
+    if isinstance(e, LayerSum):
+        return f"sum({e.var} = {e.lo}..{e.hi}: {to_text(e.body)})"
+    if isinstance(e, TimeSum):
+        return f"sum({e.var} {e.cmp} {e.upper}: {to_text(e.body)})"
+    if isinstance(e, IndexSum):
+        return f"sum({', '.join(e.indices)}: {to_text(e.body)})"
+    if isinstance(e, Integral):
+        rng = f"{e.var} {e.cmp} {e.upper}" if e.cmp else e.var
+        return f"integral({to_text(e.body)}, {rng})"
     return "..."
+
+
+def signed_terms(e: Expr, sign: int = 1):
+    """(sign, term) of the top-level terms of a sum, differences and negations unfolded."""
+    if isinstance(e, BinOp) and e.op in "+-":
+        yield from signed_terms(e.left, sign)
+        yield from signed_terms(e.right, sign if e.op == "+" else -sign)
+    elif isinstance(e, Neg):
+        yield from signed_terms(e.operand, -sign)
+    else:
+        yield sign, e
