@@ -45,9 +45,13 @@ def cmd_compile(args) -> int:
 
 
 def cmd_derive(args) -> int:
-    from dmftc.compiler import front_end
+    from dmftc.compiler import front_end, front_end_ir
     from dmftc.derive.report import format_derivation
 
+    if args.ir:
+        from dmftc.ir.text import format_ir
+        print(format_ir(front_end_ir(Path(args.spec))[1]))
+        return 0
     _, deriv = front_end(Path(args.spec))
     print(format_derivation(deriv, latex=args.latex))
     return 0
@@ -97,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("derive", help="print the derived equations and Hessian blocks")
     d.add_argument("spec")
     d.add_argument("--latex", action="store_true")
+    d.add_argument("--ir", action="store_true", help="print the intermediate representation the spec lowers to")
     d.set_defaults(func=cmd_derive)
     r = sub.add_parser("run", help="compile if needed, solve, print a summary")
     r.add_argument("spec")

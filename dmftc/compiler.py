@@ -1,10 +1,12 @@
 """The compiler driver: spec file -> generated module, and loading it.
 
     parse (dmftc.frontend.parse)    text -> syntax tree with positions
-    check (dmftc.frontend.check)    names, arity, causality -> Model
-    derive (dmftc.derive.two_layer)  SymPy: saddle equations, kappa/D/U structure, tangents
-    lower (dmftc.codegen.lower)    array layout for the kernels
-    emit (dmftc.codegen.two_layer)      Python/JAX source text
+    check (dmftc.frontend.check)    names, arity, causality -> Model (deep: DeepModel)
+    lower (dmftc.ir)                the IR: order parameters and their defining averages or constraints,
+                                    sources, causal fields, running sums, boundaries (SymPy)
+    derive (dmftc.derive)           SymPy: kappa/D/U structure, tangents (deep: roles, couplings, readout)
+    layout (dmftc.codegen.lower)    array layout for the kernels
+    emit (dmftc.codegen)            Python/JAX source text
 
 Generated files are written atomically (temporary file + rename) and carry the
 spec's sha256 and the dmftc version, so a stale module is detected and rebuilt.
@@ -23,7 +25,8 @@ from dmftc.frontend.check import check
 from dmftc.derive.two_layer import Derivation, derive
 from dmftc.codegen.two_layer import emit
 from dmftc.errors import DmftcError
-from dmftc.codegen.lower import lower
+from dmftc.codegen.lower import lower as layout
+from dmftc.ir import ModelIR, lower
 from dmftc.frontend.parse import parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -41,15 +44,20 @@ def display_path(path: Path) -> str:
         return path.name
 
 
-def front_end(path: Path) -> tuple[str, Derivation]:
-    """Parse, check and derive a spec file; returns (text, derivation)."""
+def front_end_ir(path: Path) -> tuple[str, ModelIR]:
+    """Parse, check and lower a spec file; returns (text, IR)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
         raise DmftcError(f"{path}: cannot read spec: {err.strerror}") from None
-    spec = parse(text, str(path))
-    return text, derive(check(spec))
+    return text, lower(check(parse(text, str(path))))
+
+
+def front_end(path: Path) -> tuple[str, Derivation]:
+    """Parse, check, lower and derive a spec file; returns (text, derivation)."""
+    text, ir = front_end_ir(path)
+    return text, derive(ir)
 
 
 def generate(path: Path) -> str:
@@ -59,7 +67,7 @@ def generate(path: Path) -> str:
     if not isinstance(deriv, Derivation):  # a deep network
         from dmftc.codegen.deep import emit_deep
         return emit_deep(deriv, spec_path=display_path(path), spec_sha256=sha)
-    return emit(deriv, lower(deriv), spec_path=display_path(path), spec_sha256=sha)
+    return emit(deriv, layout(deriv), spec_path=display_path(path), spec_sha256=sha)
 
 
 def output_path(spec_path: Path, out_dir: Path | None = None) -> Path:

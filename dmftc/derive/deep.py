@@ -1,4 +1,4 @@
-"""Stage 3 for deep networks: symbolic derivation (SymPy) from a checked :class:`~dmftc.frontend.check_deep.DeepModel`.
+"""Stage 4 for deep networks: symbolic derivation (SymPy) from a checked :class:`~dmftc.frontend.check_deep.DeepModel`.
 
 What is derived, for the generic hidden layer ``l`` (time arguments explicit, ``t`` the current step):
 
@@ -27,21 +27,11 @@ import sympy as sp
 
 from dmftc.frontend import ast
 from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
-from dmftc.frontend.check_deep import DeepModel, LayerRef
+from dmftc.frontend.check_deep import DeepModel
+from dmftc.ir.deep import DeepLowering, activation_functions
 from dmftc.errors import SpecError, StructureSpecError
 
 _BUILTINS = BUILTINS
-
-
-def activation_functions(name: str, orders: int = 4):
-    """Abstract SymPy functions phi, phi', phi'', ... whose derivatives are the next one (for printing)."""
-    classes = []
-    for k in range(orders + 1):
-        classes.append(type(name + "'" * k, (sp.Function,), {"nargs": 1}))
-    for k in range(orders):
-        nxt = classes[k + 1]
-        classes[k].fdiff = (lambda nxt: lambda self, argindex=1: nxt(self.args[0]))(nxt)
-    return tuple(classes)
 
 
 @dataclass(frozen=True)
@@ -86,94 +76,7 @@ class DeepDerivation:
         return f"{family}[{ref}]"
 
 
-class _Deriver:
-    def __init__(self, m: DeepModel):
-        self.m = m
-        self.spec = m.spec
-        self.t = sp.Symbol(m.time_var)
-        self.s = sp.Symbol("s")
-        self.x = sp.Symbol("x", real=True)
-        self.act = m.activation
-        self.phi_f = activation_functions(self.act.name)
-
-    def err(self, msg, pos, hint=None, cls=StructureSpecError):
-        return cls(msg, pos, hint=hint, source=self.spec.source, filename=self.spec.filename)
-
-    # ------------------------------------------------------------ AST -> SymPy
-    def conv(self, e, tmap, sums=None, concrete_act=False):
-        """SymPy form; fields/sources/kernels are applied functions named like the spec ('Phi[l-1]')."""
-        c = lambda x: self.conv(x, tmap, sums, concrete_act)
-        if isinstance(e, ast.Num):
-            v = e.value
-            return sp.Integer(int(v)) if v == int(v) else sp.Float(v)
-        if isinstance(e, ast.Name):
-            if e.name in tmap:
-                return tmap[e.name]
-            return sp.pi if e.name == "pi" else sp.Symbol(e.name)
-        if isinstance(e, ast.BinOp):
-            a, b = c(e.left), c(e.right)
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
-        if isinstance(e, ast.Neg):
-            return -c(e.operand)
-        if isinstance(e, ast.PrimeCall):
-            return self.activation(c(e.args[0]), 1, concrete_act)
-        if isinstance(e, ast.Call):
-            sym = self.m.symbols.get(e.name)
-            if sym is not None and sym.kind == "activation":
-                return self.activation(c(e.args[0]), 0, concrete_act)
-            if sym is None or sym.kind == "builtin":
-                return _BUILTINS[e.name](*[c(a) for a in e.args])
-            label = e.name + (f"[{e.indices[0]}]" if e.indices else "")
-            args = [c(a) for a in e.args]
-            return sp.Function(label)(*args)
-        if isinstance(e, (ast.Integral, ast.TimeSum)):
-            inner = dict(tmap)
-            inner[e.var] = self.s
-            body = self.conv(e.body, inner, sums, concrete_act)
-            if isinstance(e, ast.Integral):
-                body = sp.Symbol(self.spec.time.step_name) * body
-            ph = sp.Symbol(f"__sum{len(sums)}")
-            sums[ph] = (e.cmp, body, e)
-            return ph
-        if isinstance(e, ast.LayerSum):
-            lv = sp.Symbol(e.var, integer=True)
-            inner = dict(tmap)
-            body = self.layer_conv(e.body, e.var, inner)
-            return sp.Sum(body, (lv, self.layer_value(e.lo), self.layer_value(e.hi)))
-        if isinstance(e, ast.Expectation):
-            ph = sp.Symbol(f"E_{len(sums) + 1}")
-            sums[ph] = ("E", e.body, e)
-            return ph
-        raise AssertionError(type(e))  # pragma: no cover
-
-    def layer_value(self, text):
-        m = self.m
-        ref = _ref(text, m)
-        base = sp.Symbol(ref.var, integer=True) if ref.var else sp.Integer(0)
-        return base + ref.offset
-
-    def layer_conv(self, e, var, tmap):
-        """Layer-sum bodies: kernels at equal times become Function(name)(layer value)."""
-        if isinstance(e, ast.Call) and e.indices and self.m.symbols[e.name].kind in ("family", "response"):
-            return sp.Function(e.name)(self.layer_value(e.indices[0]) if not e.indices[0].startswith(var)
-                                       else sp.Symbol(var, integer=True) + _ref(e.indices[0], self.m, var).offset)
-        if isinstance(e, ast.BinOp):
-            a, b = self.layer_conv(e.left, var, tmap), self.layer_conv(e.right, var, tmap)
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
-        if isinstance(e, ast.Neg):
-            return -self.layer_conv(e.operand, var, tmap)
-        return self.conv(e, tmap, {})
-
-    def activation(self, arg, order, concrete):
-        if not concrete:
-            return self.phi_f[order](arg)
-        return self.concrete_phi(order).subs(self.x, arg)
-
-    def concrete_phi(self, order):
-        a = self.act
-        body = self.conv(a.body, {a.arg: self.x}, {}, concrete_act=True)
-        return sp.diff(body, self.x, order) if order else body
-
+class _Deriver(DeepLowering):
     # ------------------------------------------------------------ structure
     def run(self) -> DeepDerivation:
         m, t, s = self.m, self.t, self.s
@@ -353,14 +256,6 @@ class _Deriver:
                            f"{roles['h']}[{m.depth}](t))] (and the same at time 0)", node.pos,
                            hint="the network output is the last layer's readout average")
         return t1
-
-
-def _ref(text, m, extra=None) -> LayerRef:
-    import re
-    mm = re.match(r"^(?:([A-Za-z_][A-Za-z_0-9]*)([+-][0-9]+)?|([0-9]+))$", text)
-    if mm.group(3) is not None:
-        return LayerRef(None, int(mm.group(3)))
-    return LayerRef(mm.group(1), int(mm.group(2) or 0))
 
 
 def _layer_subs(expr, lv, depth):

@@ -13,27 +13,13 @@ import sympy as sp
 
 from dmftc.frontend.ast import to_text
 from dmftc.derive.two_layer import Derivation
-from dmftc.derive.symbolic import ONEHOT
+from dmftc.ir.text import ix as _ix, timed
 
 
 def _timed(expr, d: Derivation, when: str):
     """Attach a time argument to every quantity: Delta -> Delta(t); h[mu] -> h[mu](t)."""
-    tsym = sp.Symbol(when)
-    rep = {}
     names = {n for n, _ in d.orders} | {f.name for f in d.fields} | {s.name for s in d.sample_sums + d.order_sums}
-    for a in expr.atoms(sp.Symbol):
-        n = str(a)
-        if n in names:
-            rep[a] = sp.Function(n.replace("∫", "I"))(tsym)
-        elif n.startswith("d") and "/d" in n:
-            rep[a] = sp.Function(n.replace("∫", "I") + "'")(tsym)  # tangent, s' implicit
-    for a in expr.atoms(sp.Indexed):
-        n = str(a.base.label)
-        if n in names or ("/d" in n):
-            label = n.replace("∫", "I") + ("'" if "/d" in n else "")
-            rep[a] = sp.Function(f"{label}[{','.join(str(i) for i in a.indices)}]")(tsym)
-    out = expr.xreplace(rep)
-    return out.xreplace({ONEHOT: sp.Symbol(f"[{when}=s']")})
+    return timed(expr, names, when)
 
 
 @dataclass(frozen=True)
@@ -151,7 +137,3 @@ def _format_latex(d: Derivation) -> str:
     L.append(" \\\\\n".join(rows))
     L.append(r"\end{align*}")
     return "\n".join(L)
-
-
-def _ix(indices) -> str:
-    return f"[{', '.join(indices)}]" if indices else ""

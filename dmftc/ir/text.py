@@ -1,0 +1,93 @@
+"""Text of the IR (``dmftc derive --ir SPEC``): one uniform listing for two-layer and deep specs."""
+from __future__ import annotations
+
+import sympy as sp
+
+from dmftc.derive.symbolic import ONEHOT
+from dmftc.frontend.ast import to_text
+from dmftc.ir.nodes import ModelIR, OrderParameter
+
+
+def timed(expr, names, when: str):
+    """Attach a time argument to every quantity named in ``names`` (and to tangents ``dX/dY``):
+    Delta -> Delta(t), h[mu] -> h[mu](t); running sums print as I_k."""
+    tsym = sp.Symbol(when)
+    rep = {}
+    for a in expr.atoms(sp.Symbol):
+        n = str(a)
+        if n in names:
+            rep[a] = sp.Function(n.replace("∫", "I"))(tsym)
+        elif n.startswith("d") and "/d" in n:
+            rep[a] = sp.Function(n.replace("∫", "I") + "'")(tsym)  # tangent, s' implicit
+    for a in expr.atoms(sp.Indexed):
+        n = str(a.base.label)
+        if n in names or ("/d" in n):
+            label = n.replace("∫", "I") + ("'" if "/d" in n else "")
+            rep[a] = sp.Function(f"{label}[{','.join(str(i) for i in a.indices)}]")(tsym)
+    out = expr.xreplace(rep)
+    return out.xreplace({ONEHOT: sp.Symbol(f"[{when}=s']")})
+
+
+def ix(indices) -> str:
+    return f"[{', '.join(indices)}]" if indices else ""
+
+
+def _head(o: OrderParameter, tv: str) -> str:
+    layer = f"[{o.layer}]" if o.layer else ix(o.indices)
+    return f"{o.name}{layer}({tv}{', s' if o.times == 2 else ''})"
+
+
+def format_ir(ir: ModelIR) -> str:
+    """The IR as text: axes, activations, order parameters (kind and defining equation), sources (constant or
+    order-parameter covariance), causal fields, running sums and boundaries."""
+    spec = ir.model.spec
+    tv, steps, step = ir.time
+    names = {o.name for o in ir.orders} | {f.name for f in ir.fields} | {s.name for s in ir.sample_sums + ir.order_sums}
+    f = (lambda e, when=tv: sp.sstr(timed(e, names, when))) if ir.kind == "two_layer" else sp.sstr
+    L: list[str] = []
+    w = L.append
+    w(f"IR of {spec.model.name} ({ir.kind.replace('_', '-')}): {spec.model.description}")
+    w(f"parameters: {', '.join(ir.params)};  time {tv}: {steps} steps of {step}")
+    for a in ir.axes:
+        w(f"axis {a.name} in 1..{a.size} ({a.kind})")
+    for name, x, body in ir.activations:
+        w(f"activation {name}({x}) = {sp.sstr(body)}".replace("__x", "x"))
+    w("")
+    w("order parameters:")
+    for o in ir.orders:
+        head = _head(o, tv)
+        if o.kind == "average":
+            lhs = f(o.coeff * sp.Symbol(head) + o.rest)
+            w(f"  {head:<16} average      {lhs} = <{f(o.observable)}>")
+        elif o.kind == "response":
+            w(f"  {head:<16} response     {head} = <d {f(o.observable)} / d {o.wrt}[{o.layer}](s)>")
+        else:
+            w(f"  {head:<16} constraint   {f(o.coeff * sp.Symbol(head) + o.rest)} = 0")
+            for ph, expr in o.averages:
+                w(f"  {'':<16}              {ph} = <{f(expr)}>")
+    w("")
+    w("sources:")
+    for s in ir.sources:
+        targets = ", ".join(n + ix(i) for n, i in s.targets)
+        cov = (f"order parameter {', '.join(s.depends_on)}"
+               + (f" of layer {ir.axes[0].name}{s.layer_offset:+d}" if s.layer_offset else "")) \
+            if s.depends_on else "constant"
+        w(f"  {targets} ~ {s.process}(0, {to_text(s.cov)})    covariance: {cov}")
+    w("")
+    w(f"causal fields (dependency order; I_k({tv}) = {step} * sum_{{s<{tv}}} integrand(s)):")
+    for s in ir.sample_sums:
+        w(f"  {s.name.replace('∫', 'I')}{ix(s.indices)}({tv}) = {step} * sum_{{s<{tv}}} {f(s.increment, 's')}")
+    for fd in ir.fields:
+        layer = f"[{fd.layer}]" if fd.layer else ix(fd.indices)
+        w(f"  {fd.name}{layer}({tv}) = {f(fd.expr)}")
+    if ir.order_sums:
+        w("")
+        w("running sums of order parameters:")
+        for s in ir.order_sums:
+            w(f"  {s.name.replace('∫', 'I')}{ix(s.indices)}({tv}) = {step} * sum_{{s<{tv}}} {f(s.increment, 's')}")
+    if ir.boundaries:
+        w("")
+        w("boundaries:")
+        for b in ir.boundaries:
+            w(f"  {b.name}[{b.layer}]({tv}, s) = {sp.sstr(b.value)}")
+    return "\n".join(L)
