@@ -1,4 +1,4 @@
-"""Stage 4 for deep networks: symbolic derivation (SymPy) from a checked :class:`~dmftc.frontend.check_deep.DeepModel`.
+"""Stage 4 for deep networks: symbolic derivation (SymPy) from the IR of a deep spec (:mod:`dmftc.ir.deep`).
 
 What is derived, for the generic hidden layer ``l`` (time arguments explicit, ``t`` the current step):
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from dmftc.frontend import ast
 from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
 from dmftc.frontend.check_deep import DeepModel
-from dmftc.ir.deep import DeepLowering, activation_functions
+from dmftc.ir.deep import DeepLowering, _ref, activation_functions, lower_deep
+from dmftc.ir.nodes import ModelIR
 from dmftc.errors import SpecError, StructureSpecError
 
 _BUILTINS = BUILTINS
@@ -78,24 +78,30 @@ class DeepDerivation:
 
 class _Deriver(DeepLowering):
     # ------------------------------------------------------------ structure
+    def __init__(self, ir: ModelIR):
+        super().__init__(ir.model)
+        self.ir = ir
+
     def run(self) -> DeepDerivation:
-        m, t, s = self.m, self.t, self.s
-        fwd = next((g for g in m.sources if g.offset == -1), None)
-        bwd = next((g for g in m.sources if g.offset == +1), None)
-        if fwd is None or bwd is None or len(m.sources) != 2:
+        """The deep structure, read from the IR (positions for errors from the checked model)."""
+        m, t, s, ir = self.m, self.t, self.s, self.ir
+        decl = {g.name: g.decl for g in m.sources}
+        by_offset = {}
+        for g in ir.sources:
+            by_offset.setdefault(g.layer_offset, []).append(g)
+        fwd, bwd = (by_offset.get(k, [None])[0] for k in (-1, +1))
+        if fwd is None or bwd is None or len(ir.sources) != 2:
             pos = m.sources[0].decl.pos if m.sources else m.spec.model.pos
             raise self.err("a deep spec has two gp sources: one with the covariance of layer l-1 (forward) and one "
                            "with that of layer l+1 (backward)", pos,
                            hint="write u[l] ~ gp(0, Phi[l-1]) and r[l] ~ gp(0, G[l+1])")
+        fwd_name, bwd_name = fwd.targets[0][0], bwd.targets[0][0]
+        fwd_cov, bwd_cov = fwd.depends_on[0], bwd.depends_on[0]
         eqs = {f.name: f for f in m.fields}
-        parsed = {}
-        for f in m.fields:
-            sums = {}
-            expr = self.conv(f.body, {m.time_var: t}, sums)
-            parsed[f.name] = (expr, sums)
-        src = lambda g: sp.Function(f"{g.name}[{m.layer_var}]")(t)  # noqa: E731
-        h = next((n for n, (e, _) in parsed.items() if e.has(src(fwd))), None)
-        z = next((n for n, (e, _) in parsed.items() if e.has(src(bwd))), None)
+        parsed = {f.name: _placeholders(f, t) for f in ir.fields}
+        src = lambda name: sp.Function(f"{name}[{m.layer_var}]")(t)  # noqa: E731
+        h = next((n for n, (e, _) in parsed.items() if e.has(src(fwd_name))), None)
+        z = next((n for n, (e, _) in parsed.items() if e.has(src(bwd_name))), None)
         if h is None or z is None or h == z or len(m.fields) != 3:
             raise self.err("a deep spec has three per-layer fields: a forward field with the forward source, a "
                            "backward field with the backward source, and the gradient field g = phi'(h) z",
@@ -109,35 +115,32 @@ class _Deriver(DeepLowering):
         if gsums or sp.simplify(gexpr - self.phi_f[1](F(h, t)) * F(z, t)) != 0:
             raise self.err(f"the gradient field must be {g}[{lv}]({m.time_var}) = {self.act.name}'({h}[{lv}]"
                            f"({m.time_var})) * {z}[{lv}]({m.time_var})", eqs[g].body.pos)
-        h_past, h_upto = self.split(h, parsed[h], src(fwd), F(g, s), eqs[h])
+        h_past, h_upto = self.split(h, parsed[h], src(fwd_name), F(g, s), eqs[h])
         if h_upto != 0:  # pragma: no cover - a same-time cycle, rejected by the checker
             raise self.err("the forward field cannot use the gradient field at the same time", eqs[h].body.pos)
-        z_past, z_upto = self.split(z, parsed[z], src(bwd), phi(F(h, s)), eqs[z])
+        z_past, z_upto = self.split(z, parsed[z], src(bwd_name), phi(F(h, s)), eqs[z])
         # families and responses
-        if fwd.cov_family == bwd.cov_family:
-            raise self.err("the forward and backward sources need different kernels", bwd.decl.cov.pos)
-        want = {fwd.cov_family: phi(F(h, t)) * phi(F(h, s)), bwd.cov_family: F(g, t) * F(g, s)}
-        for name in m.families:
-            eq = m.definitions[name]
+        if fwd_cov == bwd_cov:
+            raise self.err("the forward and backward sources need different kernels", decl[bwd_name].cov.pos)
+        want = {fwd_cov: phi(F(h, t)) * phi(F(h, s)), bwd_cov: F(g, t) * F(g, s)}
+        for o in (o for o in ir.orders if o.kind == "average" and o.times == 2):
+            name, eq = o.name, m.definitions[o.name]
             if name not in want:
                 raise self.err(f"order parameter '{name}' is not a source covariance; the deep runtime supports the "
                                "two kernels that are", eq.pos, hint="remove it or use it as a gp covariance")
-            got = self.conv(eq.body.body, {m.time_var: t, eq.time2: s}, {})
-            if sp.simplify(got - want[name]) != 0:
+            if sp.simplify(o.observable - want[name]) != 0:
                 raise self.err(f"'{name}[{lv}]' must be the average {want[name]} (the covariance its source needs)",
                                eq.body.pos)
-        roles = {"h": h, "z": z, "g": g, "u": fwd.name, "r": bwd.name, "Phi": fwd.cov_family, "G": bwd.cov_family}
-        for name in m.responses:
-            eq = m.definitions[name]
-            of = self.conv(eq.body.of, {m.time_var: t}, {})
-            wrt = eq.body.wrt.name
-            if wrt == bwd.name and of == phi(F(h, t)):
+        roles = {"h": h, "z": z, "g": g, "u": fwd_name, "r": bwd_name, "Phi": fwd_cov, "G": bwd_cov}
+        for o in (o for o in ir.orders if o.kind == "response"):
+            name, eq, of = o.name, m.definitions[o.name], o.observable
+            if o.wrt == bwd_name and of == phi(F(h, t)):
                 roles["A"] = name
-            elif wrt == fwd.name and of == F(g, t):
+            elif o.wrt == fwd_name and of == F(g, t):
                 roles["B"] = name
             else:
-                raise self.err(f"response '{name}' must be E[d {self.act.name}({h}[{lv}](t)) / d {bwd.name}[{lv}](s)] "
-                               f"or E[d {g}[{lv}](t) / d {fwd.name}[{lv}](s)]", eq.body.pos)
+                raise self.err(f"response '{name}' must be E[d {self.act.name}({h}[{lv}](t)) / d {bwd_name}[{lv}](s)] "
+                               f"or E[d {g}[{lv}](t) / d {fwd_name}[{lv}](s)]", eq.body.pos)
         for role in ("A", "B"):
             if role not in roles:
                 raise self.err("a deep spec defines both response functions (of phi(h) to the backward source and of "
@@ -149,21 +152,15 @@ class _Deriver(DeepLowering):
         self.restrict(z_past + z_upto, allowed_z, eqs[z], "backward")
         # boundaries
         bounds = {}
-        for name, bs in m.boundaries.items():
-            bounds[name] = tuple((ref, self.conv(eq.body, {}, {})) for ref, eq in bs)
+        for b in ir.boundaries:
+            bounds.setdefault(b.name, []).append((_ref(b.layer, m), b.value))
+        bounds = {k: tuple(v) for k, v in bounds.items()}
         # scalar order parameters
         scalars = []
-        used = {str(f.func) for e, _ in parsed.values() for f in e.atoms(sp.Function)} | {
-            str(f.func) for _, sums in parsed.values() for (_, b, _) in sums.values() for f in b.atoms(sp.Function)}
-        for name in m.scalars:
-            eq = m.definitions[name]
-            avgs = {}
-            expr = self.conv(eq.body, {m.time_var: t}, avgs)
-            placeholders = []
-            for ph, (_, body, node) in avgs.items():
-                when = self.readout_average(body, node, roles)
-                placeholders.append((ph, when))
-            scalars.append(ScalarDef(name, expr, tuple(placeholders), name in used))
+        used = {str(a.func) for f in ir.fields for a in f.expr.atoms(sp.Function)}
+        for o in (o for o in ir.orders if o.times == 1):
+            placeholders = tuple((a.symbol, self.readout_average(a, roles)) for a in o.averages)
+            scalars.append(ScalarDef(o.name, -o.rest / o.coeff, placeholders, o.name in used))
         march = [sc for sc in scalars if sc.in_march]
         for sc in scalars:
             if sc.in_march and not sc.averages:
@@ -177,7 +174,7 @@ class _Deriver(DeepLowering):
             if not sc.in_march and sc.averages:
                 raise self.err(f"'{sc.name}' uses averages but is not used by the field equations", 
                                m.definitions[sc.name].pos)
-            if not sc.in_march and any(isinstance(f, sp.Function) and str(f.func) in m.scalars
+            if not sc.in_march and any(isinstance(f, sp.Function) and str(f.func) in {o.name for o in ir.orders if o.times == 1}
                                        for f in sc.expr.atoms(sp.Function)):
                 raise self.err(f"'{sc.name}' may use kernels and parameters only", m.definitions[sc.name].pos)
         Lp1 = {"G": f"{roles['G']}[{m.depth}+1]", "B": f"{roles['B']}[{m.depth}+1]"}
@@ -204,21 +201,21 @@ class _Deriver(DeepLowering):
                            eq.body.pos, hint="fields of a deep spec are driven by their own source at the "
                                              "current time and by sums over earlier times")
         out = {"<": sp.Integer(0), "<=": sp.Integer(0)}
-        for ph, (cmp, body, node) in sums.items():
+        for ph, (cmp, body, pos) in sums.items():
             coeff = sp.diff(expr, ph)
             if coeff.free_symbols & set(sums):
-                raise self.err("sums over time must enter the field equation linearly", node.pos)
+                raise self.err("sums over time must enter the field equation linearly", pos)
             term = sp.expand(coeff * body)
             c = sp.simplify(term / driver)
             if c.has(driver) or any(c.has(sp.Function(f"{f.name}[{self.m.layer_var}]")) for f in self.m.fields) \
                     or c.has(self.phi_f[0]):
                 raise self.err(f"the sum must be linear in {driver} (the deep runtime's {name}-equation form)",
-                               node.pos, hint=f"write sum(s < t: coefficient(t, s) * {driver})")
+                               pos, hint=f"write sum(s < t: coefficient(t, s) * {driver})")
             out[cmp] += c
         return sp.simplify(out["<"]), sp.simplify(out["<="])
 
     def restrict(self, coeff, allowed, eq, which):
-        scal = set(self.m.scalars)
+        scal = {o.name for o in self.ir.orders if o.times == 1}
         for f in coeff.atoms(sp.Function):
             n = str(f.func)
             if n in allowed or n in scal:
@@ -227,35 +224,33 @@ class _Deriver(DeepLowering):
                 raise self.err(f"the {which} field's coupling uses {f}; the deep runtime supports the adjacent "
                                f"layer's {' and '.join(sorted(allowed))} and the error signal", eq.body.pos)
 
-    def readout_average(self, body, node, roles):
+    def readout_average(self, avg, roles):
+        """The time ('t' or '0') of a readout average E[z[L](t1) phi(h[L](t1))]; anything else is an error."""
         m = self.m
-        if not (isinstance(body, ast.BinOp) and body.op == "*"):
-            raise self.err(f"averages in '{node}' must be E[{roles['z']}[{m.depth}](t) {self.act.name}({roles['h']}"
-                           f"[{m.depth}](t))]", node.pos)
-        t1 = None
-        seen = set()
-        for part in (body.left, body.right):
-            if isinstance(part, ast.Call) and part.name == roles["z"]:
-                seen.add("z")
-                arg = part.args[0]
-            elif isinstance(part, ast.Call) and part.name == self.act.name and isinstance(part.args[0], ast.Call) \
-                    and part.args[0].name == roles["h"]:
-                seen.add("phi")
-                part = part.args[0]
-                arg = part.args[0]
-            else:
-                break
-            if part.indices != (m.depth,):
-                break
-            when = arg.name if isinstance(arg, ast.Name) else "0"
-            if t1 is not None and when != t1:
-                break
-            t1 = when
-        if seen != {"z", "phi"}:
-            raise self.err(f"the deep runtime reads the output from E[{roles['z']}[{m.depth}](t) {self.act.name}("
-                           f"{roles['h']}[{m.depth}](t))] (and the same at time 0)", node.pos,
-                           hint="the network output is the last layer's readout average")
-        return t1
+        for t1 in (self.t, sp.Integer(0)):
+            z = sp.Function(f"{roles['z']}[{m.depth}]")(t1)
+            h = sp.Function(f"{roles['h']}[{m.depth}]")(t1)
+            if sp.simplify(avg.expr - z * self.phi_f[0](h)) == 0:
+                return str(t1)
+        if not (isinstance(avg.expr, sp.Mul) and len(avg.expr.args) == 2):
+            raise self.err(f"averages in '{avg.symbol}' must be E[{roles['z']}[{m.depth}](t) {self.act.name}("
+                           f"{roles['h']}[{m.depth}](t))]", avg.pos)
+        raise self.err(f"the deep runtime reads the output from E[{roles['z']}[{m.depth}](t) {self.act.name}("
+                       f"{roles['h']}[{m.depth}](t))] (and the same at time 0)", avg.pos,
+                       hint="the network output is the last layer's readout average")
+
+
+def _placeholders(f, t):
+    """A field's expression with each causal sum replaced by a placeholder symbol, and the sums
+    ``{placeholder: (cmp, body, pos)}`` (cmp '<' or '<=')."""
+    pos = dict(f.sum_pos)
+    sums, rep = {}, {}
+    for k, sm in enumerate(sorted(f.expr.atoms(sp.Sum), key=sp.default_sort_key)):
+        ph = sp.Symbol(f"__sum{k}")
+        (_, _, hi), = sm.limits
+        sums[ph] = ("<=" if hi == t else "<", sm.function, pos.get(sm))
+        rep[sm] = ph
+    return f.expr.xreplace(rep), sums
 
 
 def _layer_subs(expr, lv, depth):
@@ -270,10 +265,13 @@ def _layer_subs(expr, lv, depth):
     return {a: rep[a.func](*a.args) for a in expr.atoms(sp.Function) if a.func in rep}
 
 
-def derive_deep(model: DeepModel) -> DeepDerivation:
-    """Derive the deep spec's structure; raise a located SpecError if the runtime cannot solve it."""
+def derive_deep(model) -> DeepDerivation:
+    """Derive the deep spec's structure from its IR (or a checked model, lowered first); raise a located
+    SpecError if the runtime cannot solve it."""
+    ir = model if isinstance(model, ModelIR) else lower_deep(model)
+    model = ir.model
     try:
-        return _Deriver(model).run()
+        return _Deriver(ir).run()
     except SpecError:
         raise
     except (TypeError, ValueError, ZeroDivisionError) as err:  # pragma: no cover - SymPy surprises

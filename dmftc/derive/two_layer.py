@@ -210,9 +210,7 @@ def derive(model) -> Derivation:
     :class:`dmftc.derive.deep.DeepDerivation`."""
     from dmftc.frontend.check_deep import DeepModel
 
-    if isinstance(model, ModelIR) and model.kind == "deep":
-        model = model.model
-    if isinstance(model, DeepModel):
+    if isinstance(model, DeepModel) or (isinstance(model, ModelIR) and model.kind == "deep"):
         from dmftc.derive.deep import derive_deep
         return derive_deep(model)
     ir = model if isinstance(model, ModelIR) else lower_two_layer(model)

@@ -14,7 +14,7 @@ from dmftc.derive.activation import BUILTINS
 from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check_deep import DeepModel, LayerRef
-from dmftc.ir.nodes import Axis, Boundary, Field, ModelIR, OrderParameter, Source
+from dmftc.ir.nodes import Average, Axis, Boundary, Field, ModelIR, OrderParameter, Source
 
 _BUILTINS = BUILTINS
 
@@ -121,14 +121,16 @@ class DeepLowering:
 
     # ------------------------------------------------------------ the IR
     def causal(self, expr, sums):
-        """Replace the sum placeholders of :meth:`conv` by SymPy sums over the earlier time s."""
+        """Replace the sum placeholders of :meth:`conv` by SymPy sums over the earlier time s; returns the
+        expression and ((sum, position), ...)."""
         t, s = self.t, self.s
-        rep = {}
-        for ph, (cmp, body, _) in sums.items():
+        rep, pos = {}, []
+        for ph, (cmp, body, node) in sums.items():
             if cmp == "E":
                 continue
             rep[ph] = sp.Sum(body, (s, 0, t - 1 if cmp == "<" else t))
-        return expr.xreplace(rep)
+            pos.append((rep[ph], node.pos))
+        return expr.xreplace(rep), tuple(pos)
 
     def lower(self) -> ModelIR:
         m, t, s, lv = self.m, self.t, self.s, self.m.layer_var
@@ -136,7 +138,8 @@ class DeepLowering:
         for name in m.scalars:
             avgs = {}
             expr = self.conv(m.definitions[name].body, {m.time_var: t}, avgs)
-            averages = tuple((ph, self.conv(body, {m.time_var: t}, {})) for ph, (_, body, _) in avgs.items())
+            averages = tuple(Average(ph, self.conv(body, {m.time_var: t}, {}), node.pos)
+                             for ph, (_, body, node) in avgs.items())
             orders.append(OrderParameter(name, (), sp.Integer(1), -expr, None, "constraint", 1, None, None,
                                          averages))
         for name in m.families:
@@ -152,7 +155,8 @@ class DeepLowering:
         fields = []
         for f in m.fields:
             sums = {}
-            fields.append(Field(f.name, (), self.causal(self.conv(f.body, {m.time_var: t}, sums), sums), lv))
+            expr, where = self.causal(self.conv(f.body, {m.time_var: t}, sums), sums)
+            fields.append(Field(f.name, (), expr, lv, where))
         bounds = tuple(Boundary(name, ref.text(), self.conv(eq.body, {}, {}))
                        for name, bs in m.boundaries.items() for ref, eq in bs)
         spec = m.spec

@@ -38,7 +38,7 @@ class OrderParameter:
     response ``q(t, s) = <d observable(t) / d wrt(s)>`` ('response').
 
     ``indices``: sample axes; ``layer``: the layer axis (deep families, responses); ``times``: 1 or 2.
-    ``averages``: single-site averages a constraint reads, ``((placeholder, expr), ...)``."""
+    ``averages``: single-site averages a constraint reads (:class:`Average`)."""
 
     name: str
     indices: tuple[str, ...]
@@ -50,6 +50,15 @@ class OrderParameter:
     layer: str | None = None
     wrt: str | None = None
     averages: tuple = ()
+
+
+@dataclass(frozen=True)
+class Average:
+    """``symbol = <expr>``: a single-site average read by a constraint (e.g. a deep net's readout)."""
+
+    symbol: sp.Symbol
+    expr: sp.Expr
+    pos: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class Field:
     indices: tuple[str, ...]
     expr: sp.Expr
     layer: str | None = None
+    sum_pos: tuple = field(default=(), compare=False)   # ((causal Sum, its position in the spec), ...)
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,8 @@ def format_ir(ir: ModelIR) -> str:
             w(f"  {head:<16} response     {head} = <d {f(o.observable)} / d {o.wrt}[{o.layer}](s)>")
         else:
             w(f"  {head:<16} constraint   {f(o.coeff * sp.Symbol(head) + o.rest)} = 0")
-            for ph, expr in o.averages:
-                w(f"  {'':<16}              {ph} = <{f(expr)}>")
+            for a in o.averages:
+                w(f"  {'':<16}              {a.symbol} = <{f(a.expr)}>")
     w("")
     w("sources:")
     for s in ir.sources:
