@@ -73,20 +73,52 @@ def cmd_run(args) -> int:
             raise ParameterError("--propagator-samples applies to deep specs (layers l = 1..L) only; two-layer "
                                  "specs use --samples for the propagator too")
         extra["propagator_samples"] = args.propagator_samples
+    if args.width is not None:
+        if args.width < 1:
+            raise ParameterError(f"--width must be a positive integer, got {args.width}")
+        extra["correction"] = True
     sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend,
                       progress=not args.quiet, **extra, **params)
     if not args.quiet:
         print(sol.summary())
+        if args.width is not None:
+            print(width_summary(sol, args.width))
     if args.out:
         sol.save(args.out)
         if not args.quiet:
             print(f"wrote {args.out}")
     if args.plot:
         from dmftc.runtime.plot import plot_solution
-        plot_solution(sol, args.plot)
+        plot_solution(sol, args.plot, width=args.width)
         if not args.quiet:
             print(f"wrote {args.plot}")
     return 0
+
+
+def width_summary(sol, N: int) -> str:
+    """The predicted ensemble at width N: final mean with its O(1/N) correction and spread, and the loss."""
+    import numpy as np
+
+    T = len(sol.times)
+    lines = [f"at width N = {N} (final step; mean +- 2 sqrt(Sigma / N), correction m1 / N +- its standard error):"]
+    for n in sol.names:
+        m, mw, v = sol.mean(n)[..., -1], sol.mean_at_width(n, N)[..., -1], sol.var(n)[..., -1]
+        c, cs = sol.mean_correction(n)[..., -1] / N, sol.mean_correction(n, stderr=True)[..., -1] / N
+        for k, idx in enumerate(np.ndindex(np.shape(m))):
+            label = n + (f"[{', '.join(str(i + 1) for i in idx)}]" if idx else "")
+            lines.append(f"  {label:<16} {float(np.asarray(mw)[idx]):>10.5g} +- {2 * np.sqrt(max(float(np.asarray(v)[idx]), 0) / N):<9.3g}"
+                         f" (N = inf: {float(np.asarray(m)[idx]):.5g}; shift {float(np.asarray(c)[idx]):+.3g} +- "
+                         f"{float(np.asarray(cs)[idx]):.2g})")
+            if k >= 7:
+                lines.append(f"  ... ({int(np.size(m))} components of {n})")
+                break
+    if "Delta" in sol.names:
+        loss, se = sol.expected_loss(N)[-1], sol.expected_loss(N, stderr=True)[-1]
+        inf = float((sol.mean("Delta").reshape(-1, T)[:, -1] ** 2).sum())
+        lines.append(f"  expected loss sum_mu E[Delta_mu^2] = {loss:.5g} +- {se:.2g} (N = inf: {inf:.5g})")
+    if sol.info.get("mean_correction", {}).get("approximation"):
+        lines.append("  warning: " + sol.info["mean_correction"]["approximation"])
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
     r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")
     r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")
+    r.add_argument("--width", type=int, metavar="N", help="two-layer specs: also compute the O(1/N) correction to "
+                   "the mean and report the mean, its spread and the expected loss at width N")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(func=cmd_run)
     return p

@@ -12,10 +12,12 @@ def dmftc(*args, cwd=ROOT):
 
 def test_bad_spec_exits_1_with_location(tmp_path):
     bad = tmp_path / "bad.dmft"
-    bad.write_text((ROOT / "specs" / "two_layer.dmft").read_text().replace("s < t)\n", "s <= t)\n", 1))
+    text = (ROOT / "specs" / "two_layer.dmft").read_text()
+    line = text[:text.index("s < t)\n")].count("\n") + 1
+    bad.write_text(text.replace("s < t)\n", "s <= t)\n", 1))
     r = dmftc("compile", str(bad), "-o", str(tmp_path / "gen"))
     assert r.returncode == 1
-    assert f"{bad}:13:" in r.stderr and "not strictly causal" in r.stderr and "hint: " in r.stderr
+    assert f"{bad}:{line}:" in r.stderr and "not strictly causal" in r.stderr and "hint: " in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "gen" / "bad.py").exists()
 
@@ -55,3 +57,14 @@ def test_derive_prints_equations():
     assert r.returncode == 0 and "U[K, Delta](t, s) = - D[K, Delta](t, s)" in r.stdout
     r = dmftc("derive", "specs/two_layer.dmft", "--latex")
     assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") == 1
+
+
+def test_run_at_width_reports_the_corrected_mean_and_loss(tmp_path):
+    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--samples", "2000", "--width", "64", "-q",
+              "--out", str(tmp_path / "r.npz"))
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--samples", "2000", "--width", "64")
+    assert r.returncode == 0, r.stderr
+    assert "at width N = 64" in r.stdout and "expected loss" in r.stdout and "shift" in r.stdout
+    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--width", "0")
+    assert r.returncode == 2 and "--width" in r.stderr and "Traceback" not in r.stderr

@@ -9,11 +9,13 @@ from dmftc.derive.report import format_derivation, u_blocks
 from dmftc.derive.symbolic import ONEHOT
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+TEST_SPECS = Path(__file__).resolve().parent / "specs"
 
 
 @pytest.fixture(scope="module")
 def two_layer():
-    return front_end(SPECS / "two_layer.dmft")[1]
+    """The NTK form of the two-layer spec (paper eq. two_layer_var_test): constraints with running sums."""
+    return front_end(TEST_SPECS / "two_layer_ntk.dmft")[1]
 
 
 def same(a, b):
@@ -95,8 +97,22 @@ def test_test_point_field_is_driven_by_training_gradient(two_layer):
     assert same(two_layer.tangent("field", "h_star", "Delta").expr, gamma * kx * dI1)
 
 
+def test_shipped_two_layer_reads_out_the_network():
+    """The shipped spec's errors are the network's readout, a neuron average: Delta(t) - y = <(r phi(u) -
+    z phi(h)) / gamma>, and the test prediction likewise; both then have sensitivity blocks D."""
+    d = front_end(SPECS / "two_layer.dmft")[1]
+    r, u, z, h, hs, gamma = sp.symbols("r u z h h_star gamma", real=True)
+    us = sp.Symbol("u_star", real=True)
+    D, F = d.saddle("Delta"), d.saddle("f_star")
+    assert same(D.coeff, 1) and same(D.rest, -sp.Symbol("y", real=True))
+    assert same(D.observable, (r * sp.tanh(u) - z * sp.tanh(h)) / gamma)
+    assert same(F.observable, (z * sp.tanh(hs) - r * sp.tanh(us)) / gamma)
+    U = u_blocks(d)
+    assert U[("Delta", "Delta")].has_d and U[("f_star", "Delta")].has_d and not d.order_sums
+
+
 def test_multi_sample_structure():
-    d = front_end(SPECS / "two_layer_multi.dmft")[1]
+    d = front_end(TEST_SPECS / "two_layer_multi_ntk.dmft")[1]
     assert d.drivers == ("Delta",)
     assert [s.name for s in d.saddles if s.observable is not None] == ["K"]
     mu, nu = sp.symbols("mu nu", integer=True)

@@ -87,7 +87,7 @@ def test_auto_picks_exact_only_for_linear_processes(eos):
     assert eos.solve(T=5).info["diagnostics"]["backend"] == "exact"
     tl = dmftc.load(ROOT / "specs" / "two_layer.dmft")
     assert tl.solve(T=5, samples=200).info["diagnostics"]["backend"] == "mc"
-    with pytest.raises(ParameterError, match=r"field g = .*tanh.*\(line 16\) is not affine"):
+    with pytest.raises(ParameterError, match=r"field g = .*tanh.*\(line \d+\) is not affine"):
         tl.solve(T=5, backend="exact")
 
 

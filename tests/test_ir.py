@@ -36,7 +36,9 @@ def test_every_shipped_spec_lowers_and_prints(path):
 
 
 def test_two_layer_ir_contents():
-    ir = _ir(ROOT / "specs" / "two_layer.dmft")
+    shipped = {o.name: o.kind for o in _ir(ROOT / "specs" / "two_layer.dmft").orders}
+    assert shipped == {"Delta": "average", "f_star": "average", "K": "average", "K_star": "average"}
+    ir = _ir(ROOT / "tests" / "specs" / "two_layer_ntk.dmft")      # errors updated through the NTK
     kinds = {o.name: o.kind for o in ir.orders}
     assert kinds == {"Delta": "constraint", "f_star": "constraint", "K": "average", "K_star": "average"}
     assert all(o.times == 1 and o.layer is None for o in ir.orders)

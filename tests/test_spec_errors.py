@@ -124,7 +124,7 @@ CASES = [
     Case("field-twice", "eos", ((EOS_Z, EOS_Z.replace("z(t)", "h(t)")),), NameSpecError,
          at="h(t) = r", message="'h' is already defined as a field at line 12"),
     Case("field-named-like-param", "two_layer", (("g_star(t) =", "kx(t) ="),), NameSpecError,
-         at="kx(t) =", message="'kx' is already defined as a parameter at line 7"),
+         at="kx(t) =", message="'kx' is already defined as a parameter at line 11"),
     Case("field-named-like-order", "eos", (("order Delta(t), K(t)", "order Delta(t), K(t), h(t)"),), NameSpecError,
          at="h(t) = u", message="'h' is already defined as an order parameter at line 9"),
     # ------------------------------------------------------------------ causality

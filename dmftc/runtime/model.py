@@ -20,17 +20,27 @@ class CompiledModel:
         return self.module.defaults({})
 
     def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8,
-              dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, **params):
+              dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, correction: bool = False,
+              **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults.
 
         ``samples`` single-site draws (seeded by ``seed``) estimate every average; ``groups``
         independent sample groups give Monte Carlo standard errors; ``dirac_width`` is the
         width of the Gaussian that stands for DiracDelta terms of non-smooth activations;
         ``backend`` is "auto" (exact Gaussian moments when the process is proven linear,
-        Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr.
+        Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr;
+        ``correction`` also computes the O(1/N) correction to the mean (two-layer specs:
+        ``sol.mean_correction``, ``sol.mean_at_width``, ``sol.expected_loss``).
         """
+        extra = {"correction": True} if correction else {}
         return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups,
-                            dirac_width=dirac_width, backend=backend, progress=progress, **params)
+                            dirac_width=dirac_width, backend=backend, progress=progress, **extra, **params)
+
+    def saddle_on_draws(self, draws, **params) -> dict:
+        """The saddle-point march on given source draws, one (S, n_k) array per source group (see
+        :func:`dmftc.runtime.two_layer.saddle_on_draws`); returns ``{name: (*dims, T)}``."""
+        from dmftc.runtime.two_layer import saddle_on_draws
+        return saddle_on_draws(self.module, draws, **params)
 
     def sweep(self, name: str, values, **kwargs) -> list:
         """Solve for each value of one parameter; compiled kernels are reused across the sweep."""

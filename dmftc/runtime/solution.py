@@ -103,6 +103,58 @@ class Solution:
         o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
         return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
 
+    # ------------------------------------------------------------ finite width N
+    def _flat_block(self, flat, name):
+        T = len(self.times)
+        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
+        return np.asarray(flat).reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
+
+    def _m1(self):
+        if self.extras.get("m1") is None:
+            raise ParameterError("no mean correction in this solution: solve with correction=True "
+                                 "(dmftc run SPEC --width N)")
+        return self.extras["m1"]
+
+    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
+        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)``; ``stderr=True``: its Monte Carlo
+        standard error (spread of the independent sample groups)."""
+        self._check(name)
+        m1 = self._m1()
+        if not stderr:
+            return self._flat_block(m1, name)
+        se = self.extras.get("m1_se")
+        if se is None:
+            raise ParameterError("no standard errors: solve with groups >= 2")
+        return self._flat_block(se, name)
+
+    def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
+        """The ensemble mean at width N to O(1/N): mean + m1 / N (``stderr=True``: its standard error,
+        combining the saddle point's and m1's Monte Carlo errors)."""
+        if not N > 0:
+            raise ParameterError(f"width N must be positive, got {N!r}")
+        if not stderr:
+            return self.mean(name) + self.mean_correction(name) / N
+        return np.sqrt(self.stderr(name, "mean") ** 2 + (self.mean_correction(name, stderr=True) / N) ** 2)
+
+    def expected_loss(self, N: float, name: str = "Delta", stderr: bool = False) -> np.ndarray:
+        """E[sum_mu Delta_mu(t)^2] at width N to O(1/N): |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma(t, t)) / N,
+        shape (T,).  ``name``: the error-signal order parameter (one training point or a P-vector)."""
+        d, m1, v = self.mean(name), self.mean_correction(name), self.var(name)
+        T = len(self.times)
+        d, m1, v = d.reshape(-1, T), m1.reshape(-1, T), v.reshape(-1, T)
+        loss = (d ** 2).sum(axis=0) + (2 * d * m1 + v).sum(axis=0) / N
+        if not stderr:
+            return loss
+        sd = self.stderr(name, "mean").reshape(-1, T)
+        sm = self.mean_correction(name, stderr=True).reshape(-1, T)
+        try:
+            sv = self.stderr(name).reshape(-1, T)
+        except ParameterError:
+            sv = np.zeros_like(v)
+        # first-order error propagation, the components' errors treated as independent
+        return np.sqrt((((2 * d + 2 * m1 / N) * sd) ** 2).sum(axis=0) + ((2 * d * sm / N) ** 2).sum(axis=0)
+                       + ((sv / N) ** 2).sum(axis=0))
+
     # ------------------------------------------------------------ persistence
     def save(self, path) -> Path:
         """Write a self-describing .npz (means, propagator, kappa, U, standard errors, metadata), atomically."""
@@ -125,7 +177,7 @@ class Solution:
         }
         arrays = {"times": self.times, "sigma": self.sigma_full, "meta": np.array(json.dumps(meta, sort_keys=True))}
         arrays.update({f"mean:{k}": v for k, v in self.means.items()})
-        for k in ("U", "kappa", "var_se"):
+        for k in ("U", "kappa", "var_se", "m1", "m1_se"):
             if self.extras.get(k) is not None:
                 arrays[f"extra:{k}"] = self.extras[k]
         return atomic_savez(path, arrays)

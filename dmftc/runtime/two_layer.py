@@ -26,6 +26,7 @@ from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.exact import exact_moments
 from dmftc.runtime.geometry import Geometry, place_sources, source_factors, tangent_shape
 from dmftc.runtime.linalg import causal_sandwich
+from dmftc.runtime.mean_correction import mean_correction_group
 from dmftc.runtime.params import resolve_params
 
 jax.config.update("jax_enable_x64", True)
@@ -196,6 +197,25 @@ def _expand(x, mod, sz, axes):
     return np.broadcast_to(x, dims)
 
 
+def saddle_on_draws(mod, draws, *, dirac_width=0.1, **params):
+    """The saddle-point march on given source draws: ``draws[k]`` is a (S, n_k) array for the k-th jointly
+    Gaussian source group of the spec (``mod.SOURCES``, in declaration order).  With the S draws of the
+    neurons of finite-width networks this is the order-parameter trajectory of a width-S system on exactly
+    those neurons: the common-random-number reference for measuring O(1/N) effects.  Returns
+    ``{name: (*index dims, T)}``."""
+    if len(draws) != len(mod.SOURCES):
+        raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
+    S0 = int(np.shape(draws[0])[0])
+    p, sz, T = resolve_params(mod, params, samples=max(S0, 2), seed=0, dirac_width=dirac_width)
+    geo = Geometry(mod, sz)
+    S = place_sources(mod, [jnp.asarray(np.asarray(x, dtype=float).reshape(S0, -1)) for x in draws])
+    pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+    march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
+    q, _, _ = march(S, pj)
+    return {k: np.moveaxis(_k.canonical(np.asarray(q[k]), tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
+            for k, _ in mod.ORDERS}
+
+
 @dataclass
 class RunInfo:
     samples: int
@@ -206,8 +226,11 @@ class RunInfo:
 
 
 def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
-                 progress=False, **kwargs):
+                 progress=False, correction=False, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution.
+
+    ``correction``: also compute the O(1/N) correction m1 to the mean (:mod:`dmftc.runtime.mean_correction`),
+    from the same source paths and groups (the exact backend draws ``samples`` paths for it).
 
     ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (Gaussian
     moments, only for processes proven linear) or "auto" (exact when proven).
@@ -218,6 +241,9 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
 
     if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime.deep_spec
         from dmftc.runtime.deep_spec import solve_deep_module
+        if correction:
+            raise ParameterError("the O(1/N) mean correction is implemented for two-layer specs only; deep specs "
+                                 "give means and the propagator")
         return solve_deep_module(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width,
                                  backend=backend, progress=progress, **kwargs)
     if backend not in ("auto", "exact", "mc"):
@@ -231,12 +257,12 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     t0 = _time.perf_counter()
     if exact:
         bar = Progress(f"{mod.MODEL} exact", 2, enabled=progress)
+        n_paths, seed_used = samples, seed
         q, Rq, kappa_obs, D = exact_moments(mod, geo, p, sz, T)
         bar.advance(note="moments")
         q = {k: np.asarray(v) for k, v in q.items()}
         _check_finite(mod, geo, q, "saddle-point march")
         timings["exact moments"] = _time.perf_counter() - t0
-        samples = seed = batch = None
         t0 = _time.perf_counter()
         U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
         sigma, U, kappa, cond = propagator(U0, kappa_obs, D, geo, T)
@@ -244,6 +270,15 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         bar.advance(note="propagator")
         bar.close()
         var_se = np.zeros(len(sigma))     # no sampling error
+        if correction:
+            t0 = _time.perf_counter()
+            S = _sample_sources(mod, p, sz, samples, seed)
+            G = max(1, min(groups, samples // 2))
+            edges = np.linspace(0, samples, G + 1).astype(int)
+            m1 = [mean_correction_group(mod, geo, {k: v[a:b] for k, v in S.items()}, q, U, p, sz, T)
+                  for a, b in zip(edges[:-1], edges[1:])]
+            timings["mean correction"] = _time.perf_counter() - t0
+        samples = seed = batch = None
     else:
         S = _sample_sources(mod, p, sz, samples, seed)
         pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
@@ -256,8 +291,10 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
             per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
             batch = int(max(1, _MEMORY_BUDGET // per_sample))
         batch = max(1, min(batch, int(np.diff(edges).max())))
-        results = []
+        results, m1 = [], []
         timings.update(saddle=0.0, moments=0.0, propagator=0.0)
+        if correction:
+            timings["mean correction"] = 0.0
         bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
         for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
             t0 = _time.perf_counter()
@@ -276,6 +313,10 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
             timings["saddle"] += t1 - t0
             timings["moments"] += t2 - t1
             timings["propagator"] += _time.perf_counter() - t2
+            if correction:
+                t3 = _time.perf_counter()
+                m1.append(mean_correction_group(mod, geo, Sg, q, results[-1][2], p, sz, T))
+                timings["mean correction"] += _time.perf_counter() - t3
         bar.close()
         q = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
         sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
@@ -285,8 +326,20 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
              for k, _ in mod.ORDERS}
     _check_variances(np.diag(sigma), var_se, geo, T)
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc"}
-    return Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
-                                RunInfo(samples, seed, batch, timings, diagnostics))
+    sol = Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
+                               RunInfo(samples, seed, batch, timings, diagnostics))
+    if correction:
+        m1 = np.asarray(m1)
+        sol.extras["m1"] = m1.mean(axis=0)
+        sol.extras["m1_se"] = m1.std(axis=0, ddof=1) / np.sqrt(len(m1)) if len(m1) > 1 else None
+        sol.info["mean_correction"] = {"groups": len(m1), "paths": int(n_paths if exact else samples),
+                                       "seed": int(seed_used if exact else seed)}
+        if mod.SINGULAR:
+            sol.info["mean_correction"]["approximation"] = (
+                f"the activation is not smooth ({', '.join(mod.SINGULAR)} in the sensitivities): the forward-mode "
+                "derivatives of the march behind m1 miss the delta-function terms at its kinks, so m1 carries a "
+                "bias that is not estimated")
+    return sol
 
 
 def propagator(U0, kappa_obs, D, geo, T, obs_names=None):

@@ -67,3 +67,60 @@ def finite_width_truth(model: str, params: dict, *, N: int, E: int, seed: int = 
             arr = getattr(stats, field)[key]
             out[field][name] = arr[idx] if idx else arr
     return Truth(out["mean"], out["nvar"], out["mean_se"], out["nvar_se"], N, E)
+
+
+@dataclass(frozen=True)
+class MeanShift:
+    """N (E[q]_N - q_inf) measured with common random numbers: ``value[name]`` (shape of ``Solution.mean``),
+    its standard error ``se[name]`` (spread over ``batches`` independent batches of members); ``value['loss']``
+    is N (E[sum_mu Delta_mu^2]_N - |Delta_inf|^2), to compare with 2 Delta_inf . m1 + tr Sigma(t, t)."""
+
+    value: dict
+    se: dict
+    N: int
+    E: int
+    batches: int
+
+
+def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 16, seed: int = 0,
+                     network: str | None = None) -> MeanShift:
+    """The O(1/N) shift of the ensemble mean of width-N networks, N (E[q]_N - q_inf), for a two-layer spec.
+
+    The ensemble mean carries the first-order fluctuation (1/N) sum_i v(xi_i) of every member, zero-mean but
+    of size N^-1/2 per member, which would need ~N^2 / m1^2 members to average away.  Instead each batch of
+    E_b members is compared with the spec's saddle-point march run on exactly those members' E_b N neurons
+    (their first-layer projections u_i = W_i . x / sqrt(D) and readout weights w_i are the spec's sources):
+    that width-(E_b N) system carries the same first-order fluctuation, so the difference
+    d_b = mean_b(q_N) - q_{E_b N} = m1 (1/N - 1/(E_b N)) + O(N^-2) has only second-order noise.  Returns
+    N d_b / (1 - 1/E_b), averaged over the batches.  ``network``: the shipped model whose network the spec
+    describes (default: the spec's own name).
+    """
+    from dmftc.validation.ensemble import draw_parameters, inputs_from_gram
+
+    from dmftc.runtime.params import resolve_params
+
+    full, _, _ = resolve_params(compiled.module, dict(params), samples=2, seed=0)
+    act, Kx_all, y, names = _network(network or compiled.name, full)
+    stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(full["gamma"]),
+                               eta=float(full["eta"]), T=int(full["T"]), N=N, E=E, seed=seed,
+                               keep_samples=True)
+    X = inputs_from_gram(Kx_all)
+    D = X.shape[1]
+    W, w = draw_parameters(np.random.default_rng(seed), E, N, D)     # the members' draws, in member order
+    u = np.einsum("mid,ad->mia", W, X) / np.sqrt(D)                   # (E, N, n): u_{i,a} = W_i . x_a / sqrt(D)
+    edges = np.linspace(0, E, batches + 1).astype(int)
+    diffs = {name: [] for name in list(names) + ["loss"]}
+    for a, b in zip(edges[:-1], edges[1:]):
+        draws = [u[a:b].reshape(-1, u.shape[2]), w[a:b].reshape(-1, 1)]
+        ref = compiled.saddle_on_draws(draws, **params)
+        for name, (key, idx) in names.items():
+            rec = stats.samples[key][a:b]
+            rec = rec[(slice(None),) + idx] if idx else rec
+            diffs[name].append(N * (rec.mean(axis=0) - ref[name]) / (1 - 1 / (b - a)))
+        # the training loss sum_mu Delta_mu(t)^2: E = |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma) / N
+        loss = (stats.samples["Delta"][a:b] ** 2).sum(axis=1).mean(axis=0)
+        ref_loss = (np.asarray(ref["Delta"]).reshape(-1, loss.shape[-1]) ** 2).sum(axis=0)
+        diffs["loss"].append(N * (loss - ref_loss) / (1 - 1 / (b - a)))
+    value = {k: np.mean(v, axis=0) for k, v in diffs.items()}
+    se = {k: np.std(v, axis=0, ddof=1) / np.sqrt(batches) for k, v in diffs.items()}
+    return MeanShift(value, se, N, E, batches)

@@ -1,0 +1,139 @@
+"""The O(1/N) correction to the mean order parameters of a two-layer spec: E[q]_N = q_inf + m1 / N + O(N^-2).
+
+At width N a two-layer network is exactly N independent neurons coupled only through the order parameters:
+every order parameter q solves ``C(q) = a_N(q)``, where ``C(q) = coeff q + rest(q)`` is the deterministic part
+of its defining equation (the IR's constraint; ``rest`` holds the running sums of order parameters) and
+``a_N(q) = (1/N) sum_i O(xi_i; q)`` is the neuron average of the single-site observable (zero for
+constraints), each neuron's fields being the spec's causal process driven by the trajectory q.  With
+``abar(q) = E_xi O(xi; q)``, the infinite-width point q* solves ``C(q*) = abar(q*)``.  Write
+``q = q* + delta``, ``eps(q) = a_N(q) - abar(q)`` and ``U = C'(q*) - abar'(q*)`` (the propagator's U).
+Expanding to second order,
+
+    U delta = eps + eps' delta + 1/2 (abar'' - C'')[delta, delta] + O(N^-3/2).
+
+To first order ``delta = U^-1 eps = (1/N) sum_i v(xi_i)`` with the per-neuron direction
+``v(xi) = U^-1 (O(xi; q*) - abar)`` (so Sigma = E[v v^T]).  Taking expectations, only equal-neuron terms
+survive at O(1/N):
+
+    m1 = U^-1 ( E_xi[ J(xi) v(xi) ] + 1/2 E_{xi, xi'}[ O''(xi')[v(xi), v(xi)] ] - 1/2 E_xi[ C''[v(xi), v(xi)] ] )
+
+where ``J(xi) v`` is the derivative of the neuron's observable trajectory along v (the covariance of the
+per-neuron sensitivities with the fluctuation) and ``O''(xi')[v, v]`` the second derivative of an
+*independent* neuron's observable along v (``abar''`` contracted with Sigma, estimated without forming it).
+Both are forward-mode derivatives of the one causal march of the single-site process (``jax.jvp``, nested
+for the second order): no T x T x T tensor is formed; the cost is about four marches per source path.
+
+Per sample group (the same groups as the propagator), the paths give v, the three averages and m1; the group
+spread gives the standard error.  The correction assumes the spec's process is the network's exact
+discrete-time dynamics (a spec that approximates the network, e.g. by writing the error update to first
+order in the step size, carries that approximation into q_inf and m1 alike).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from dmftc.runtime import kernels as _k
+
+
+def _to_flat(mod, geo, arrays, T, B):
+    """Uniform-layout arrays ``name -> (T, B, axes..., 1)`` (missing names: zero) -> (B, T * m), time-major."""
+    out = np.zeros((B, T, geo.m))
+    for n, _ in mod.ORDERS:
+        if n not in arrays:
+            continue
+        x = np.broadcast_to(np.asarray(arrays[n]), (T,) + geo.shape(n, B))
+        c = _k.canonical(np.moveaxis(x, 0, 1), (1,) + tuple(a + 1 for a in mod.STORED_AXES[n]))
+        out[:, :, geo.offset[n]:geo.offset[n] + geo.size(n)] = c.reshape(B, T, geo.size(n))
+    return out.reshape(B, T * geo.m)
+
+
+def _from_flat(mod, geo, flat, T):
+    """(B, T * m) time-major -> uniform-layout arrays ``name -> (T, B, axes..., 1)`` of every order parameter."""
+    B = flat.shape[0]
+    x = flat.reshape(B, T, geo.m)
+    out = {}
+    for n, _ in mod.ORDERS:
+        stored = mod.STORED_AXES[n]
+        dims = [geo.sz[mod.AXIS_SIZE[mod.AXES[a - 1]]] for a in stored]
+        block = x[:, :, geo.offset[n]:geo.offset[n] + geo.size(n)].reshape([B, T] + dims)
+        order = np.argsort(stored)                         # stored axes in ascending axis order
+        block = np.transpose(block, [0, 1] + [2 + int(i) for i in order])
+        shape = [B, T] + [geo.sz[mod.AXIS_SIZE[a]] if (i + 1) in stored else 1 for i, a in enumerate(mod.AXES)] + [1]
+        out[n] = jnp.asarray(np.moveaxis(block.reshape(shape), 0, 1))      # (T, B, axes..., 1)
+    return out
+
+
+def _march(mod, geo, p, sz, T):
+    """Observable trajectories of a batch of neurons driven by per-neuron order-parameter trajectories."""
+    eta = p[mod.TIME["step"]]
+
+    def run(S, q):
+        B = next(iter(S.values())).shape[0]
+        R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
+
+        def step(R, t):
+            F = mod.fields(S, R, p, sz)
+            O = mod.observables(F, S, p, sz)
+            qt = {k: v[t] for k, v in q.items()}
+            inc = mod.sample_increments(F, qt, p, sz)
+            return {k: R[k] + eta * inc[k] for k in R}, O
+
+        return jax.lax.scan(step, R0, jnp.arange(T))[1]
+    return run
+
+
+def _constraint(mod, p, sz, T):
+    """C(q) = coeff q + rest(q) over a trajectory (time leading, then the uniform layout)."""
+    eta = p[mod.TIME["step"]]
+    coeff = mod.coefficients(p, sz)
+
+    def C(q):
+        inc = jax.vmap(lambda qt: mod.order_increments(qt, p, sz))(q)
+        Rq = {k: eta * (jnp.cumsum(v, axis=0) - v) for k, v in inc.items()}        # sum over s < t
+        zero = {k: jnp.zeros_like(q[k]) for k in mod.SINGLE_SITE}
+        rest_free = jax.vmap(lambda a, r: mod.saddle(a, r, p, sz))(zero, Rq)        # (0 - rest) / coeff
+        return {k: coeff[k] * (q[k] - rest_free[k]) for k in q}
+    return C
+
+
+def mean_correction_group(mod, geo, S, q, U, p, sz, T, batch: int = 2048):
+    """m1 (time-major, T * m) from one group of source paths ``S`` at its saddle point ``q`` (uniform layout,
+    (T, 1, axes..., 1)) and its U (T * m square, lower triangular)."""
+    pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+    run = jax.jit(_march(mod, geo, pj, sz, T))
+    C = _constraint(mod, pj, sz, T)
+    n = next(iter(S.values())).shape[0]
+    qj = {k: jnp.asarray(v) for k, v in q.items()}
+    starts = range(0, n, batch)
+
+    def drive(Sb):
+        B = next(iter(Sb.values())).shape[0]
+        return {k: jnp.broadcast_to(v, (T, B) + v.shape[2:]) for k, v in qj.items()}
+
+    # pass 1: centred observables of every path -> directions v = U^-1 X
+    X = np.concatenate([_to_flat(mod, geo, run({k: v[a:a + batch] for k, v in S.items()},
+                                               drive({k: v[a:a + batch] for k, v in S.items()})),
+                                 T, min(batch, n - a)) for a in starts])
+    X -= X.mean(axis=0)
+    V = solve_triangular(U, X.T, lower=True, check_finite=False).T            # (n, T * m)
+    Vpair = np.roll(V, 1, axis=0)                                               # an independent path's direction
+
+    first = jax.jit(lambda Sb, qb, vb: jax.jvp(lambda x: run(Sb, x), (qb,), (vb,))[1])
+    second = jax.jit(lambda Sb, qb, wb: jax.jvp(lambda x: jax.jvp(lambda y: run(Sb, y), (x,), (wb,))[1],
+                                                (qb,), (wb,))[1])
+    c2 = jax.jit(lambda qb, wb: jax.jvp(lambda x: jax.jvp(C, (x,), (wb,))[1], (qb,), (wb,))[1])
+    total = np.zeros(V.shape[1])
+    for a in starts:
+        Sb = {k: v[a:a + batch] for k, v in S.items()}
+        B = next(iter(Sb.values())).shape[0]
+        qb = drive(Sb)
+        v = _from_flat(mod, geo, V[a:a + B], T)
+        w = _from_flat(mod, geo, Vpair[a:a + B], T)
+        jv = _to_flat(mod, geo, first(Sb, qb, v), T, B)
+        ow = _to_flat(mod, geo, second(Sb, qb, w), T, B)
+        cv = _to_flat(mod, geo, c2(qb, v), T, B)
+        total += (jv + 0.5 * ow - 0.5 * cv).sum(axis=0)
+    return solve_triangular(U, total / n, lower=True, check_finite=False)
