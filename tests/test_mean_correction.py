@@ -1,6 +1,7 @@
 """The O(1/N) correction to the mean (dmftc.runtime.mean_correction) against finite-width networks.
 
-Ground truth: ``mean_shift_truth`` trains width-N networks and compares each batch of members with the spec's
+The two-layer tanh spec at several gamma is compared with networks by ``experiments/mean_correction.py --quick``
+(in tests/test_experiments.py).  Ground truth: ``mean_shift_truth`` trains width-N networks and compares each batch of members with the spec's
 saddle-point march on exactly those members' neurons (common random numbers), which removes the members'
 first-order fluctuation and leaves N (E[q]_N - q_inf) with second-order noise only.  Tolerances are pointwise
 z-scores from the two standard errors (ensemble batches, theory sample groups).
@@ -40,26 +41,6 @@ action:
 def _z(a, sa, b, sb):
     d = np.abs(a - b)
     return np.where(d > 1e-12, d / np.maximum(np.sqrt(sa ** 2 + sb ** 2), 1e-300), 0.0)
-
-
-@pytest.mark.parametrize("gamma", [0.5, 1.5])
-def test_two_layer_correction_matches_networks(gamma):
-    """specs/two_layer.dmft (train and test point): m1 of all four order parameters against width-32
-    networks; the correction is detected (q_inf alone is measurably off) and matches."""
-    m = dmftc.load(ROOT / "specs" / "two_layer.dmft")
-    params = dict(gamma=gamma, T=40, eta=0.05)
-    sol = m.solve(samples=16000, correction=True, **params)
-    truth = mean_shift_truth(m, params, N=32, E=6000, batches=12, seed=11)
-    for name in ("Delta", "f_star", "K", "K_star"):
-        c, cs = sol.mean_correction(name), sol.mean_correction(name, stderr=True)
-        z = _z(truth.value[name], truth.se[name], c, cs)
-        assert z.max() <= Z, (name, z.max())
-    detect = np.abs(truth.value["Delta"]) / truth.se["Delta"].clip(1e-300)
-    assert detect.max() > 2 * Z, "the mean shift of Delta is not resolved: the test could not fail"
-    # the expected loss at width N: 2 Delta_inf m1 + Sigma_DD(t, t)
-    loss = 32 * (sol.expected_loss(32) - sol.mean("Delta") ** 2)
-    loss_se = 2 * np.abs(sol.mean("Delta")) * sol.mean_correction("Delta", stderr=True)
-    assert _z(truth.value["loss"], truth.se["loss"], loss, np.hypot(loss_se, sol.stderr("Delta"))).max() <= Z
 
 
 def test_linear_whitened_exact_backend_richardson():

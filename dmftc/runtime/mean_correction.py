@@ -66,11 +66,11 @@ def _from_flat(mod, geo, flat, T):
     return out
 
 
-def _march(mod, geo, p, sz, T):
+def _march(mod, geo, sz, T):
     """Observable trajectories of a batch of neurons driven by per-neuron order-parameter trajectories."""
-    eta = p[mod.TIME["step"]]
 
-    def run(S, q):
+    def run(S, q, p):
+        eta = p[mod.TIME["step"]]
         B = next(iter(S.values())).shape[0]
         R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
 
@@ -85,12 +85,12 @@ def _march(mod, geo, p, sz, T):
     return run
 
 
-def _constraint(mod, p, sz, T):
+def _constraint(mod, sz):
     """C(q) = coeff q + rest(q) over a trajectory (time leading, then the uniform layout)."""
-    eta = p[mod.TIME["step"]]
-    coeff = mod.coefficients(p, sz)
 
-    def C(q):
+    def C(q, p):
+        eta = p[mod.TIME["step"]]
+        coeff = mod.coefficients(p, sz)
         inc = jax.vmap(lambda qt: mod.order_increments(qt, p, sz))(q)
         Rq = {k: eta * (jnp.cumsum(v, axis=0) - v) for k, v in inc.items()}        # sum over s < t
         zero = {k: jnp.zeros_like(q[k]) for k in mod.SINGLE_SITE}
@@ -99,12 +99,28 @@ def _constraint(mod, p, sz, T):
     return C
 
 
+_KERNELS: dict = {}
+
+
+def _kernels(mod, geo, sz, T):
+    """Jitted march, its first and second directional derivatives, and C's second derivative, once per
+    (module, sizes, steps)."""
+    key = (id(mod), tuple(sorted(sz.items())), T)
+    if key not in _KERNELS:
+        run, C = _march(mod, geo, sz, T), _constraint(mod, sz)
+        first = jax.jit(lambda S, q, v, p: jax.jvp(lambda x: run(S, x, p), (q,), (v,))[1])
+        second = jax.jit(lambda S, q, w, p: jax.jvp(lambda x: jax.jvp(lambda y: run(S, y, p), (x,), (w,))[1],
+                                                    (q,), (w,))[1])
+        c2 = jax.jit(lambda q, w, p: jax.jvp(lambda x: jax.jvp(lambda y: C(y, p), (x,), (w,))[1], (q,), (w,))[1])
+        _KERNELS[key] = (jax.jit(run), first, second, c2)
+    return _KERNELS[key]
+
+
 def mean_correction_group(mod, geo, S, q, U, p, sz, T, batch: int = 2048):
     """m1 (time-major, T * m) from one group of source paths ``S`` at its saddle point ``q`` (uniform layout,
     (T, 1, axes..., 1)) and its U (T * m square, lower triangular)."""
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
-    run = jax.jit(_march(mod, geo, pj, sz, T))
-    C = _constraint(mod, pj, sz, T)
+    run, first, second, c2 = _kernels(mod, geo, sz, T)
     n = next(iter(S.values())).shape[0]
     qj = {k: jnp.asarray(v) for k, v in q.items()}
     starts = range(0, n, batch)
@@ -115,16 +131,12 @@ def mean_correction_group(mod, geo, S, q, U, p, sz, T, batch: int = 2048):
 
     # pass 1: centred observables of every path -> directions v = U^-1 X
     X = np.concatenate([_to_flat(mod, geo, run({k: v[a:a + batch] for k, v in S.items()},
-                                               drive({k: v[a:a + batch] for k, v in S.items()})),
+                                               drive({k: v[a:a + batch] for k, v in S.items()}), pj),
                                  T, min(batch, n - a)) for a in starts])
     X -= X.mean(axis=0)
     V = solve_triangular(U, X.T, lower=True, check_finite=False).T            # (n, T * m)
     Vpair = np.roll(V, 1, axis=0)                                               # an independent path's direction
 
-    first = jax.jit(lambda Sb, qb, vb: jax.jvp(lambda x: run(Sb, x), (qb,), (vb,))[1])
-    second = jax.jit(lambda Sb, qb, wb: jax.jvp(lambda x: jax.jvp(lambda y: run(Sb, y), (x,), (wb,))[1],
-                                                (qb,), (wb,))[1])
-    c2 = jax.jit(lambda qb, wb: jax.jvp(lambda x: jax.jvp(C, (x,), (wb,))[1], (qb,), (wb,))[1])
     total = np.zeros(V.shape[1])
     for a in starts:
         Sb = {k: v[a:a + batch] for k, v in S.items()}
@@ -132,8 +144,8 @@ def mean_correction_group(mod, geo, S, q, U, p, sz, T, batch: int = 2048):
         qb = drive(Sb)
         v = _from_flat(mod, geo, V[a:a + B], T)
         w = _from_flat(mod, geo, Vpair[a:a + B], T)
-        jv = _to_flat(mod, geo, first(Sb, qb, v), T, B)
-        ow = _to_flat(mod, geo, second(Sb, qb, w), T, B)
-        cv = _to_flat(mod, geo, c2(qb, v), T, B)
+        jv = _to_flat(mod, geo, first(Sb, qb, v, pj), T, B)
+        ow = _to_flat(mod, geo, second(Sb, qb, w, pj), T, B)
+        cv = _to_flat(mod, geo, c2(qb, v, pj), T, B)
         total += (jv + 0.5 * ow - 0.5 * cv).sum(axis=0)
     return solve_triangular(U, total / n, lower=True, check_finite=False)
