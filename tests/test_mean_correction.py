@@ -103,3 +103,20 @@ def test_api_and_persistence(tmp_path):
     assert np.array_equal(back.mean_correction("K"), sol.mean_correction("K"))
     with pytest.raises(ParameterError, match="two-layer"):
         dmftc.load(ROOT / "specs" / "deep_linear.dmft").solve(T=4, correction=True)
+
+
+def test_lazy_limit_closed_form():
+    """gamma -> 0: the width-N net is a linear model with its random initial NTK K_N = K + eps,
+    Delta(t) = y (1 - eta K_N)^t, so E[Delta]_N = Delta_inf + y t (t - 1) eta^2 (1 - eta K)^(t - 2) kappa / (2N)
+    with kappa = N Var K_N(0) (paper App. "Mean Prediction Error Correction in the Lazy Limit", discrete time),
+    and the mean kernel is unbiased (m1_K = O(gamma))."""
+    m = dmftc.load(ROOT / "specs" / "two_layer.dmft")
+    sol = m.solve(samples=32000, correction=True, gamma=0.002, T=30, eta=0.05)
+    eta, y = sol.params["eta"], sol.params["y"]
+    K, kappa = sol.mean("K")[0], sol.var("K")[0]
+    t = np.arange(30)
+    closed = y * t * (t - 1) * eta ** 2 * (1 - eta * K) ** np.clip(t - 2, 0, None) * kappa / 2
+    m1, se = sol.mean_correction("Delta"), sol.mean_correction("Delta", stderr=True)
+    assert np.abs(closed).max() > 20 * se.max()                       # resolved: the comparison can fail
+    assert _z(m1, se, closed, np.abs(closed) * sol.stderr("K")[0] / kappa).max() <= Z
+    assert np.abs(sol.mean_correction("K")).max() < 0.05 * np.abs(closed).max()
