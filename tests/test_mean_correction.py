@@ -39,8 +39,10 @@ action:
 
 
 def _z(a, sa, b, sb):
+    """Pointwise z; agreement to round-off where both errors vanish (t = 0) counts as z = 0."""
     d = np.abs(a - b)
-    return np.where(d > 1e-12, d / np.maximum(np.sqrt(sa ** 2 + sb ** 2), 1e-300), 0.0)
+    exact = d <= 1e-9 * max(np.abs(a).max(), np.abs(b).max(), 1e-300)
+    return np.where(exact, 0.0, d / np.maximum(np.sqrt(sa ** 2 + sb ** 2), 1e-300))
 
 
 def test_linear_whitened_exact_backend_richardson():
@@ -120,3 +122,31 @@ def test_lazy_limit_closed_form():
     assert np.abs(closed).max() > 20 * se.max()                       # resolved: the comparison can fail
     assert _z(m1, se, closed, np.abs(closed) * sol.stderr("K")[0] / kappa).max() <= Z
     assert np.abs(sol.mean_correction("K")).max() < 0.05 * np.abs(closed).max()
+
+
+def test_multi_point_tanh_loss_at_width(tmp_path):
+    """two_layer_multi with tanh, P = 4 random points (Gram matrix of Gaussian vectors in D = 8, targets of both
+    signs), rich training: the O(1/N) shifts of the errors, the kernel and the loss against width-64/128
+    networks, extrapolated in 1/N."""
+    text = (ROOT / "specs" / "two_layer_multi.dmft").read_text()
+    spec = tmp_path / "multi_tanh.dmft"
+    spec.write_text(text.replace("activation phi(h) = sqrt(2) * max(0, h)", "activation phi(h) = tanh(h)")
+                    .replace("model two_layer_multi ", "model multi_tanh "))
+    m = dmftc.load(spec, out_dir=tmp_path)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 8))
+    y = rng.standard_normal(4) * np.array([1, -1, 1, -1])     # random targets, two of each sign
+    y[:2] = np.abs(y[:2]) * np.array([1, -1])
+    params = dict(P=4, Kx=x @ x.T / 8, y=y, gamma=1.0, T=30, eta=0.05)
+    sol = m.solve(samples=24000, correction=True, **params)
+    a, b = (mean_shift_truth(m, params, N=N, E=3000, batches=10, seed=N, network="two_layer_multi",
+                             activation="tanh") for N in (64, 128))
+    d = sol.mean("Delta")
+    theory = {"Delta": (sol.mean_correction("Delta"), sol.mean_correction("Delta", stderr=True)),
+              "K": (sol.mean_correction("K"), sol.mean_correction("K", stderr=True)),
+              "loss": ((2 * d * sol.mean_correction("Delta") + sol.var("Delta")).sum(axis=0),
+                       np.sqrt(((2 * d * sol.mean_correction("Delta", stderr=True)) ** 2
+                                + sol.stderr("Delta") ** 2).sum(axis=0)))}
+    for name, (m1, se) in theory.items():
+        rich, rse = 2 * b.value[name] - a.value[name], np.hypot(2 * b.se[name], a.se[name])
+        assert _z(rich, rse, m1, se).max() <= Z, name

@@ -83,7 +83,7 @@ class MeanShift:
 
 
 def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 16, seed: int = 0,
-                     network: str | None = None) -> MeanShift:
+                     network: str | None = None, activation: str | None = None) -> MeanShift:
     """The O(1/N) shift of the ensemble mean of width-N networks, N (E[q]_N - q_inf), for a two-layer spec.
 
     The ensemble mean carries the first-order fluctuation (1/N) sum_i v(xi_i) of every member, zero-mean but
@@ -93,7 +93,8 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
     that width-(E_b N) system carries the same first-order fluctuation, so the difference
     d_b = mean_b(q_N) - q_{E_b N} = m1 (1/N - 1/(E_b N)) + O(N^-2) has only second-order noise.  Returns
     N d_b / (1 - 1/E_b), averaged over the batches.  ``network``: the shipped model whose network the spec
-    describes (default: the spec's own name).
+    describes (default: the spec's own name); ``activation``: the networks' activation when the spec changes the
+    shipped one (one of dmftc.validation.ensemble.ACTIVATIONS).
     """
     from dmftc.validation.ensemble import draw_parameters, inputs_from_gram
 
@@ -101,6 +102,7 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
 
     full, _, _ = resolve_params(compiled.module, dict(params), samples=2, seed=0)
     act, Kx_all, y, names = _network(network or compiled.name, full)
+    act = activation or act
     stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(full["gamma"]),
                                eta=float(full["eta"]), T=int(full["T"]), N=N, E=E, seed=seed,
                                keep_samples=True)
