@@ -59,12 +59,16 @@ def test_derive_prints_equations():
     assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") == 1
 
 
+def dmftc_module():
+    import dmftc as module
+    return module
+
+
 def test_run_at_width_reports_the_corrected_mean_and_loss(tmp_path):
-    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--samples", "2000", "--width", "64", "-q",
+    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--samples", "2000", "--width", "64",
               "--out", str(tmp_path / "r.npz"))
-    assert r.returncode == 0 and r.stdout == "", r.stderr
-    r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--samples", "2000", "--width", "64")
     assert r.returncode == 0, r.stderr
     assert "at width N = 64" in r.stdout and "expected loss" in r.stdout and "shift" in r.stdout
+    assert dmftc_module().Solution.load(tmp_path / "r.npz").mean_correction("K").shape == (8,)
     r = dmftc("run", "specs/two_layer.dmft", "--set", "T=8", "--width", "0")
     assert r.returncode == 2 and "--width" in r.stderr and "Traceback" not in r.stderr
