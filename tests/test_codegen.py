@@ -78,3 +78,15 @@ def test_generated_module_is_importable_as_package_module():
 
     mod = importlib.import_module("generated.two_layer")
     assert mod.MODEL == "two_layer" and callable(mod.fields) and callable(mod.tangents_Delta)
+
+
+def test_readme_dsl_example_compiles(tmp_path):
+    """The annotated spec in README's DSL section is a valid spec (the README stays true)."""
+    from dmftc.compiler import compile_spec
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = text[text.index("## The DSL"):].split("```")[1].strip("\n") + "\n"
+    spec = tmp_path / "readme_example.dmft"
+    spec.write_text(block)
+    out, changed = compile_spec(spec, tmp_path / "gen")
+    assert changed and out.exists()
