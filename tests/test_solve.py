@@ -233,3 +233,16 @@ def test_sweep_reuses_the_model(two_layer):
     sols = two_layer.sweep("gamma", [0.5, 1.0], samples=300, T=5)
     assert [s.params["gamma"] for s in sols] == [0.5, 1.0]
     assert sols[0].mean("K")[-1] != sols[1].mean("K")[-1]
+
+
+def test_relu_solution_reports_its_kink_bias():
+    """A non-smooth activation: halving the delta functions' width moves N Var; the solution reports by how
+    much against its Monte Carlo error, and warns when the shift exceeds it (issue: an honest error bar)."""
+    m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+    sol = m.solve(samples=4000, P=3, T=30, eta=0.04, gamma=1.0)
+    kink = sol.info["diagnostics"]["kink"]
+    assert kink["dirac_width"] == 0.1 and kink["shift_at_half_width_max"] > 0
+    assert kink["exceeds_error_bar"] == (kink["shift_vs_se"] > 1)
+    assert ("warning: non-smooth activation" in sol.summary()) == kink["exceeds_error_bar"]
+    smooth = dmftc.load(ROOT / "specs" / "two_layer.dmft").solve(samples=2000, T=5)
+    assert "kink" not in smooth.info["diagnostics"]

@@ -218,7 +218,10 @@ class Solution:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
         if cond is not None:
             lines.append(f"  U condition estimate: {cond:.3g}")
-        if self.info.get("singular"):
+        kink = self.info.get("diagnostics", {}).get("kink")
+        if kink and kink.get("exceeds_error_bar"):
+            lines.append("  warning: " + kink["approximation"])
+        elif self.info.get("singular"):
             w = self.info.get("dirac_width", 0.0)
             lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
                          + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
