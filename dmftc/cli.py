@@ -101,9 +101,11 @@ def width_summary(sol, N: int) -> str:
 
     T = len(sol.times)
     lines = [f"at width N = {N} (final step; mean +- 2 sqrt(Sigma / N), correction m1 / N +- its standard error):"]
-    for n in sol.names:
-        m, mw, v = sol.mean(n)[..., -1], sol.mean_at_width(n, N)[..., -1], sol.var(n)[..., -1]
-        c, cs = sol.mean_correction(n)[..., -1] / N, sol.mean_correction(n, stderr=True)[..., -1] / N
+    deep = getattr(sol, "kind", None) == "deep"       # deep kernels are (T, T): report their time diagonal
+    final = (lambda a: np.diagonal(a)[-1] if np.ndim(a) == 2 else a[-1]) if deep else (lambda a: a[..., -1])
+    for n in getattr(sol, "observables", sol.names):
+        m, mw, v = final(sol.mean(n)), final(sol.mean_at_width(n, N)), sol.var(n)[..., -1]
+        c, cs = final(sol.mean_correction(n)) / N, final(sol.mean_correction(n, stderr=True)) / N
         for k, idx in enumerate(np.ndindex(np.shape(m))):
             label = n + (f"[{', '.join(str(i + 1) for i in idx)}]" if idx else "")
             lines.append(f"  {label:<16} {float(np.asarray(mw)[idx]):>10.5g} +- {2 * np.sqrt(max(float(np.asarray(v)[idx]), 0) / N):<9.3g}"
@@ -112,9 +114,10 @@ def width_summary(sol, N: int) -> str:
             if k >= 7:
                 lines.append(f"  ... ({int(np.size(m))} components of {n})")
                 break
-    if "Delta" in sol.names:
-        loss, se = sol.expected_loss(N)[-1], sol.expected_loss(N, stderr=True)[-1]
-        inf = float((sol.mean("Delta").reshape(-1, T)[:, -1] ** 2).sum())
+    err = getattr(getattr(sol, "module", None), "ERROR_SIGNAL", "Delta")
+    if err in sol.names:
+        loss, se = sol.expected_loss(N, err)[-1], sol.expected_loss(N, err, stderr=True)[-1]
+        inf = float((sol.mean(err).reshape(-1, T)[:, -1] ** 2).sum())
         lines.append(f"  expected loss sum_mu E[Delta_mu^2] = {loss:.5g} +- {se:.2g} (N = inf: {inf:.5g})")
     if sol.info.get("mean_correction", {}).get("approximation"):
         lines.append("  warning: " + sol.info["mean_correction"]["approximation"])
@@ -145,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
     r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")
     r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")
-    r.add_argument("--width", type=int, metavar="N", help="two-layer specs: also compute the O(1/N) correction to "
+    r.add_argument("--width", type=int, metavar="N", help="two-layer and deep linear specs: also compute the O(1/N) correction to "
                    "the mean and report the mean, its spread and the expected loss at width N")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(func=cmd_run)

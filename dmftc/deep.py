@@ -34,6 +34,11 @@ from dmftc.errors import ParameterError
 
 __all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
+_NO_NONLINEAR_CORRECTION = (
+    "the O(1/N) mean correction of deep networks is implemented for linear activations (exact, from the third "
+    "derivatives of the closed-form action); a nonlinear deep net would need the Monte Carlo third derivatives "
+    "of each layer's ln Z_l contracted with the full inverse Hessian (responses and conjugates included), about "
+    "one forward-mode pass per eigen-direction of that inverse per source path, which is not built")
 _NOT_YET = "no finite-width propagator was computed for this solution (activation {act!r}); only means"
 
 
@@ -58,12 +63,13 @@ class LazyPropagator:
         return self._value
 
 
-def propagator_bytes(L: int, T: int) -> int:
-    """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve."""
+def propagator_bytes(L: int, T: int, correction: bool = False) -> int:
+    """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve (with the
+    mean correction: the whole inverse)."""
     from dmftc.runtime.deep_linear import Layout
 
     lay = Layout(L, T)
-    return 8 * (2 * lay.n * lay.n + lay.n * lay.n_phys)
+    return 8 * (2 * lay.n * lay.n + lay.n * (lay.n if correction else lay.n_phys))
 
 
 def causal_propagator_bytes(L: int, T: int) -> int:
@@ -124,6 +130,16 @@ class DeepSolution:
             self._known(n, prop.sigma)
         return prop.sigma[a][b]
 
+    def mean_correction(self, name: str) -> np.ndarray:
+        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)`` (linear networks, exact;
+        solve with correction=True)."""
+        prop = self._propagator()
+        if getattr(prop, "m1_phys", None) is None:
+            raise ParameterError("no mean correction in this solution: solve a linear network with "
+                                 "correction=True (dmftc run SPEC --width N)")
+        self._known(name, prop.sigma)
+        return prop.mean_correction(name)
+
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
         """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l] (linear networks)."""
         prop = self._propagator()
@@ -169,7 +185,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
                memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
                propagator_samples: int = 4000, propagator_groups: int = 8, progress: bool = False,
-               **march_options) -> DeepSolution:
+               correction: bool = False, **march_options) -> DeepSolution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
 
     ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.runtime.deep_dmft.SpecKernels`) and
@@ -177,6 +193,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.runtime.deep_dmft.solve_deep`;
     ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
     propagator (:func:`dmftc.runtime.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
+    ``correction``: also the exact O(1/N) mean correction of a linear network
+    (:mod:`dmftc.runtime.deep_linear_correction`); not available for nonlinear networks.
     """
     from dmftc.derive.activation import as_activation
 
@@ -186,12 +204,13 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     if act.linear:
         from dmftc.runtime.deep_linear import deep_linear_propagator
 
-        need = propagator_bytes(_count("L", L), _count("T", T))
+        need = propagator_bytes(_count("L", L), _count("T", T), correction)
         if need > memory_limit:
             raise ParameterError(
-                f"the dense deep-linear propagator at L = {L}, T = {T} needs about {need / 1e9:.1f} GB "
-                f"(memory_limit = {memory_limit / 1e9:.1f} GB); lower T or L, or raise memory_limit")
-        prop = deep_linear_propagator(L=L, gamma=gamma, y=y, eta=eta, T=T)
+                f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
+                f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
+                "or L, or raise memory_limit")
+        prop = deep_linear_propagator(L=L, gamma=gamma, y=y, eta=eta, T=T, correction=correction)
         sad = prop.saddle
         means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
         for l in range(1, L + 1):
@@ -199,6 +218,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                           f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
         zeros = {k: np.zeros_like(v) for k, v in means.items()}
         return DeepSolution(act.label, L, T, params, means, zeros, prop, dict(prop.diagnostics))
+    if correction:
+        raise ParameterError(_NO_NONLINEAR_CORRECTION)
     from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
 
     sad = mc_saddle(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,

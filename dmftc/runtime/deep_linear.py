@@ -405,6 +405,27 @@ class Propagator:
     sigma: dict
     sigma_phys: np.ndarray
     diagnostics: dict
+    m1_phys: np.ndarray | None = None     # O(1/N) mean correction of the packed physical block (correction=True)
+
+    def mean_correction(self, name: str) -> np.ndarray:
+        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2): (T,) for Delta and K, (T, T) for the kernels Phi[l], G[l]
+        (:mod:`dmftc.runtime.deep_linear_correction`)."""
+        if self.m1_phys is None:
+            raise ValueError("no mean correction: compute the propagator with correction=True")
+        lay, T, sad = self.layout, self.layout.T, self.saddle
+        if name == "K":       # K = sum_l G[l+1](t,t) Phi[l](t,t): linear part + covariance of the products
+            out = sum(np.diag(sad.g(l + 1)) * np.diag(self.mean_correction(f"Phi[{l}]"))
+                      + np.diag(sad.phi(l - 1)) * np.diag(self.mean_correction(f"G[{l}]")) for l in range(1, lay.L + 1))
+            return out + sum(np.diag(self.sigma[f"G[{l + 1}]"][f"Phi[{l}]"]) for l in range(1, lay.L))
+        if name not in lay.blocks or lay.blocks[name][0] >= lay.n_phys:
+            raise ValueError(f"unknown order parameter {name!r}; expected Delta, K, Phi[l] or G[l]")
+        v = self.m1_phys[lay.slice(name)]
+        if name == "Delta":
+            return v.copy()
+        out = np.zeros((T, T))
+        out[lay.tril] = v
+        out[lay.tril[1], lay.tril[0]] = v
+        return out
 
     def __getitem__(self, a):
         return self.sigma[a]
@@ -430,15 +451,17 @@ class Propagator:
 
 
 def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int,
-                           method: str = "blocked") -> Propagator:
-    """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle; observables Delta, K, Phi[l](t,t), G[l](t,t)."""
+                           method: str = "blocked", correction: bool = False) -> Propagator:
+    """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle; observables Delta, K, Phi[l](t,t), G[l](t,t).
+    ``correction``: also the O(1/N) mean correction (``Propagator.mean_correction``), which needs the whole
+    inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
     sad = deep_linear_saddle(L=L, gamma=gamma, y=y, eta=eta, T=T)
     x0 = saddle_point_vector(sad)
     t1 = _time.perf_counter()
     H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, method=method)
     t2 = _time.perf_counter()
-    P = propagator_from_hessian(sad, H)
+    P = propagator_from_hessian(sad, H, x0=x0 if correction else None)
     P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1,
                           "time_total": _time.perf_counter() - t0, "method": method})
     return P
@@ -463,20 +486,38 @@ def observable_map(sad: Saddle, lay: "Layout"):
     return names, rows, J
 
 
-def propagator_from_hessian(sad: Saddle, H) -> Propagator:
+def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
     """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
     for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
-    A float64 H is factorised in place (overwritten) to halve the peak memory."""
+    A float64 H is factorised in place (overwritten) to halve the peak memory.  With the saddle-point vector
+    ``x0``, also the O(1/N) mean correction from the whole inverse (:mod:`dmftc.runtime.deep_linear_correction`)."""
     L, T = sad.L, sad.T
     lay = Layout(L, T)
     t2 = _time.perf_counter()
-    rhs = np.zeros((lay.n, lay.n_phys))
-    rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
+    cols = lay.n if x0 is not None else lay.n_phys
+    rhs = np.zeros((lay.n, cols))
+    rhs[np.arange(cols), np.arange(cols)] = 1.0
     lu = sla.lu_factor(np.asarray(H, dtype=float), overwrite_a=True, check_finite=False)   # H is consumed
+    del H
     X = sla.lu_solve(lu, rhs, check_finite=False)
-    Sp = -X[: lay.n_phys]
-    t3 = _time.perf_counter()
-    asym = float(np.abs(Sp - Sp.T).max() / np.abs(Sp).max())
+    del lu, rhs
+    m1, t_m1 = None, 0.0
+    blk = X[: lay.n_phys, : lay.n_phys]
+    asym = float(np.abs(blk - blk.T).max() / np.abs(blk).max())
+    if x0 is not None:
+        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
+
+        X *= -1.0
+        X += X.T
+        X *= 0.5                                                 # C = -H^-1, symmetrised in place
+        t_m1 = _time.perf_counter()
+        m1 = mean_correction_from_inverse(x0, X, L=L, gamma=sad.gamma, eta=sad.eta, T=T)[: lay.n_phys]
+        t_m1 = _time.perf_counter() - t_m1
+        Sp = X[: lay.n_phys, : lay.n_phys].copy()
+    else:
+        Sp = -X[: lay.n_phys]
+    del X
+    t3 = _time.perf_counter() - t_m1
     Sp = 0.5 * (Sp + Sp.T)
     names, rows, J = observable_map(sad, lay)
     So = J @ Sp @ J.T
@@ -486,4 +527,6 @@ def propagator_from_hessian(sad: Saddle, H) -> Propagator:
             "min_eig": float(ev.min()), "max_eig": float(ev.max()),
             "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
             "time_solve": t3 - t2}
-    return Propagator(sad, lay, sigma, Sp, diag)
+    if m1 is not None:
+        diag["time_mean_correction"] = t_m1
+    return Propagator(sad, lay, sigma, Sp, diag, m1)

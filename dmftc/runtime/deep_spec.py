@@ -99,6 +99,37 @@ class DeepSpecSolution:
             raise self._sigma_error
         return self.inner.var_stderr(self._name(name))
 
+    @property
+    def observables(self) -> tuple[str, ...]:
+        """The names with a propagator block (the order parameters; not the response functions)."""
+        return tuple(n for n in self.names if not self._map[n].startswith(("Rphi[", "Rg[")))
+
+    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
+        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)`` (deep linear specs, exact: its
+        standard error is zero)."""
+        i = self._name(name)
+        if self._sigma_error is not None:
+            raise self._sigma_error
+        if i.startswith(("Rphi[", "Rg[")):
+            raise ParameterError(f"no mean correction for the response function {name!r}; it exists for the "
+                                 "order parameters")
+        m1 = self.inner.mean_correction(i)
+        return np.zeros_like(m1) if stderr else m1
+
+    def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
+        """The ensemble mean at width N to O(1/N): mean + m1 / N (exact for linear specs: zero standard error)."""
+        if not N > 0:
+            raise ParameterError(f"width N must be positive, got {N!r}")
+        m = self.mean(name) + self.mean_correction(name) / N
+        return np.zeros_like(m) if stderr else m
+
+    def expected_loss(self, N: float, name: str | None = None, stderr: bool = False) -> np.ndarray:
+        """E[Delta(t)^2] at width N to O(1/N): Delta_inf^2 + (2 Delta_inf m1 + Sigma(t, t)) / N, shape (T,)."""
+        name = self.module.ERROR_SIGNAL if name is None else name
+        d, m1, v = self.mean(name), self.mean_correction(name), self.var(name)
+        loss = d ** 2 + (2 * d * m1 + v) / N
+        return np.zeros_like(loss) if stderr else loss
+
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
         ia, ib = self._name(a), self._name(a if b is None else b)
         if self._sigma_error is not None:
@@ -148,8 +179,9 @@ class DeepSpecSolution:
         arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
         return atomic_savez(path, arrays)
 
-    def plot(self, path):
-        """Equal-time means (kernels on the diagonal) and, when available, N Var, one column per quantity."""
+    def plot(self, path, width=None):
+        """Equal-time means (kernels on the diagonal) and, when available, N Var, one column per quantity; with
+        ``width`` N also the mean at width N and its spread mean +- 2 sqrt(Sigma / N) (needs correction=True)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -164,14 +196,21 @@ class DeepSpecSolution:
             missing = False
             for n in members:
                 m = self.mean(n)
-                axes[0, j].plot(self.times, m if m.ndim == 1 else np.diagonal(m), label=n)
+                line = axes[0, j].plot(self.times, m if m.ndim == 1 else np.diagonal(m), "--" if width else "-",
+                                       lw=1, label=n)[0]
+                if width:
+                    mw = self.mean_at_width(n, width)
+                    mw = mw if mw.ndim == 1 else np.diagonal(mw)
+                    spread = 2 * np.sqrt(np.clip(self.var(n), 0, None) / width)
+                    axes[0, j].plot(self.times, mw, color=line.get_color(), lw=1.5)
+                    axes[0, j].fill_between(self.times, mw - spread, mw + spread, color=line.get_color(), alpha=0.2)
                 try:
                     axes[1, j].plot(self.times, self.var(n), label=n)
                 except (ParameterError, PropagatorTooLarge, StructureSpecError):
                     missing = True
             if missing:
                 axes[1, j].text(0.5, 0.5, "not available", ha="center", transform=axes[1, j].transAxes)
-            axes[0, j].set_title(f"{g}: mean (N = inf)")
+            axes[0, j].set_title(f"{g}: mean (N = inf)" if not width else f"{g}: N = {width:g} (dashed: inf)")
             axes[1, j].set_title(f"N Var({g})")
             axes[1, j].set_xlabel("t")
             if len(members) > 1:
@@ -216,8 +255,10 @@ def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
 
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                       backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
-                      propagator_groups: int = 8, progress: bool = False, **given) -> DeepSpecSolution:
-    """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults."""
+                      propagator_groups: int = 8, progress: bool = False, correction: bool = False,
+                      **given) -> DeepSpecSolution:
+    """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
+    ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
     from dmftc import deep
     from dmftc.runtime.deep_dmft import SpecKernels
     from dmftc.runtime.deep_dmft import solve_deep as march
@@ -240,8 +281,13 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
             raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
         own = march(activation="linear", L=L, T=T, backend="exact", spec=spec, spec_params=p,
                     dirac_width=dirac_width, **std)
-        need = deep.propagator_bytes(L, T)
+        need = deep.propagator_bytes(L, T, correction)
         if need > memory_limit:
+            if correction:
+                raise ParameterError(
+                    f"the deep-linear propagator with the mean correction at {mod.DEPTH} = {L}, {steps} = {T} needs "
+                    f"about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower {steps} or "
+                    f"{mod.DEPTH}, or raise memory_limit")
             err = PropagatorTooLarge(
                 f"the dense deep-linear propagator at {mod.DEPTH} = {L}, {steps} = {T} needs about {need / 1e9:.1f} GB "
                 f"(memory_limit = {memory_limit / 1e9:.1f} GB); means are available, for variances lower {steps} "
@@ -252,9 +298,12 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         if consts is None:
             raise StructureSpecError(f"the deep-linear propagator describes the standard deep network of "
                                      f"specs/deep_linear.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
-        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, **consts)
+        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, correction=correction,
+                                **consts)
         _check_same_model(mod, own, inner, L)
         return DeepSpecSolution(mod, inner, p, names)
+    if correction:
+        raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
     consts, why = standard_constants(mod, p, T)
     inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
                             spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,

@@ -29,7 +29,7 @@ class CompiledModel:
         width of the Gaussian that stands for DiracDelta terms of non-smooth activations;
         ``backend`` is "auto" (exact Gaussian moments when the process is proven linear,
         Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr;
-        ``correction`` also computes the O(1/N) correction to the mean (two-layer specs:
+        ``correction`` also computes the O(1/N) correction to the mean (two-layer and deep linear specs:
         ``sol.mean_correction``, ``sol.mean_at_width``, ``sol.expected_loss``).
         """
         extra = {"correction": True} if correction else {}

@@ -8,7 +8,7 @@ def plot_solution(sol, path, width=None):
     """Means (top) and N Var (bottom) per order parameter; with ``width`` N also the mean at width N with its
     spread mean +- 2 sqrt(Sigma / N) (needs a solution with the mean correction)."""
     if getattr(sol, "kind", None) == "deep":  # dmftc.runtime.deep_spec.DeepSpecSolution draws itself
-        return sol.plot(path)
+        return sol.plot(path, width=width)
     import matplotlib
 
     matplotlib.use("Agg")

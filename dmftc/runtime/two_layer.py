@@ -241,11 +241,8 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
 
     if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime.deep_spec
         from dmftc.runtime.deep_spec import solve_deep_module
-        if correction:
-            raise ParameterError("the O(1/N) mean correction is implemented for two-layer specs only; deep specs "
-                                 "give means and the propagator")
         return solve_deep_module(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width,
-                                 backend=backend, progress=progress, **kwargs)
+                                 backend=backend, progress=progress, correction=correction, **kwargs)
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and mod.NONLINEAR is not None:

@@ -55,7 +55,7 @@ from dmftc.validation.ensemble import _positive_int, _summarise, activation_fns
 from dmftc.errors import NumericalError
 from dmftc.progress import Progress
 
-__all__ = ["DeepEnsembleStats", "simulate_deep", "deep_truth", "deep_names",
+__all__ = ["DeepEnsembleStats", "DeepMeanShift", "simulate_deep", "deep_truth", "deep_mean_shift", "deep_names",
            "draw_deep_parameters", "deep_gd_step", "deep_forward"]
 
 
@@ -327,3 +327,61 @@ def deep_truth(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     err = lambda x, z: {k: np.sqrt(4 * z[k] ** 2 + x[k] ** 2) for k in x}  # noqa: E731
     return DeepEnsembleStats(N=b.N, E=a.E, T=a.T, L=a.L, mean=rich(a.mean, b.mean), nvar=rich(a.nvar, b.nvar),
                              se_mean=err(a.se_mean, b.se_mean), se_nvar=err(a.se_nvar, b.se_nvar))
+
+
+@dataclass(frozen=True)
+class DeepMeanShift:
+    """N (E[q(t)]_N - q_inf(t)) of the time-diagonal quantities (``value``, (T,) each) and its standard error."""
+    N: int
+    E: int
+    value: dict[str, np.ndarray]
+    se: dict[str, np.ndarray]
+    variance_ratio: dict[str, np.ndarray]      # residual / raw variance per time (the control variates' gain)
+
+
+def deep_mean_shift(reference: dict, *, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
+                    seed: int = 0, chunk: int = 50000, progress: bool = False) -> DeepMeanShift:
+    """N (E[q]_N - q_inf) for the deep LINEAR network, q in :func:`deep_names` and 'loss' = Delta^2 (against
+    Delta_inf^2), from E members at width N.
+
+    ``reference``: q_inf(t) per name of :func:`deep_names` (time-diagonal, (T,)).  The O(1/N) shift is small against the members'
+    O(N^-1/2) spread, so the mean is estimated with control variates: the initial kernels Phi[l](0,0),
+    G[l](0,0) (l = 1..L), whose expectation is exactly 1 at every width for a linear network with unit-variance
+    weights, are regressed out of every q(t) (pooled least squares, estimate mean(q) - beta . mean(c)).  The
+    estimator is consistent (its bias is O(1/E), from fitting beta); the standard error is that of the residual.
+    Members run in chunks of ``chunk`` with seeds seed, seed + 1, ... and only moments are kept."""
+    names = deep_names(L) + ("loss",)
+    controls = [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
+    missing = [n for n in names[:-1] if n not in reference]
+    if missing:
+        raise ValueError(f"reference lacks {missing}")
+    reference = {**reference, "loss": np.asarray(reference["Delta"], float) ** 2}
+    E = _positive_int("E", E, 2)
+    nc, dim = len(controls), len(controls) + len(names) * T
+    S1, S2, done, k = np.zeros(dim), np.zeros((dim, dim)), 0, 0
+    while done < E:
+        m = min(chunk, E - done)
+        st = simulate_deep(activation="linear", L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=max(m, 2),
+                           seed=seed + k, keep_samples=True, progress=progress)
+        Z = np.concatenate([np.stack([st.samples[c][:, 0] - 1.0 for c in controls], axis=1)]
+                           + [st.samples[n] for n in names[:-1]] + [st.samples["Delta"] ** 2], axis=1)[:m]
+        if k == 0:
+            shift = Z.mean(axis=0)                 # moments about the first chunk's mean (no cancellation)
+        Z -= shift
+        S1 += Z.sum(axis=0)
+        S2 += Z.T @ Z
+        done, k = done + m, k + 1
+    d = S1 / E
+    cov = (S2 - E * np.outer(d, d)) / (E - 1)
+    mu = shift + d
+    cxx, cxy, cyy = cov[:nc, :nc], cov[:nc, nc:], np.diag(cov)[nc:]
+    beta = np.linalg.solve(cxx, cxy)                                   # (nc, names*T)
+    est = mu[nc:] - mu[:nc] @ beta
+    resid = np.maximum(cyy - np.einsum("ij,ij->j", cxy, beta), 0.0)
+    value, se, ratio = {}, {}, {}
+    for i, n in enumerate(names):
+        sl = slice(i * T, (i + 1) * T)
+        value[n] = N * (est[sl] - np.asarray(reference[n], float))
+        se[n] = N * np.sqrt(resid[sl] / E)
+        ratio[n] = np.where(cyy[sl] > 0, resid[sl] / np.maximum(cyy[sl], 1e-300), 0.0)
+    return DeepMeanShift(N=N, E=E, value=value, se=se, variance_ratio=ratio)
