@@ -1,0 +1,164 @@
+"""Fig. 4 (e)-(f): online learning of a two-layer linear network on the population loss (paper App. "Online
+Learning"): the same dynamics and finite-width fluctuations as offline learning of D whitened points, with the
+prediction variance growing like D / N.
+
+Spec online_linear (inputs x ~ N(0, I_D), teacher beta_star . x with a random unit beta_star of mixed signs,
+order parameters the weight-space errors Delta[k] = beta_star[k] - beta~[k]).  Theory: exact backend, N Var of the
+prediction averaged over test inputs, E_x N Var f(x) = N tr Var(Delta)(t) = Sigma_star + (D - 1) Sigma_perp,
+and the expected test loss E|Delta|^2 at width N (with the O(1/N) mean correction).  Ground truth: width-N
+networks trained on the exact population gradient (dmftc.validation.online), N and 2N, Richardson in 1/N.
+
+Panels: (a) N tr Var(t) for each D (solid: networks at N; dashed: theory); (b) N tr Var against D at the
+variance peak and at twice that time, with the weighted least-squares line through the extrapolated ensembles and the theory's line; (c) the test
+loss at width N against theory for a small and a large D / N (where the leading order breaks down); (d) the
+offline/online equivalence: one member's trajectories from the offline simulator on D whitened points and the
+online simulator (identical), and the theory of both specs (identical).
+
+Agreement (asserted): z <= 4 pointwise for N tr Var for every D and gamma, against the extrapolated ensembles;
+the fitted slope in D (z of its difference from the theory's slope, reported with the fit's standard error);
+the O(1/N) term of the test loss, N (E|Delta|^2_N - |Delta_inf|^2) = 2 Delta_inf . m1 + tr Sigma, against the
+extrapolated ensembles within z <= 4 where D / N <= 1/16; the offline and online networks equal
+member by member (round-off) and the two specs' propagators equal.  Reported: the loss where D / N is large.
+
+    python experiments/online_learning.py [--quick] [--out DIR]
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+import dmftc  # noqa: E402
+from dmftc.validation.ensemble import simulate_two_layer  # noqa: E402
+from dmftc.validation.online import simulate_online_linear  # noqa: E402
+
+SEED = 1500
+
+
+def unit_teacher(D, rng):
+    b = rng.standard_normal(D)
+    return b / np.linalg.norm(b)
+
+
+def slope_fit(Ds, y, se):
+    """Weighted least squares y = c + s D: (s, se(s), c)."""
+    A = np.stack([np.ones(len(Ds)), np.asarray(Ds, float)], axis=1)
+    w = 1.0 / se ** 2
+    cov = np.linalg.inv(A.T @ (A * w[:, None]))
+    c, s = cov @ (A.T @ (w * y))
+    return float(s), float(np.sqrt(cov[1, 1])), float(c)
+
+
+def main():
+    args = common.parse_args("online_learning", __doc__)
+    if args.quick:
+        gammas, Ds, big_D, T, eta, N, E = (0.5, 1.5), (1, 2, 4), 16, 30, 0.1, 128, 1500
+    else:
+        gammas, Ds, big_D, T, eta, N, E = (0.5, 1.0, 1.5), (1, 2, 4, 8, 16), 128, 60, 0.05, 256, 6000
+    agree = common.Agreement("online_learning", args.quick)
+    agree.meta.update(spec="online_linear", gammas=gammas, Ds=Ds, big_D=big_D, T=T, eta=eta, widths=[N, 2 * N],
+                      E=E)
+    online = dmftc.load(common.SPECS / "online_linear.dmft")
+    offline = dmftc.load(common.SPECS / "linear_whitened.dmft")
+    rng = np.random.default_rng(SEED)
+    plt = common.pyplot()
+    fig, axes = plt.subplots(len(gammas), 4, figsize=(18, 3.5 * len(gammas)), squeeze=False)
+    colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(Ds)))
+    arrays, slopes, losses = {}, {}, {}
+    for row, g in enumerate(gammas):
+        tr, tr_se, raw, theo = {}, {}, {}, {}
+        for k, D in enumerate(Ds + (big_D,)):
+            beta = unit_teacher(D, rng)
+            sol = online.solve(D=D, beta_star=beta, gamma=g, T=T, eta=eta, backend="exact", correction=True,
+                               samples=20000, seed=SEED + k)
+            kw = dict(beta_star=beta, gamma=g, eta=eta, T=T, E=E)
+            runs = [simulate_online_linear(N=n, seed=SEED + 100 * row + 10 * k + j, **kw)
+                    for j, n in enumerate((N, 2 * N))]
+            stats = [common.total_nvar_stats(r.Delta, r.N) for r in runs]
+            ext, ext_se = common.richardson(*stats[0], *stats[1])
+            theory = sol.var("Delta").sum(axis=0)
+            times = sol.times
+            label = f"gamma={g:g} D={D}"
+            # the O(1/N) term of the test loss: N (E|Delta|^2_N - |Delta_inf|^2) = 2 Delta_inf . m1 + tr Sigma
+            inf = (sol.mean("Delta") ** 2).sum(axis=0)
+            shift, shift_se = N * (sol.expected_loss(N) - inf), N * sol.expected_loss(N, stderr=True)
+            ms = [common.sample_stats(r.loss, r.N) for r in runs]
+            ens, ens_se = common.richardson(runs[0].N * (ms[0][0] - inf), runs[0].N * ms[0][2],
+                                            runs[1].N * (ms[1][0] - inf), runs[1].N * ms[1][2])
+            small = D / N <= 1 / 16
+            agree.add(f"{label} N(E|Delta|^2 - |Delta_inf|^2)", shift, shift_se, ens, ens_se, check=small,
+                      raw=runs[0].N * (ms[0][0] - inf),
+                      note=None if small else f"D/N = {D / N:g}: leading order reported only")
+            losses[label] = (times, inf + shift / N, ms[0][0], ms[0][2])
+            if D == big_D:
+                continue
+            agree.add(f"{label} N tr Var(Delta)", theory, 0.0, ext, ext_se, raw=stats[0][0])
+            tr[D], tr_se[D], raw[D], theo[D] = ext, ext_se, stats[0][0], theory
+            axes[row, 0].plot(times, stats[0][0], color=colors[k], lw=2, alpha=0.8, label=f"D = {D}")
+            axes[row, 0].plot(times, theory, **common.THEORY)
+            arrays.update({f"theory_trvar_{label}": theory, f"ens_trvar_{label}": stats[0][0],
+                           f"extrap_trvar_{label}": ext, f"extrap_se_trvar_{label}": ext_se,
+                           f"theory_loss_shift_{label}": shift, f"ens_loss_shift_{label}": ens})
+        # (b) linear growth in D at two times
+        top = int(np.argmax(theo[Ds[-1]]))
+        ts = (top, min(T - 1, 2 * top))          # the variance peak and twice that time
+        for j, ti in enumerate(ts):
+            y = np.array([tr[D][ti] for D in Ds])
+            se = np.array([tr_se[D][ti] for D in Ds])
+            th = np.array([theo[D][ti] for D in Ds])
+            s_fit, s_se, c_fit = slope_fit(Ds, y, se)
+            s_th, _, c_th = slope_fit(Ds, th, np.ones(len(Ds)))
+            lin_res = float(np.abs(th - (c_th + s_th * np.asarray(Ds))).max() / np.abs(th).max())
+            assert lin_res < 1e-8, f"theory not linear in D: {lin_res}"
+            slopes[f"gamma={g:g} t={times[ti]:.3g}"] = {"fit": s_fit, "fit_se": s_se, "theory": s_th,
+                                                         "z": abs(s_fit - s_th) / s_se}
+            agree.add(f"gamma={g:g} slope dN trVar/dD at t={times[ti]:.3g}", np.array([s_th]), 0.0,
+                      np.array([s_fit]), np.array([s_se]))
+            ax = axes[row, 1]
+            ax.errorbar(Ds, y, 2 * se, fmt="o", color=f"C{j}", label=f"networks (extrap.), t = {times[ti]:.2g}")
+            xs = np.linspace(0, max(Ds), 50)
+            ax.plot(xs, c_fit + s_fit * xs, color=f"C{j}", lw=1)
+            ax.plot(xs, c_th + s_th * xs, **common.THEORY)
+        # (c) test loss at width N: small and large D / N
+        for D, c in ((Ds[1], "C0"), (big_D, "C3")):
+            times, loss, m, sem = losses[f"gamma={g:g} D={D}"]
+            axes[row, 2].plot(times, m, color=c, lw=2, alpha=0.8, label=f"networks N = {N}, D = {D}")
+            axes[row, 2].plot(times, loss, **common.THEORY)
+        axes[row, 2].set_yscale("log")
+        # (d) offline = online, member by member and in theory
+        D = Ds[2]
+        beta = unit_teacher(D, rng)
+        on = simulate_online_linear(beta_star=beta, gamma=g, eta=eta, T=T, N=N, E=8, seed=SEED + row)
+        off = simulate_two_layer(activation="linear", Kx_all=np.eye(D), y=beta, gamma=g, eta=eta, T=T, N=N, E=8,
+                                 seed=SEED + row, keep_samples=True)
+        gap = float(np.abs(off.samples["Delta"] - on.Delta).max())
+        s_on = online.solve(D=D, beta_star=beta, gamma=g, T=T, eta=eta, backend="exact")
+        s_off = offline.solve(P=D, y=beta, gamma=g, T=T, eta=eta, backend="exact")
+        th_gap = float(np.abs(s_on.sigma("Delta") - s_off.sigma("Delta")).max() / np.abs(s_off.sigma("Delta")).max())
+        agree.meta[f"gamma={g:g} offline_online_member_gap"] = gap
+        agree.meta[f"gamma={g:g} offline_online_theory_gap"] = th_gap
+        if not (gap <= 1e-12 and th_gap <= 1e-12):
+            agree.finish(args.out)
+            sys.exit(f"FAILED: online_learning: offline and online differ (networks {gap:.3g}, theory {th_gap:.3g})")
+        for kk in range(D):
+            axes[row, 3].plot(times, off.samples["Delta"][0, kk], color=f"C{kk}", lw=3, alpha=0.4)
+            axes[row, 3].plot(times, on.Delta[0, kk], color=f"C{kk}", lw=1, ls=":")
+        axes[row, 0].set(title=f"(a) $\\gamma$ = {g:g}: online, N tr Var $\\Delta$", xlabel="t",
+                         ylabel=r"$N\,E_x \mathrm{Var} f(x)$")
+        axes[row, 1].set(title=f"(b) $\\gamma$ = {g:g}: linear in D", xlabel="D", ylabel=r"$N\,\mathrm{tr\,Var}$")
+        axes[row, 1].legend(fontsize=7)
+        axes[row, 2].set(title=f"(c) test loss at N = {N}", xlabel="t", ylabel=r"$E|\Delta|^2$")
+        axes[row, 2].legend(fontsize=7)
+        axes[row, 3].set(title=f"(d) one member, D = {D}: offline (thick) = online (dotted)", xlabel="t",
+                         ylabel=r"$\Delta_k(t)$")
+    agree.meta["slopes"] = slopes
+    np.savez_compressed(args.out / "online_learning.npz", **arrays)
+    common.finish_row_figure(plt, fig, axes[0, 0], "Online learning, two-layer linear network: prediction variance "
+                             "~ D / N, same dynamics as offline learning", args.out, "online_learning")
+    agree.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()
