@@ -19,7 +19,7 @@ import common  # noqa: E402
 
 SCRIPTS = ("fig2_lazy", "fig3_two_layer", "fig4_whitened", "fig5_deep_linear", "fig6_eos", "deep_activations",
            "mean_correction", "bias_variance", "kappa_D_gamma", "deep_linear_correction", "two_time_deep_linear",
-           "online_learning")   # each writes <name>.png / .npz
+           "online_learning", "rates")   # each writes <name>.png / .npz
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 
 
