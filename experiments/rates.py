@@ -1,25 +1,26 @@
 """Perturbation theory in rates rather than predictions (paper App. "Perturbation Theory in Rates rather than
 Predictions"): the ensemble-averaged training loss at width N as a time rescaling of the infinite-width curve.
 
-Spec two_layer (tanh, one training point).  With the rate r(t) = -log(Delta(t) / y), the loss is y^2 exp(-2 r)
-and, by the cumulant expansion, E[Delta^2]_N = y^2 exp(-2 R_N(t)) with the width-N rate
+Spec rates (the two-layer tanh network on one point, with the rate r(t) = -log(Delta(t) / y) as an order
+parameter defined from Delta at the same time).  The loss is y^2 exp(-2 r) and, by the cumulant expansion,
+E[Delta^2]_N = y^2 exp(-2 R_N(t)) with the width-N rate
 
-    R_N(t) = r_inf(t) + R_1(t) / N + O(N^-2),     R_1 = m1_r - Sigma_rr = -(m1_Delta / Delta + Sigma_DD / (2 Delta^2))
+    R_N(t) = r_inf(t) + R_1(t) / N + O(N^-2),     R_1 = m1_r - Sigma_rr(t, t)
 
-(m1_r = -m1_Delta / Delta + Sigma_DD / (2 Delta^2) and Sigma_rr = Sigma_DD / Delta^2 are the mean correction and
-the propagator of r as an order parameter defined by r = -log(Delta / y), by the delta method; dmftc's DSL does
-not yet accept an order parameter defined by another at the same time, so they are formed here from the
-spec's m1 and Sigma of Delta).  The rate form resums the O(1/N) shift of the rate into the exponent; the direct
-form Delta_inf^2 + (2 Delta_inf m1 + Sigma) / N is its linearisation.  Ground truth: width-N networks with
-common random numbers (dmftc.validation.truth.mean_shift_truth, its 'loss' entry), N (E[Delta^2]_N - Delta_inf^2)
-at N = 64, 128, 256 (quick: 32, 64, 128).
+from the spec's mean correction and propagator of r (which equal the delta method applied to Delta,
+-(m1_Delta / Delta) + Sigma_DD / (2 Delta^2) and Sigma_DD / Delta^2: reported).  The rate form resums the O(1/N)
+shift of the rate into the exponent (a time rescaling); the direct form Delta_inf^2 + (2 Delta_inf m1 + Sigma) / N
+is its linearisation.  Ground truth: width-N networks with common random numbers
+(dmftc.validation.truth.mean_shift_truth: N (E[q]_N - q_inf) for r = -log(Delta / y) per member and for the
+loss) at N = 64, 128, 256 (quick: 32, 64, 128).
 
 Panels per gamma: (a) the loss at each N, networks (solid) against the rate form (dashed) and infinite width
 (grey); (b) N (E[Delta^2]_N - Delta_inf^2) / Delta_inf^2, the relative loss shift, networks against both forms;
 (c) the width-N rate R_N(t) - r_inf(t) times N, networks against R_1.
 
-Agreement (asserted): the rate form within z <= 4 at every t for every N and gamma.  Reported: the direct
-form's z at each N (it misses the curvature in 1/N where |R_1| / N is not small).
+Agreement (asserted): m1_r against N (E[r]_N - r_inf) extrapolated from the two largest widths, and the rate
+form of the loss within z <= 4 at every t for every N and gamma.  Reported: the direct form's z at each N (it
+misses the curvature in 1/N where |R_1| / N is not small).
 
     python experiments/rates.py [--quick] [--out DIR]
 """
@@ -45,9 +46,9 @@ def main():
         gammas, T, eta, widths, E, samples = (0.5, 1.0, 1.5), 250, 0.04, (64, 128, 256), 16000, 64000
     y = 1.0
     agree = common.Agreement("rates", args.quick)
-    agree.meta.update(spec="two_layer", gammas=gammas, T=T, eta=eta, widths=widths, E=E, samples=samples,
+    agree.meta.update(spec="rates", gammas=gammas, T=T, eta=eta, widths=widths, E=E, samples=samples,
                       truth="common random numbers, 16 batches")
-    model = dmftc.load(common.SPECS / "two_layer.dmft")
+    model = dmftc.load(common.SPECS / "rates.dmft")
     plt = common.pyplot()
     fig, axes = plt.subplots(len(gammas), 3, figsize=(15, 3.6 * len(gammas)), squeeze=False)
     colors = plt.cm.viridis(np.linspace(0.15, 0.8, len(widths)))
@@ -59,13 +60,21 @@ def main():
         m1_se, S_se = sol.mean_correction("Delta", stderr=True), sol.stderr("Delta")
         t = sol.times
         ok = np.abs(d) > 0
-        r_inf = -np.log(d / y)
-        R1 = -(m1 / d + S / (2 * d ** 2))
-        R1_se = np.sqrt((m1_se / d) ** 2 + (S_se / (2 * d ** 2)) ** 2)
+        r_inf = sol.mean("r")
+        R1 = sol.mean_correction("r") - sol.var("r")
+        R1_se = np.hypot(sol.mean_correction("r", stderr=True), sol.stderr("r"))
+        delta_method = -(m1 / d + S / (2 * d ** 2))
+        agree.meta[f"gamma={gamma:g} R_1 spec vs delta method (max rel)"] = float(
+            np.abs(R1 - delta_method).max() / np.abs(R1).max())
+        shifts = {N: mean_shift_truth(model, params, N=N, E=E, batches=16, seed=SEED + 10 * row + N)
+                  for N in widths}
+        a, b = shifts[widths[-2]], shifts[widths[-1]]
+        ext, ext_se = common.richardson(a.value["r"], a.se["r"], b.value["r"], b.se["r"])
+        agree.add(f"gamma={gamma:g} m1[r]", sol.mean_correction("r"), sol.mean_correction("r", stderr=True),
+                  ext, ext_se, raw=b.value["r"])
         axes[row, 0].plot(t, d ** 2, color="0.6", lw=1.2, label="infinite width")
         for c, N in zip(colors, widths):
-            truth = mean_shift_truth(model, params, N=N, E=E, batches=16, seed=SEED + 10 * row + N)
-            ens, ens_se = truth.value["loss"], truth.se["loss"]              # N (E[Delta^2]_N - Delta_inf^2)
+            ens, ens_se = shifts[N].value["loss"], shifts[N].se["loss"]      # N (E[Delta^2]_N - Delta_inf^2)
             R_N = r_inf + R1 / N
             rate = N * (y ** 2 * np.exp(-2 * R_N) - d ** 2)
             rate_se = 2 * y ** 2 * np.exp(-2 * R_N) * R1_se

@@ -31,6 +31,8 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ()
 PAST_TERMS = ()
 SINGULAR = ()
+# (row, column): a constraint that reads another order parameter at the same time (scalars)
+SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = None
 
@@ -95,12 +97,21 @@ def coefficients(p, sz):
     }
 
 
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter."""
-    c = coefficients(p, sz)
+def rest(q, Rq, p, sz):
+    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
+    order parameters from q)."""
     return {
-        'Delta': (avg['Delta'] - (-1.0 * _k.place(p['beta_star'], (1,), RANK))) / c['Delta'],  # 1*Delta(t) + -beta_star[k]
+        'Delta': (-1.0 * _k.place(p['beta_star'], (1,), RANK)),
     }
+
+
+def saddle(avg, Rq, p, sz):
+    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
+    constraint may read order parameters declared before it at the same time)."""
+    c = coefficients(p, sz)
+    q = {}
+    q['Delta'] = (avg['Delta'] - (-1.0 * _k.place(p['beta_star'], (1,), RANK))) / c['Delta']  # 1*Delta(t) + -beta_star[k]
+    return q
 
 
 def tangents_Delta(T, F, q, p, sz, onehot):

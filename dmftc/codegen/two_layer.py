@@ -227,6 +227,9 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     past = tuple((pt.row, pt.col, tuple(L.axis(x) for x in orders[pt.row]), tuple(L.axis(x) for x in pt.dummies),
                   tuple(L.axis(x + "'") for x in orders[pt.col])) for pt in d.past_terms)
     w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n")
+    same = tuple((sd.name, dep) for sd in d.saddles for dep in sd.same_time)
+    w(f"# (row, column): a constraint that reads another order parameter at the same time (scalars)\n"
+      f"SAME_TIME = {same!r}\n")
     w("# None when the process is proven Gaussian (fields affine in the sources): exact moments apply\n")
     w(f"NONLINEAR = {d.nonlinear!r}\n\n")
     # defaults
@@ -278,12 +281,19 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     for s in d.saddles:
         w(f"        {s.name!r}: {pr(s.coeff)},\n")
     w("    }\n\n")
-    w("\ndef saddle(avg, Rq, p, sz):\n    \"\"\"Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter.\"\"\"\n")
-    w("    c = coefficients(p, sz)\n    return {\n")
+    pr = P({k: base[k] for k in ("param", "osum", "order")})
+    w("\ndef rest(q, Rq, p, sz):\n    \"\"\"rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; "
+      "same-time\n    order parameters from q).\"\"\"\n    return {\n")
+    for s in d.saddles:
+        w(f"        {s.name!r}: {pr(s.rest)},\n")
+    w("    }\n\n")
+    w("\ndef saddle(avg, Rq, p, sz):\n    \"\"\"Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order "
+      "(a\n    constraint may read order parameters declared before it at the same time).\"\"\"\n")
+    w("    c = coefficients(p, sz)\n    q = {}\n")
     for s in d.saddles:
         lhs = f"avg[{s.name!r}]" if s.observable is not None else "0.0"
-        w(f"        {s.name!r}: ({lhs} - {pr(s.rest)}) / c[{s.name!r}],  # {s.coeff}*{s.name}(t) + {s.rest}\n")
-    w("    }\n\n")
+        w(f"    q[{s.name!r}] = ({lhs} - {pr(s.rest)}) / c[{s.name!r}]  # {s.coeff}*{s.name}(t) + {s.rest}\n")
+    w("    return q\n\n")
     for drv in d.drivers:
         pr = P({k: base[k] for k in ("param", "field", "order", "tangent", "source")})
         w(f"\ndef tangents_{drv}(T, F, q, p, sz, onehot):\n")

@@ -40,6 +40,9 @@ def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
     for r in orders:
         for c in orders:
             same = d.saddle(r).coeff if r == c else sp.Integer(0)
+            if c in d.saddle(r).same_time:                  # a constraint reading c(t) at the same time
+                rest = d.saddle(r).rest
+                same = _timed(sp.diff(rest, next(a for a in rest.free_symbols if a.name == c)), d, "t")
             past = sp.Integer(0)
             for pt in d.past_terms:
                 if pt.row == r and pt.col == c:

@@ -38,7 +38,9 @@ class OrderParameter:
     response ``q(t, s) = <d observable(t) / d wrt(s)>`` ('response').
 
     ``indices``: sample axes; ``layer``: the layer axis (deep families, responses); ``times``: 1 or 2.
-    ``averages``: single-site averages a constraint reads (:class:`Average`)."""
+    ``averages``: single-site averages a constraint reads (:class:`Average`).  ``same_time``: the scalar order
+    parameters declared earlier whose value at the same time ``rest`` reads (a derived order parameter such as
+    r(t) = -log(Delta(t) / y)); the march evaluates them first and U gets their same-time partials."""
 
     name: str
     indices: tuple[str, ...]
@@ -50,6 +52,7 @@ class OrderParameter:
     layer: str | None = None
     wrt: str | None = None
     averages: tuple = ()
+    same_time: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

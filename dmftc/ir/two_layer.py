@@ -213,15 +213,24 @@ class _Lowering(IndexNames):
             raise self.err(f"the constraint of '{name}' is not linear in {name}(t)", pos)
         rest = sp.expand(c - coeff * q) if not idx else contract(c - coeff * q)
         same_time = [a for a in rest.atoms(sp.Symbol, sp.Indexed) if _is_order(self.spec, a)]
-        if same_time:
-            names = ", ".join(sorted({_base(a) for a in same_time}))
-            raise self.err(f"the constraint of '{name}' couples it to {names} at the same time", pos,
-                           hint="same-time couplings between order parameters need an iterative solve, "
-                                "which is not supported yet; use a causal integral")
+        declared = [o.name for o in self.spec.orders]
+        deps = tuple(sorted({_base(a) for a in same_time}, key=declared.index))
+        if deps:
+            later = [d for d in deps if declared.index(d) >= declared.index(name)]
+            indexed = idx or any(isinstance(a, sp.Indexed) for a in same_time)
+            if later or indexed:
+                names = ", ".join(later or deps)
+                raise self.err(f"the constraint of '{name}' couples it to {names} at the same time", pos,
+                               hint=("an order parameter may be defined from order parameters declared BEFORE it at "
+                                     "the same time (scalar ones, e.g. order Delta(t), r(t) with "
+                                     "r(t) = -log(Delta(t) / y)); other same-time couplings need an iterative solve, "
+                                     "which is not supported; use a causal integral") if not indexed else
+                               ("same-time definitions are supported between scalar order parameters only; use a "
+                                "causal integral"))
         if sp.simplify(coeff) == 0:
             raise self.err(f"the constraint of '{name}' does not contain {name}(t)", pos)
         return OrderParameter(name, idx, coeff, rest, None if o == 0 else o,
-                              "average" if o != 0 else "constraint")
+                              "average" if o != 0 else "constraint", same_time=deps)
 
 
 _BIG = 1e300  # magnitude beyond which a constant is not safely a double

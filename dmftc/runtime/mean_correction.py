@@ -93,9 +93,11 @@ def _constraint(mod, sz):
         coeff = mod.coefficients(p, sz)
         inc = jax.vmap(lambda qt: mod.order_increments(qt, p, sz))(q)
         Rq = {k: eta * (jnp.cumsum(v, axis=0) - v) for k, v in inc.items()}        # sum over s < t
-        zero = {k: jnp.zeros_like(q[k]) for k in mod.SINGLE_SITE}
-        rest_free = jax.vmap(lambda a, r: mod.saddle(a, r, p, sz))(zero, Rq)        # (0 - rest) / coeff
-        return {k: coeff[k] * (q[k] - rest_free[k]) for k in q}
+        def rest_t(qt, r):                           # reads q(t) and Rq(t); shaped like q(t)
+            out = mod.rest(qt, r, p, sz)
+            return {k: jnp.zeros_like(qt[k]) + out[k] for k in qt}
+        rest = jax.vmap(rest_t)(q, Rq)
+        return {k: coeff[k] * q[k] + rest[k] for k in q}
     return C
 
 

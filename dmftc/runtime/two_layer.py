@@ -188,6 +188,13 @@ def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
         block = eta * np.einsum("trd,sdc->trsc", A, Bm) * mask[:, None, :, None]
         ro, co = geo.offset[row], geo.offset[col]
         U[:, ro:ro + geo.size(row), :, co:co + geo.size(col)] += block
+    tt = np.arange(T)
+    for row, col in getattr(mod, "SAME_TIME", ()):    # d rest_row / d col(t) at the same time (scalars)
+        def part(x, qt, rt, row=row, col=col):
+            return jnp.sum(jnp.asarray(mod.rest({**qt, col: x}, rt, p, sz)[row]))
+        qj = {k: jnp.asarray(v) for k, v in q.items()}
+        g = jax.vmap(jax.grad(part))(qj[col], qj, {k: jnp.asarray(v) for k, v in Rq.items()})
+        U[tt, geo.offset[row], tt, geo.offset[col]] += np.asarray(g, dtype=float).reshape(T)
     return U
 
 

@@ -25,7 +25,8 @@ class Truth:
 
 
 def _network(model: str, p: dict):
-    """(activation, Kx_all, y, {order parameter: (recorded key, index)})."""
+    """(activation, Kx_all, y, {order parameter: (recorded key, index[, per-member transform])}); a transformed
+    entry exists only for per-member records (:func:`mean_shift_truth`)."""
     if model == "two_layer":
         kx = float(p["kx"])
         return "tanh", np.array([[1.0, kx], [kx, 1.0]]), np.array([float(p["y"])]), {
@@ -37,6 +38,10 @@ def _network(model: str, p: dict):
     if model == "linear_whitened":
         P = int(p["P"])
         return "linear", np.eye(P), np.asarray(p["y"], float).reshape(P), {"Delta": ("Delta", ())}
+    if model == "rates":       # the two_layer network without its test point; r = -log(Delta / y) per member
+        y = float(p["y"])
+        return "tanh", np.array([[1.0]]), np.array([y]), {
+            "Delta": ("Delta", (0,)), "K": ("K", (0, 0)), "r": ("Delta", (0,), lambda d: -np.log(d / y))}
     if model == "eos":
         return "linear", np.array([[1.0]]), np.array([float(p["y"])]), {
             "Delta": ("Delta", (0,)), "K": ("K", (0, 0))}
@@ -62,7 +67,9 @@ def finite_width_truth(model: str, params: dict, *, N: int, E: int, seed: int = 
     stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(params["gamma"]),
                                eta=float(params["eta"]), T=int(params["T"]), N=N, E=E, seed=seed)
     out = {k: {} for k in ("mean", "nvar", "mean_se", "nvar_se")}
-    for name, (key, idx) in names.items():
+    for name, (key, idx, *fn) in names.items():
+        if fn:                        # a nonlinear function of the records: its mean needs the members
+            continue
         for field in out:
             arr = getattr(stats, field)[key]
             out[field][name] = arr[idx] if idx else arr
@@ -115,9 +122,10 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
     for a, b in zip(edges[:-1], edges[1:]):
         draws = [u[a:b].reshape(-1, u.shape[2]), w[a:b].reshape(-1, 1)]
         ref = compiled.saddle_on_draws(draws, **params)
-        for name, (key, idx) in names.items():
+        for name, (key, idx, *fn) in names.items():
             rec = stats.samples[key][a:b]
             rec = rec[(slice(None),) + idx] if idx else rec
+            rec = fn[0](rec) if fn else rec
             diffs[name].append(N * (rec.mean(axis=0) - ref[name]) / (1 - 1 / (b - a)))
         # the training loss sum_mu Delta_mu(t)^2: E = |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma) / N
         loss = (stats.samples["Delta"][a:b] ** 2).sum(axis=1).mean(axis=0)
