@@ -1,10 +1,13 @@
 """Benchmark: deep networks -- time and peak memory against T and L.
 
-Run: python benchmarks/bench_deep.py [--what linear mc] [--T 10 20 30] [--L 2 3] [--samples 20000]
+Run: python benchmarks/bench_deep.py [--what linear linear_m1 mc] [--T 10 20 30] [--L 2 3] [--samples 20000]
 
 * linear: dmftc.deep.solve_deep(activation="linear"): exact saddle + propagator from the dense
   Hessian of the closed-form Gaussian action (n = 2 L T(T+1) + 2 (L-1) T^2 + 2 T variables:
   memory O(n^2) = O(L^2 T^4), LU O(n^3) = O(L^3 T^6)).
+* linear_m1: the same with the exact O(1/N) mean correction (correction=True: the whole inverse instead of
+  its physical columns, and third directional derivatives of each layer's ln Z_l); the ratio to 'linear' at
+  the same (L, T) is printed.
 * mc: the Monte Carlo saddle point of deep tanh networks (dmftc.runtime.deep_dmft.solve_deep): one
   causal march with forward-mode response tangents, O(samples L T^3) work.
 
@@ -43,31 +46,37 @@ def run_case(kw: dict) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", nargs="+", default=["linear", "mc"], choices=["linear", "mc"])
+    ap.add_argument("--what", nargs="+", default=["linear", "mc"], choices=["linear", "linear_m1", "mc"])
     ap.add_argument("--T", type=int, nargs="+", default=[10, 20, 30])
     ap.add_argument("--L", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--samples", type=int, default=20000)
     args = ap.parse_args()
-    print(f"{'backend':<8}{'L':>3}{'T':>5}{'vars':>8}{'first s':>10}{'second s':>10}{'peak MB':>10}")
+    print(f"{'backend':<10}{'L':>3}{'T':>5}{'vars':>8}{'first s':>10}{'second s':>10}{'peak MB':>10}")
+    seconds = {}
     for what in args.what:
         prev = {}
         for L in args.L:
             for T in args.T:
-                kw = dict(activation="linear" if what == "linear" else "tanh", L=L, T=T, gamma=1.0, y=1.0,
+                kw = dict(activation="tanh" if what == "mc" else "linear", L=L, T=T, gamma=1.0, y=1.0,
                           eta=0.05)
+                if what == "linear_m1":
+                    kw["correction"] = True
                 if what == "mc":
                     kw["samples"] = args.samples
                 r = run_case(kw)
                 if "error" in r:
-                    print(f"{what:<8}{L:>3}{T:>5}  {r['error']}")
+                    print(f"{what:<10}{L:>3}{T:>5}  {r['error']}")
                     continue
                 ratio = ""
                 if L in prev:
                     T0, s0 = prev[L]
                     ratio = f"  x{r['second'] / s0:.1f} for T x{T / T0:.1f}"
                 prev[L] = (T, r["second"])
+                seconds[(what, L, T)] = r["second"]
+                if what == "linear_m1" and ("linear", L, T) in seconds:
+                    ratio += f"  ({r['second'] / seconds[('linear', L, T)]:.2f} x the propagator alone)"
                 nv = r.get("n_vars") or "-"
-                print(f"{what:<8}{L:>3}{T:>5}{nv:>8}{r['first']:>10.2f}{r['second']:>10.2f}{r['peak_mb']:>10.0f}{ratio}")
+                print(f"{what:<10}{L:>3}{T:>5}{nv:>8}{r['first']:>10.2f}{r['second']:>10.2f}{r['peak_mb']:>10.0f}{ratio}")
 
 
 if __name__ == "__main__":

@@ -81,3 +81,15 @@ def test_nonlinear_deep_correction_is_refused_with_its_cost():
     m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")
     with pytest.raises(ParameterError, match="linear activations"):
         m.solve(T=5, samples=200, correction=True)
+
+
+def test_cli_width_on_a_deep_linear_spec(capsys, tmp_path):
+    from dmftc.cli import main
+
+    png = tmp_path / "w.png"
+    assert main(["run", str(ROOT / "specs" / "deep_linear.dmft"), "--set", "T=6", "--width", "64",
+                 "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "at width N = 64" in out and "Phi[2]" in out and "expected loss" in out
+    assert "A[1]" not in out.split("at width N = 64")[1]          # responses have no width-N line
+    assert png.stat().st_size > 10_000
