@@ -73,11 +73,6 @@ def cmd_run(args) -> int:
             raise ParameterError("--propagator-samples applies to deep specs (layers l = 1..L) only; two-layer "
                                  "specs use --samples for the propagator too")
         extra["propagator_samples"] = args.propagator_samples
-    if args.kink_width is not None:
-        if getattr(model.module, "KIND", None) == "deep":
-            raise ParameterError("--kink-width applies to two-layer specs; deep specs mollify the delta functions "
-                                 "of a kinked activation (dirac_width) and extrapolate that width")
-        extra["kink_width"] = args.kink_width
     if args.width is not None:
         if args.width < 1:
             raise ParameterError(f"--width must be a positive integer, got {args.width}")
@@ -150,9 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--propagator-samples", type=int, default=None, metavar="S",
                    help="deep nonlinear specs: source paths of the finite-width propagator (default 4000)")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--kink-width", type=float, default=None, metavar="W",
-                   help="two-layer specs: width at which a kinked activation (relu, hard tanh, ...) is smoothed "
-                        "before the extrapolation to zero width (default 0.1)")
     r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
     r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")
     r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")

@@ -31,10 +31,6 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ()
 PAST_TERMS = ()
 SINGULAR = ()
-# activations with kinks, smoothed at width p['kink width'] in the dynamics and in every derivative
-# (dmftc.derive.activation.smoothed), with the order p of the bias O(w^p); the runtime solves at
-# two widths and extrapolates to zero
-SMOOTHED = ()
 # (row, column): a constraint that reads another order parameter at the same time (scalars)
 SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply

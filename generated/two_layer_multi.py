@@ -30,15 +30,11 @@ STORED_AXES = {'Delta': (1,), 'K': (1, 2), 'dg/dDelta': (1, 5), 'dh/dDelta': (1,
 SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ()
 PAST_TERMS = ()
-SINGULAR = ()
-# activations with kinks, smoothed at width p['kink width'] in the dynamics and in every derivative
-# (dmftc.derive.activation.smoothed), with the order p of the bias O(w^p); the runtime solves at
-# two widths and extrapolates to zero
-SMOOTHED = (('phi', 2),)
+SINGULAR = ('DiracDelta(h[mu])',)
 # (row, column): a constraint that reads another order parameter at the same time (scalars)
 SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
-NONLINEAR = 'field g = z*(sqrt(2)*GaussCDF(h[mu]/kink width) + sqrt(2)*GaussPDF(h[mu]/kink width)*h[mu]/kink width) (line 22) is not affine in the sources'
+NONLINEAR = 'field g = sqrt(2)*z*Heaviside(h[mu]) (line 22) is not affine in the sources'
 
 
 def defaults(p):
@@ -72,15 +68,15 @@ def fields(S, R, p, sz):
     F = {}
     F['h'] = ((p['gamma'] * R['∫1']) + S['u'])  # h[mu] = gamma*∫1[mu] + u[mu]
     F['z'] = (S['r'] + (p['gamma'] * R['∫2']))  # z = gamma*∫2 + r
-    F['g'] = (F['z'] * ((jnp.sqrt(2.0) * _k.gauss_cdf((F['h'] / (p['kink width'])))) + (jnp.sqrt(2.0) * _k.gauss_pdf((F['h'] / (p['kink width']))) * F['h'] / (p['kink width']))))  # g[mu] = z*(sqrt(2)*GaussCDF(h[mu]/kink width) + sqrt(2)*GaussPDF(h[mu]/kink width)*h[mu]/kink width)
+    F['g'] = (jnp.sqrt(2.0) * F['z'] * _k.heaviside(F['h']))  # g[mu] = sqrt(2)*z*Heaviside(h[mu])
     return F
 
 
 def observables(F, S, p, sz):
     """Single-site observables O_k whose averages are the order parameters."""
     return {
-        'Delta': (((jnp.sqrt(2.0) * S['r'] * _k.gauss_cdf((S['u'] / (p['kink width']))) * S['u']) + (-1.0 * jnp.sqrt(2.0) * F['z'] * _k.gauss_cdf((F['h'] / (p['kink width']))) * F['h'])) / (p['gamma'])),
-        'K': ((_k.place(p['Kx'], (1, 2), RANK) * F['g'] * _k.relabel(F['g'], (1,), (2,))) + (2.0 * _k.gauss_cdf((F['h'] / (p['kink width']))) * _k.gauss_cdf((_k.relabel(F['h'], (1,), (2,)) / (p['kink width']))) * F['h'] * _k.relabel(F['h'], (1,), (2,)))),
+        'Delta': (((jnp.sqrt(2.0) * S['r'] * jnp.maximum(0.0, S['u'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * jnp.maximum(0.0, F['h']))) / (p['gamma'])),
+        'K': ((2.0 * jnp.maximum(0.0, F['h']) * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (2,)))) + (_k.place(p['Kx'], (1, 2), RANK) * F['g'] * _k.relabel(F['g'], (1,), (2,)))),
     }
 
 
@@ -88,7 +84,7 @@ def sample_increments(F, q, p, sz):
     """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
     return {
         '∫1': jnp.sum((_k.relabel(q['Delta'], (1,), (6,)) * _k.place(p['Kx'], (1, 6), RANK) * _k.relabel(F['g'], (1,), (6,))), axis=(6,), keepdims=True),
-        '∫2': jnp.sum((jnp.sqrt(2.0) * _k.gauss_cdf((_k.relabel(F['h'], (1,), (7,)) / (p['kink width']))) * _k.relabel(q['Delta'], (1,), (7,)) * _k.relabel(F['h'], (1,), (7,))), axis=(7,), keepdims=True),
+        '∫2': jnp.sum((jnp.sqrt(2.0) * _k.relabel(q['Delta'], (1,), (7,)) * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (7,)))), axis=(7,), keepdims=True),
     }
 
 
@@ -130,14 +126,14 @@ def tangents_Delta(T, F, q, p, sz, onehot):
     T = dict(T)
     T['dh/dDelta'] = (p['gamma'] * T['d∫1/dDelta'])
     T['dz/dDelta'] = (p['gamma'] * T['d∫2/dDelta'])
-    T['dg/dDelta'] = ((((jnp.sqrt(2.0) * _k.gauss_cdf((F['h'] / (p['kink width'])))) + (jnp.sqrt(2.0) * _k.gauss_pdf((F['h'] / (p['kink width']))) * F['h'] / (p['kink width']))) * T['dz/dDelta']) + (2.0 * jnp.sqrt(2.0) * F['z'] * _k.gauss_pdf((F['h'] / (p['kink width']))) * T['dh/dDelta'] / (p['kink width'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * _k.gauss_pdf((F['h'] / (p['kink width']))) * T['dh/dDelta'] * (F['h'] ** 2) / ((p['kink width'] ** 3))))
+    T['dg/dDelta'] = ((jnp.sqrt(2.0) * _k.heaviside(F['h']) * T['dz/dDelta']) + (jnp.sqrt(2.0) * F['z'] * _k.dirac(F['h'], p['dirac width']) * T['dh/dDelta']))
     inc = {
         'd∫1/dDelta': ((onehot * _k.place(p['Kx'], (1, 5), RANK) * _k.relabel(F['g'], (1,), (5,))) + jnp.sum((_k.relabel(q['Delta'], (1,), (3,)) * _k.place(p['Kx'], (1, 3), RANK) * _k.relabel(T['dg/dDelta'], (1, 5), (3, 5))), axis=(3,), keepdims=True)),
-        'd∫2/dDelta': ((jnp.sqrt(2.0) * onehot * _k.gauss_cdf((_k.relabel(F['h'], (1,), (5,)) / (p['kink width']))) * _k.relabel(F['h'], (1,), (5,))) + jnp.sum((jnp.sqrt(2.0) * _k.gauss_cdf((_k.relabel(F['h'], (1,), (4,)) / (p['kink width']))) * _k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(T['dh/dDelta'], (1, 5), (4, 5))), axis=(4,), keepdims=True) + jnp.sum((jnp.sqrt(2.0) * _k.gauss_pdf((_k.relabel(F['h'], (1,), (4,)) / (p['kink width']))) * _k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(T['dh/dDelta'], (1, 5), (4, 5)) * _k.relabel(F['h'], (1,), (4,)) / (p['kink width'])), axis=(4,), keepdims=True)),
+        'd∫2/dDelta': ((jnp.sqrt(2.0) * onehot * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (5,)))) + jnp.sum((jnp.sqrt(2.0) * _k.heaviside(_k.relabel(F['h'], (1,), (4,))) * _k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(T['dh/dDelta'], (1, 5), (4, 5))), axis=(4,), keepdims=True)),
     }
     obs = {
-        'Delta': ((-1.0 * jnp.sqrt(2.0) * F['z'] * _k.gauss_cdf((F['h'] / (p['kink width']))) * T['dh/dDelta'] / (p['gamma'])) + (-1.0 * jnp.sqrt(2.0) * _k.gauss_cdf((F['h'] / (p['kink width']))) * T['dz/dDelta'] * F['h'] / (p['gamma'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * _k.gauss_pdf((F['h'] / (p['kink width']))) * T['dh/dDelta'] * F['h'] / (p['gamma'] * p['kink width']))),
-        'K': ((_k.place(p['Kx'], (1, 2), RANK) * T['dg/dDelta'] * _k.relabel(F['g'], (1,), (2,))) + (_k.place(p['Kx'], (1, 2), RANK) * _k.relabel(T['dg/dDelta'], (1, 5), (2, 5)) * F['g']) + (2.0 * _k.gauss_cdf((F['h'] / (p['kink width']))) * _k.gauss_cdf((_k.relabel(F['h'], (1,), (2,)) / (p['kink width']))) * T['dh/dDelta'] * _k.relabel(F['h'], (1,), (2,))) + (2.0 * _k.gauss_cdf((F['h'] / (p['kink width']))) * _k.gauss_cdf((_k.relabel(F['h'], (1,), (2,)) / (p['kink width']))) * _k.relabel(T['dh/dDelta'], (1, 5), (2, 5)) * F['h']) + (2.0 * _k.gauss_cdf((F['h'] / (p['kink width']))) * _k.gauss_pdf((_k.relabel(F['h'], (1,), (2,)) / (p['kink width']))) * _k.relabel(T['dh/dDelta'], (1, 5), (2, 5)) * F['h'] * _k.relabel(F['h'], (1,), (2,)) / (p['kink width'])) + (2.0 * _k.gauss_cdf((_k.relabel(F['h'], (1,), (2,)) / (p['kink width']))) * _k.gauss_pdf((F['h'] / (p['kink width']))) * T['dh/dDelta'] * F['h'] * _k.relabel(F['h'], (1,), (2,)) / (p['kink width']))),
+        'Delta': ((-1.0 * jnp.sqrt(2.0) * T['dz/dDelta'] * jnp.maximum(0.0, F['h']) / (p['gamma'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * _k.heaviside(F['h']) * T['dh/dDelta'] / (p['gamma']))),
+        'K': ((2.0 * _k.heaviside(F['h']) * T['dh/dDelta'] * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (2,)))) + (2.0 * _k.heaviside(_k.relabel(F['h'], (1,), (2,))) * _k.relabel(T['dh/dDelta'], (1, 5), (2, 5)) * jnp.maximum(0.0, F['h'])) + (_k.place(p['Kx'], (1, 2), RANK) * T['dg/dDelta'] * _k.relabel(F['g'], (1,), (2,))) + (_k.place(p['Kx'], (1, 2), RANK) * _k.relabel(T['dg/dDelta'], (1, 5), (2, 5)) * F['g'])),
     }
     return T, inc, obs
 

@@ -282,7 +282,7 @@ REGRESSIONS = [
     ("exp-of-one", SCALAR, [("h(t) = u +", "h(t) = exp(1) * u +")], None),
     ("delta-derivative", MULTI, [("activation phi(h) = sqrt(2) * max(0, h)",
                                   "activation phi(h) = relu(h)\nactivation psi(h) = phi'(h)"),
-                                 ("g[mu](t) = phi'", "g[mu](t) = psi'")], ("delta function", "psi'(h[mu](t))")),
+                                 ("g[mu](t) = phi'", "g[mu](t) = psi'")], ("delta function", "g[mu](t)")),
     ("product-of-integrals", SCALAR, [("u + gamma * integral", "u + integral(gamma, s < t) * integral")],
      ("affine in its causal integrals", "integral(gamma")),
     ("power-of-integral", SCALAR, [("h(t) = u + gamma * integral(Delta(s) * z(s), s < t)",

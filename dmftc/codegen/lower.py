@@ -61,7 +61,6 @@ def lower(d: Derivation) -> Layout:
     for p in spec.params:
         roles[p.name] = "param"
     roles[spec.time.steps_name] = roles[spec.time.step_name] = "param"
-    roles["kink width"] = "param"          # smoothing width of kinked activations (a solve option)
     for name, idx in d.orders:
         roles[name], stored[name] = "order", idx
     for g in d.sources:

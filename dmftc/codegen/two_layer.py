@@ -14,7 +14,6 @@ from dmftc import __version__
 from dmftc.frontend import ast
 from dmftc.derive.two_layer import Derivation
 from dmftc.codegen.lower import Layout
-from dmftc.derive.activation import GaussCDF, GaussPDF
 from dmftc.derive.symbolic import ONEHOT
 
 _FUNCS = {sp.tanh: "jnp.tanh", sp.exp: "jnp.exp", sp.log: "jnp.log", sp.sin: "jnp.sin", sp.cos: "jnp.cos",
@@ -88,10 +87,6 @@ class ExprPrinter:
         if isinstance(e, sp.DiracDelta):
             k = int(e.args[1]) if len(e.args) > 1 else 0
             return f"_k.dirac({self.p(e.args[0])}, {self.dirac_width}{f', {k}' if k else ''})"
-        if isinstance(e, GaussCDF):
-            return f"_k.gauss_cdf({self.p(e.args[0])})"
-        if isinstance(e, GaussPDF):
-            return f"_k.gauss_pdf({self.p(e.args[0])})"
         if isinstance(e, sp.Max):
             return self._fold("jnp.maximum", e.args)
         if isinstance(e, sp.Min):
@@ -232,10 +227,6 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     past = tuple((pt.row, pt.col, tuple(L.axis(x) for x in orders[pt.row]), tuple(L.axis(x) for x in pt.dummies),
                   tuple(L.axis(x + "'") for x in orders[pt.col])) for pt in d.past_terms)
     w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n")
-    w("# activations with kinks, smoothed at width p['kink width'] in the dynamics and in every derivative\n"
-      "# (dmftc.derive.activation.smoothed), with the order p of the bias O(w^p); the runtime solves at\n"
-      "# two widths and extrapolates to zero\n"
-      f"SMOOTHED = {tuple(d.ir.smoothed)!r}\n")
     same = tuple((sd.name, dep) for sd in d.saddles for dep in sd.same_time)
     w(f"# (row, column): a constraint that reads another order parameter at the same time (scalars)\n"
       f"SAME_TIME = {same!r}\n")

@@ -22,8 +22,7 @@ from functools import cached_property, lru_cache
 
 import sympy as sp
 
-__all__ = ["Activation", "SiteActivation", "BUILTINS", "ARITY", "SHORTHANDS", "X", "as_activation", "MAX_ORDER",
-           "smoothed", "KINK_WIDTH", "GaussCDF", "GaussPDF"]
+__all__ = ["Activation", "SiteActivation", "BUILTINS", "ARITY", "SHORTHANDS", "X", "as_activation", "MAX_ORDER"]
 
 X = sp.Symbol("x", real=True)
 MAX_ORDER = 4
@@ -107,68 +106,6 @@ class _Distribution:
         regular = pairs[0][0] if len(pairs) == 1 else sp.Piecewise(*pairs)
         return regular + sp.Add(*[c * (sp.DiracDelta(X - x0, k) if k else sp.DiracDelta(X - x0))
                                   for x0, k, c in self.deltas])
-
-
-KINK_WIDTH = sp.Symbol("kink width", positive=True)
-
-
-class GaussCDF(sp.Function):
-    """The standard normal CDF, (1 + erf(u / sqrt 2)) / 2: the smoothed step of :func:`smoothed`."""
-
-    is_real = True
-
-    def fdiff(self, argindex=1):
-        return GaussPDF(self.args[0])
-
-
-class GaussPDF(sp.Function):
-    """The standard normal density exp(-u^2 / 2) / sqrt(2 pi)."""
-
-    is_real = True
-
-    def fdiff(self, argindex=1):
-        return -self.args[0] * GaussPDF(self.args[0])
-
-
-def smoothed(expr, width=KINK_WIDTH, order: int = MAX_ORDER):
-    """(phi_w, p): a smooth approximation of a piecewise-smooth ``expr`` (in :data:`X`) and the order p of its
-    bias; None when ``expr`` has no finitely many real kinks (smooth, or kinks SymPy cannot locate).
-
-    At every kink a the jump of phi is removed through ``order`` derivatives and put back smoothed:
-    with J_a(x) = sum_{k <= order} [phi^(k)](a) (x - a)^k / k! (the Taylor polynomial of the jump between the
-    branches) and S(u) = (1 + erf(u / sqrt 2)) / 2 the Gaussian CDF (:class:`GaussCDF`),
-
-        phi_w(x) = phi(x) + sum_a (S((x - a) / w) - H(x - a)) J_a(x),
-
-    written branch by branch, so that phi_w and its first ``order`` derivatives are plain SymPy expressions
-    (no Heaviside, no delta).  For sqrt(2) max(0, x) it is sqrt(2) x S(x / w).  Used in the forward dynamics
-    *and* in the sensitivities, the network with phi_w is solved exactly (pathwise derivatives are unbiased for
-    it).  If phi^(k) is the lowest derivative that jumps, phi_w - phi is w^(k+1) times a function of
-    (x - a) / w, so averages move by O(w^p), p = k + 1 (the activation's kink order: 2 for relu, 3 for
-    softsign), even where the density of the fields jumps at the kink (for k = 1 the first moments of S - H and
-    of u S'(u) vanish on each side).  The runtime solves at w and w / 2 and extrapolates to w -> 0."""
-    expr = sp.sympify(expr)
-    split = _pieces(expr)
-    if split is None or not split[0]:
-        return None
-    kinks, branches = split
-    jets, p = [], order + 1
-    for i, a in enumerate(kinks):
-        coeffs = [sp.simplify((sp.diff(branches[i + 1], X, k) - sp.diff(branches[i], X, k)).subs(X, a))
-                  for k in range(order + 1)]
-        p = min([p] + [k + 1 for k, c in enumerate(coeffs) if c != 0])
-        jump = sum(c * (X - a) ** k / sp.factorial(k) for k, c in enumerate(coeffs))
-        jets.append((sp.expand(jump), GaussCDF((X - a) / width)))
-    pieces = []
-    for i, b in enumerate(branches):
-        # not simplified: each piece keeps its own branch (x / (1 - x) of softsign never meets x / (1 + x))
-        e = b + sum((step - (1 if j < i else 0)) * jump for j, (jump, step) in enumerate(jets))
-        cond = X < kinks[i] if i < len(kinks) else sp.true
-        if pieces and sp.simplify(pieces[-1][0] - e) == 0:
-            pieces[-1] = (pieces[-1][0], cond)          # the same function: keep the first form
-        else:
-            pieces.append((e, cond))
-    return (pieces[0][0] if len(pieces) == 1 else sp.Piecewise(*pieces)), p
 
 
 def derivatives(expr, orders: int = MAX_ORDER) -> tuple:

@@ -116,12 +116,6 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
         if b.has_d:
             parts.append(f"- D[{r}, {c}](t, s)")
         w(f"  U[{r}, {c}](t, s) = {' + '.join(parts)}")
-    if d.ir is not None and d.ir.smoothed:
-        w("")
-        names = ", ".join(f"{n} (bias O(w^{p}))" for n, p in d.ir.smoothed)
-        w(f"note: kinked activations {names} are smoothed as phi_w(x) = phi(x) + (GaussCDF((x - a)/w) - "
-          "Heaviside(x - a)) J_a(x) at each kink a (J_a: the jump's Taylor polynomial), in the dynamics and in "
-          "every derivative alike, and each solve extrapolates w -> 0 from w and w/2 (kink_width, solve option)")
     if d.singular:
         w("")
         w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)

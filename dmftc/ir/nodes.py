@@ -127,7 +127,6 @@ class ModelIR:
     index_size: dict = field(default_factory=dict, compare=False)   # index symbol -> size parameter
     fresh: int = 0                             # fresh-index counter reached by lowering
     sum_pos: dict = field(default_factory=dict, compare=False)      # running sum -> its first integral's position
-    smoothed: tuple[tuple[str, int], ...] = ()  # kinked activations smoothed at width 'kink width', bias order
 
     def order(self, name: str) -> OrderParameter:
         return next(o for o in self.orders if o.name == name)

@@ -52,9 +52,6 @@ def format_ir(ir: ModelIR) -> str:
         w(f"axis {a.name} in 1..{a.size} ({a.kind})")
     for name, x, body in ir.activations:
         w(f"activation {name}({x}) = {sp.sstr(body)}".replace("__x", "x"))
-    for name, order in ir.smoothed:
-        w(f"  {name} has kinks: smoothed at width 'kink width' everywhere it appears (bias O(w^{order}), "
-          "extrapolated to zero width at run time)")
     w("")
     w("order parameters:")
     for o in ir.orders:

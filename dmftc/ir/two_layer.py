@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.derive.activation import BUILTINS, X, smoothed
+from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import base_name, contract, diff_indexed, free_indices, index_symbol, quantity
 from dmftc.errors import SpecError, StructureSpecError
 from dmftc.frontend import ast
@@ -55,8 +55,6 @@ class _Lowering(IndexNames):
         self.sums: dict[tuple, RunningSum] = {}
         self.activations = {a.name: a for a in self.spec.activations}
         self.sum_pos = {}  # running-sum name -> position of its first integral in the spec
-        self.smoothed = set()  # activations with kinks, replaced by their smoothed form: (name, bias order)
-        self._raw = False      # lowering an activation body without smoothing (to see its delta functions)
 
     def run(self) -> ModelIR:
         spec = self.spec
@@ -80,7 +78,7 @@ class _Lowering(IndexNames):
                        axes, acts, saddles, sources, fields,
                        tuple(s for s in self.sums.values() if s.scope == "sample"),
                        tuple(s for s in self.sums.values() if s.scope == "order"),
-                       (), dict(self.index_size), self.counter, dict(self.sum_pos), tuple(sorted(self.smoothed)))
+                       (), dict(self.index_size), self.counter, dict(self.sum_pos))
 
     # ---------------------------------------------------------------- AST -> SymPy
     def conv(self, e, rename, scope, local=None):
@@ -103,10 +101,10 @@ class _Lowering(IndexNames):
                 return quantity(e.name, tuple(rename.get(i, i) for i in e.indices))
             args = [c(a) for a in e.args]
             if e.name in self.activations:
-                return self.finite(self.activation(e.name, args[0], 0, e), e)
+                return self.finite(self.activation(e.name, args[0], 0), e)
             return self.finite(_BUILTINS[e.name](*args), e)
         if isinstance(e, ast.PrimeCall):
-            return self.finite(self.activation(e.name, c(e.args[0]), 1, e), e)
+            return self.finite(self.activation(e.name, c(e.args[0]), 1), e)
         if isinstance(e, ast.Hat):
             return quantity("hat_" + e.name, tuple(rename.get(i, i) for i in e.indices))
         if isinstance(e, ast.BinOp):
@@ -150,47 +148,17 @@ class _Lowering(IndexNames):
             return value
         raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError, hint=_FINITE_HINT)
 
-    def activation(self, name, arg, order, e=None):
-        """phi(arg) or phi'(arg); an activation with kinks at finitely many fixed points is replaced by its
-        smoothed form of width ``kink width`` (a solve option; :func:`dmftc.derive.activation.smoothed`), the
-        same in the forward dynamics and in every derivative, so that the sensitivities hold no delta.  A use
-        whose unsmoothed value is itself a delta function (phi'' of a relu in a field) is an error: the model
-        would have no zero-width limit."""
-        body = self._raw_body(name)
-        if self._raw:
-            return (sp.diff(body, X, order) if order else body).subs(X, arg)
-        raw = sp.diff(body, X, order) if order else body
-        if raw.has(sp.DiracDelta):
-            raise self.err(f"{name}{chr(39) * order}(...) is a delta function here: '{name}' has kinks and is "
-                           "differentiated once too often", e.pos if e is not None else None,
-                           hint="a field or observable may use a kinked activation and its first derivative "
-                                "only (the sensitivities take the next ones); use a smooth activation such as "
-                                "tanh or erf")
-        smooth = smoothed(body) if not (body.free_symbols - {X}) else None
-        if smooth is None:
-            body = self._smooth_body(name)
-        else:
-            body, p = smooth
-            self.smoothed.add((name, p))
-        return (sp.diff(body, X, order) if order else body).subs(X, arg)
-
-    def _raw_body(self, name):
-        """The activation's body in X with nested activations unsmoothed (plain SymPy derivatives)."""
-        saved, self._raw = self._raw, True
-        try:
-            return self._body(name)
-        finally:
-            self._raw = saved
-
-    def _smooth_body(self, name):
-        """The body with its nested activations smoothed (for an activation without kinks of its own)."""
-        return self._body(name)
-
-    def _body(self, name):
+    def activation(self, name, arg, order):
         if name in self.activations:
             a = self.activations[name]
-            return self.conv(a.body, {}, "activation", {a.arg: X})
-        return _BUILTINS[name](X)
+            x = sp.Symbol("__x", real=True)
+            body = self.conv(a.body, {}, "activation", {a.arg: x})
+        else:
+            x = sp.Symbol("__x", real=True)
+            body = _BUILTINS[name](x)
+        if order:
+            body = sp.diff(body, x, order)
+        return body.subs(x, arg)
 
     def running_sum(self, inc, scope):
         idx = tuple(sorted(free_indices(inc, self.index_size)))

@@ -5,9 +5,7 @@ integers, so generated code stays jit/vmap-able and device-agnostic.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import jax.scipy.special
 import numpy as np
 
 
@@ -41,16 +39,6 @@ def kron(a: int, b: int, n: int, rank: int):
 
 def heaviside(x):
     return jnp.where(x > 0, 1.0, 0.0)
-
-
-def gauss_cdf(u):
-    """The standard normal CDF: the smoothed step of a kinked activation (dmftc.derive.activation.smoothed)."""
-    return 0.5 * jax.scipy.special.erfc(-u / jnp.sqrt(2.0))
-
-
-def gauss_pdf(u):
-    """The standard normal density, the derivative of gauss_cdf."""
-    return jnp.exp(-0.5 * u ** 2) / jnp.sqrt(2.0 * jnp.pi)
 
 
 def dirac(x, width, order: int = 0):

@@ -20,16 +20,13 @@ class CompiledModel:
         return self.module.defaults({})
 
     def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8,
-              dirac_width: float = 0.1, kink_width: float = 0.1, backend: str = "auto", progress: bool = False,
-              correction: bool = False, **params):
+              dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, correction: bool = False,
+              **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults.
 
         ``samples`` single-site draws (seeded by ``seed``) estimate every average; ``groups``
-        independent sample groups give Monte Carlo standard errors; ``kink_width`` is the width w at which
-        an activation with kinks (relu, leaky relu, hard tanh, abs) is smoothed, in the dynamics and in every
-        derivative alike: each group is solved at w and w/2 on the same paths and extrapolated to zero width
-        (``sol.info['diagnostics']['smoothing']`` says what that did and what it leaves); ``dirac_width`` is the
-        width of the Gaussian that stands for DiracDelta terms that remain (kinks dmftc cannot locate; deep specs);
+        independent sample groups give Monte Carlo standard errors; ``dirac_width`` is the
+        width of the Gaussian that stands for DiracDelta terms of non-smooth activations;
         ``backend`` is "auto" (exact Gaussian moments when the process is proven linear,
         Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr;
         ``correction`` also computes the O(1/N) correction to the mean (two-layer and deep linear specs:
@@ -37,8 +34,7 @@ class CompiledModel:
         """
         extra = {"correction": True} if correction else {}
         return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups,
-                            dirac_width=dirac_width, kink_width=kink_width, backend=backend, progress=progress,
-                            **extra, **params)
+                            dirac_width=dirac_width, backend=backend, progress=progress, **extra, **params)
 
     def saddle_on_draws(self, draws, **params) -> dict:
         """The saddle-point march on given source draws, one (S, n_k) array per source group (see

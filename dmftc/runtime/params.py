@@ -34,7 +34,7 @@ def _as_number(name, value):
     return arr
 
 
-def resolve_params(mod, given: dict, *, samples: int, seed: int, dirac_width: float = 0.1, kink_width: float = 0.1):
+def resolve_params(mod, given: dict, *, samples: int, seed: int, dirac_width: float = 0.1):
     """Merge ``given`` with the spec's defaults and validate; returns (params, sizes, T)."""
     steps, step = mod.TIME["steps"], mod.TIME["step"]
     declared = {n: dims for n, dims, _ in mod.PARAMS}
@@ -101,9 +101,4 @@ def resolve_params(mod, given: dict, *, samples: int, seed: int, dirac_width: fl
     if width.ndim != 0 or width < 0:
         raise ParameterError(f"dirac_width must be a number >= 0, got {dirac_width!r}")
     p["dirac width"] = float(width)
-    kw = _as_number("kink_width", kink_width)
-    if kw.ndim != 0 or not kw > 0:
-        raise ParameterError(f"kink_width must be a number > 0 (the smoothing width of kinked activations, "
-                             f"extrapolated to zero), got {kink_width!r}")
-    p["kink width"] = float(kw)
     return p, sz, T

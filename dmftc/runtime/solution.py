@@ -38,8 +38,7 @@ class Solution:
         info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
                 "diagnostics": dict(run.diagnostics),
                 "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR,
-                "dirac_width": float(p.get("dirac width", 0.0)), "smoothed": tuple(getattr(mod, "SMOOTHED", ())),
-                "kink_width": float(p.get("kink width", 0.0))}
+                "dirac_width": float(p.get("dirac width", 0.0))}
         return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
                    sigma, info, {"U": U, "kappa": kappa, "var_se": var_se})
 
@@ -219,9 +218,6 @@ class Solution:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
         if cond is not None:
             lines.append(f"  U condition estimate: {cond:.3g}")
-        smooth = self.info.get("diagnostics", {}).get("smoothing")
-        if smooth:
-            lines.append(("  warning: " if smooth.get("exceeds_error_bar") else "  note: ") + smooth["approximation"])
         kink = self.info.get("diagnostics", {}).get("kink")
         if kink and kink.get("exceeds_error_bar"):
             lines.append("  warning: " + kink["approximation"])

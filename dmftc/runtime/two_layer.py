@@ -204,7 +204,7 @@ def _expand(x, mod, sz, axes):
     return np.broadcast_to(x, dims)
 
 
-def saddle_on_draws(mod, draws, *, dirac_width=0.1, kink_width=0.1, **params):
+def saddle_on_draws(mod, draws, *, dirac_width=0.1, **params):
     """The saddle-point march on given source draws: ``draws[k]`` is a (S, n_k) array for the k-th jointly
     Gaussian source group of the spec (``mod.SOURCES``, in declaration order).  With the S draws of the
     neurons of finite-width networks this is the order-parameter trajectory of a width-S system on exactly
@@ -213,16 +213,12 @@ def saddle_on_draws(mod, draws, *, dirac_width=0.1, kink_width=0.1, **params):
     if len(draws) != len(mod.SOURCES):
         raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
     S0 = int(np.shape(draws[0])[0])
-    p, sz, T = resolve_params(mod, params, samples=max(S0, 2), seed=0, dirac_width=dirac_width,
-                              kink_width=kink_width)
+    p, sz, T = resolve_params(mod, params, samples=max(S0, 2), seed=0, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(np.asarray(x, dtype=float).reshape(S0, -1)) for x in draws])
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
     march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
-    # smoothed kinked activations: widths w and w/2 on the same draws, extrapolated to zero width (as solve)
-    qs = [{"q": march(S, pj if w is None else {**pj, "kink width": jnp.asarray(w)})[0], "cond": 0.0}
-          for w in _kink_widths(mod, p)]
-    q = qs[0]["q"] if len(qs) == 1 else _richardson(*qs, min(k for _, k in mod.SMOOTHED))["q"]
+    q, _, _ = march(S, pj)
     return {k: np.moveaxis(_k.canonical(np.asarray(q[k]), tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
             for k, _ in mod.ORDERS}
 
@@ -236,8 +232,8 @@ class RunInfo:
     diagnostics: dict = field(default_factory=dict)
 
 
-def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, kink_width=0.1,
-                 backend="auto", progress=False, correction=False, **kwargs):
+def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
+                 progress=False, correction=False, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution.
 
     ``correction``: also compute the O(1/N) correction m1 to the mean (:mod:`dmftc.runtime.mean_correction`),
@@ -259,8 +255,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     if backend == "exact" and mod.NONLINEAR is not None:
         raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
     exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
-    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width,
-                              kink_width=kink_width)
+    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     timings = {}
     t0 = _time.perf_counter()
@@ -300,46 +295,49 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
             per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
             batch = int(max(1, _MEMORY_BUDGET // per_sample))
         batch = max(1, min(batch, int(np.diff(edges).max())))
-        results, m1, kink_shift, smooth = [], [], None, []
+        results, m1, kink_shift = [], [], None
         timings.update(saddle=0.0, moments=0.0, propagator=0.0)
         if correction:
             timings["mean correction"] = 0.0
-        widths = _kink_widths(mod, p)
-        order = min((k for _, k in getattr(mod, "SMOOTHED", ())), default=2)
-        bar = Progress(f"{mod.MODEL} mc", 3 * (G * len(widths) + len(widths) - 1), enabled=progress)
+        bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
         for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+            t0 = _time.perf_counter()
             Sg = {k: v[a:b] for k, v in S.items()}
-            # a kinked activation is smoothed (dmftc.derive.activation.smoothed): the same paths at widths w and
-            # w/2, extrapolated to zero width per group (the bias is O(w^2)); group 0 also at w/4, to estimate
-            # what the extrapolation leaves
-            todo = widths + ((widths[-1] / 2,) if g == 0 and len(widths) > 1 else ())
-            runs = [_group(mod, geo, march, Sg, pj, p, sz, T, batch, w, correction,
-                           dirac_check=g == 0 and bool(mod.SINGULAR) and p["dirac width"] > 0,
-                           timings=timings, bar=bar, label=f"{g + 1}/{G}") for w in todo]
-            if g == 0:
-                kink_shift = runs[0]["dirac_shift"]
-            if len(runs) == 1:
-                results.append(runs[0])
-            else:
-                results.append(_richardson(runs[0], runs[1], order))
-                if g == 0:
-                    smooth = [np.diag(r["sigma"]) for r in (runs[0], runs[1], results[-1],
-                                                            _richardson(runs[1], runs[2], order))]
+            q, Rq, avg = march(Sg, pj)
+            q = {k: np.asarray(v) for k, v in q.items()}
+            _check_finite(mod, geo, q, "saddle-point march")
+            bar.advance(note=f"group {g + 1}/{G}: saddle march")
+            t1 = _time.perf_counter()
+            kappa_obs, D = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, pj, sz, T, batch)
+            t2 = _time.perf_counter()
+            bar.advance(note=f"group {g + 1}/{G}: kappa and D")
+            U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+            results.append((q, *propagator(U0, kappa_obs, D, geo, T)))
+            if g == 0 and mod.SINGULAR and p["dirac width"] > 0:
+                # kink check: the same group's propagator with the delta functions at half the width
+                ph = {**pj, "dirac width": jnp.asarray(p["dirac width"] / 2)}
+                _, Dh = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, ph, sz, T, batch)
+                half = propagator(U0, kappa_obs, Dh, geo, T)[0]
+                kink_shift = np.diag(half) - np.diag(results[-1][1])
+            bar.advance(note=f"group {g + 1}/{G}: propagator")
+            timings["saddle"] += t1 - t0
+            timings["moments"] += t2 - t1
+            timings["propagator"] += _time.perf_counter() - t2
             if correction:
-                m1.append(results[-1]["m1"])
+                t3 = _time.perf_counter()
+                m1.append(mean_correction_group(mod, geo, Sg, q, results[-1][2], p, sz, T))
+                timings["mean correction"] += _time.perf_counter() - t3
         bar.close()
-        q = {k: np.mean([r["q"][k] for r in results], axis=0) for k in results[0]["q"]}
-        sigma, U, kappa = (np.mean([r[k] for r in results], axis=0) for k in ("sigma", "U", "kappa"))
-        cond = max(r["cond"] for r in results)
-        var_se = np.std([np.diag(r["sigma"]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
+        q = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
+        sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
+        cond = max(r[4] for r in results)
+        var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
     means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
              for k, _ in mod.ORDERS}
     _check_variances(np.diag(sigma), var_se, geo, T)
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc"}
     if not exact and kink_shift is not None:
         diagnostics["kink"] = _kink_report(kink_shift, var_se, np.diag(sigma), p["dirac width"])
-    if not exact and smooth:
-        diagnostics["smoothing"] = _smoothing_report(mod, smooth, var_se, p["kink width"], order)
     sol = Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
                                RunInfo(samples, seed, batch, timings, diagnostics))
     if correction:
@@ -348,97 +346,12 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         sol.extras["m1_se"] = m1.std(axis=0, ddof=1) / np.sqrt(len(m1)) if len(m1) > 1 else None
         sol.info["mean_correction"] = {"groups": len(m1), "paths": int(n_paths if exact else samples),
                                        "seed": int(seed_used if exact else seed)}
-        if getattr(mod, "SMOOTHED", ()) and not exact:
-            sol.info["mean_correction"]["approximation"] = (
-                f"kinked activation {', '.join(n for n, _ in mod.SMOOTHED)}: m1 of the smoothed network at widths "
-                f"{p['kink width']:g} and {p['kink width'] / 2:g}, extrapolated to zero width (as the propagator)")
         if mod.SINGULAR:
             sol.info["mean_correction"]["approximation"] = (
                 f"the activation is not smooth ({', '.join(mod.SINGULAR)} in the sensitivities): the forward-mode "
                 "derivatives of the march behind m1 miss the delta-function terms at its kinks, so m1 carries a "
                 "bias that is not estimated")
     return sol
-
-
-def _kink_widths(mod, p):
-    """The smoothing widths a solve runs at: (w, w/2) for a spec with smoothed kinked activations, else (None,)."""
-    if not getattr(mod, "SMOOTHED", ()):
-        return (None,)
-    w = float(p["kink width"])
-    return (w, w / 2)
-
-
-def _group(mod, geo, march, Sg, pj, p, sz, T, batch, width, correction, *, dirac_check, timings, bar, label):
-    """One complete solve on one group of paths (its own saddle point, kappa, D, propagator and, with
-    ``correction``, m1), at smoothing width ``width`` (None: the spec has no smoothed activation).  With
-    ``dirac_check`` also the shift of the equal-time variances when the (mollified) delta functions of
-    the sensitivities are halved in width."""
-    if width is not None:
-        pj, p = {**pj, "kink width": jnp.asarray(width)}, {**p, "kink width": width}
-    t0 = _time.perf_counter()
-    q, Rq, avg = march(Sg, pj)
-    q = {k: np.asarray(v) for k, v in q.items()}
-    _check_finite(mod, geo, q, "saddle-point march")
-    bar.advance(note=f"group {label}: saddle march")
-    t1 = _time.perf_counter()
-    qj = {k: jnp.asarray(v) for k, v in q.items()}
-    kappa_obs, D = _moments(mod, geo, Sg, qj, avg, pj, sz, T, batch)
-    t2 = _time.perf_counter()
-    bar.advance(note=f"group {label}: kappa and D")
-    U0 = explicit_jacobian(mod, geo, q, {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
-    sigma, U, kappa, cond = propagator(U0, kappa_obs, D, geo, T)
-    out = {"q": q, "sigma": sigma, "U": U, "kappa": kappa, "cond": cond, "dirac_shift": None}
-    if dirac_check:
-        ph = {**pj, "dirac width": jnp.asarray(p["dirac width"] / 2)}
-        _, Dh = _moments(mod, geo, Sg, qj, avg, ph, sz, T, batch)
-        out["dirac_shift"] = np.diag(propagator(U0, kappa_obs, Dh, geo, T)[0]) - np.diag(sigma)
-    bar.advance(note=f"group {label}: propagator")
-    timings["saddle"] += t1 - t0
-    timings["moments"] += t2 - t1
-    timings["propagator"] += _time.perf_counter() - t2
-    if correction:
-        t3 = _time.perf_counter()
-        out["m1"] = mean_correction_group(mod, geo, Sg, q, U, p, sz, T)
-        timings["mean correction"] += _time.perf_counter() - t3
-    return out
-
-
-def _richardson(a, b, order):
-    """Zero-width extrapolation of two group solves at smoothing widths w (``a``) and w/2 (``b``): the bias of
-    the smoothing is O(w^p), so x(0) = (2^p x(w/2) - x(w)) / (2^p - 1) for every mean, block and m1."""
-    f = 2.0 ** order
-    ext = lambda x, y: (f * np.asarray(y) - np.asarray(x)) / (f - 1)               # noqa: E731
-    out = {"q": {k: ext(a["q"][k], b["q"][k]) for k in a["q"]}, "cond": max(a["cond"], b["cond"]),
-           "dirac_shift": None}
-    for k in ("sigma", "U", "kappa", "m1"):
-        if k in a:
-            out[k] = ext(a[k], b[k])
-    return out
-
-
-def _smoothing_report(mod, var, var_se, width, order):
-    """What the zero-width extrapolation of a smoothed kinked activation did, from group 0's equal-time
-    variances at w, w/2 and the extrapolations (w, w/2) and (w/2, w/4): the correction applied and the
-    residual (the difference of the two extrapolations, an estimate of the bias left), both relative to the
-    peak and to the Monte Carlo standard error of the result."""
-    at_w, at_half, ext, ext_fine = var
-    peak = max(float(np.abs(ext).max()), 1e-300)
-    se = var_se if var_se is not None else np.zeros_like(ext)
-    floor = 1e-3 * peak
-    corr, resid = np.abs(ext - at_half), np.abs(ext_fine - ext)
-    worst = float((resid / np.maximum(se, floor)).max())
-    names = ", ".join(n for n, _ in mod.SMOOTHED)
-    return {"activations": [n for n, _ in mod.SMOOTHED], "kink_width": float(width),
-            "widths": [float(width), float(width) / 2], "order": int(order), "correction_rel_to_peak": float(corr.max() / peak),
-            "residual_rel_to_peak": float(resid.max() / peak), "residual_vs_se": worst,
-            "exceeds_error_bar": bool(worst > 1.0),
-            "approximation": (f"kinked activation {names} smoothed at widths {width:g} and "
-                              f"{width / 2:g} (forward dynamics and sensitivities alike) and extrapolated to zero "
-                              f"width (bias O(w^{order})); the extrapolation moved N Var by up to "
-                              f"{corr.max() / peak:.1%} of the peak; extrapolating from {width / 2:g} and "
-                              f"{width / 4:g} instead changes it by {resid.max() / peak:.1%} of the peak, "
-                              f"{worst:.2g} times the Monte Carlo standard error" +
-                              (" (the residual bias may exceed the error bar)" if worst > 1 else ""))}
 
 
 def _kink_report(shift, var_se, var, width):
