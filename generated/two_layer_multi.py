@@ -31,6 +31,8 @@ SAMPLE_SUMS = ('∫1', '∫2')
 ORDER_SUMS = ()
 PAST_TERMS = ()
 SINGULAR = ('DiracDelta(h[mu])',)
+# fields at whose zero the activation has a kink (the runtime counts how often paths cross it)
+KINK_FIELDS = ('h',)
 # (row, column): a constraint that reads another order parameter at the same time (scalars)
 SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply

@@ -242,7 +242,25 @@ def test_relu_solution_reports_its_kink_bias():
     sol = m.solve(samples=4000, P=3, T=30, eta=0.04, gamma=1.0)
     kink = sol.info["diagnostics"]["kink"]
     assert kink["dirac_width"] == 0.1 and kink["shift_at_half_width_max"] > 0
-    assert kink["exceeds_error_bar"] == (kink["shift_vs_se"] > 1)
+    assert kink["exceeds_error_bar"] == (kink["shift_vs_se"] > 1 or kink["chattering"]["h"] > 0.01)
     assert ("warning: non-smooth activation" in sol.summary()) == kink["exceeds_error_bar"]
+    assert 0.0 <= kink["chattering"]["h"] <= 1.0 and m.module.KINK_FIELDS == ("h",)
+
+
+def test_chattering_paths_are_counted_and_reported():
+    """Paths whose preactivation crosses the relu's kink 3 or more times (issue 13): under 1% near the lazy limit;
+    on three random points with targets of both signs (gamma = 0.5, eta = 0.05, T = 40) about 10%, as in a
+    width-20000 network trained on the same data (14%, 1% and 12% of its neurons for the three points,
+    experiments/relu_rich.py); the solution warns."""
+    rng = np.random.default_rng(1300 + 17 * 3)
+    X = rng.standard_normal((3, 8))
+    Kx, y = X @ X.T / 8, rng.standard_normal(3)
+    y[0] = -y[0] if (np.all(y > 0) or np.all(y < 0)) else y[0]       # targets of both signs, as relu_rich.data
+    m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+    rich = m.solve(P=3, Kx=Kx, y=y, gamma=0.5, T=40, eta=0.05, samples=4000, seed=1)
+    lazy = m.solve(P=3, Kx=Kx, y=y, gamma=0.02, T=40, eta=0.05, samples=4000, seed=1)
+    assert 0.05 < rich.info["diagnostics"]["kink"]["chattering"]["h"] < 0.15
+    assert "chattering" in rich.summary()
+    assert lazy.info["diagnostics"]["kink"]["chattering"]["h"] < 0.01 and "chattering" not in lazy.summary()
     smooth = dmftc.load(ROOT / "specs" / "two_layer.dmft").solve(samples=2000, T=5)
     assert "kink" not in smooth.info["diagnostics"]

@@ -227,6 +227,9 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     past = tuple((pt.row, pt.col, tuple(L.axis(x) for x in orders[pt.row]), tuple(L.axis(x) for x in pt.dummies),
                   tuple(L.axis(x + "'") for x in orders[pt.col])) for pt in d.past_terms)
     w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n")
+    if d.kink_fields:
+        w(f"# fields at whose zero the activation has a kink (the runtime counts how often paths cross it)\n"
+          f"KINK_FIELDS = {d.kink_fields!r}\n")
     same = tuple((sd.name, dep) for sd in d.saddles for dep in sd.same_time)
     w(f"# (row, column): a constraint that reads another order parameter at the same time (scalars)\n"
       f"SAME_TIME = {same!r}\n")

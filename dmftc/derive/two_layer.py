@@ -60,6 +60,7 @@ class Derivation:
     singular: tuple[str, ...] = field(default=())
     nonlinear: str | None = None   # why the process is not Gaussian (None: linear, exact moments possible)
     ir: ModelIR | None = field(default=None, compare=False)
+    kink_fields: tuple[str, ...] = ()   # fields whose zero is a kink of the activation (DiracDelta(field))
 
     def saddle(self, name: str) -> OrderParameter:
         return next(s for s in self.saddles if s.name == name)
@@ -131,9 +132,12 @@ class _Deriver(IndexNames):
                     past.append(PastTerm(sd.name, col, a, b, dummies))
         self.supported(fields, sample_sums, saddles, ft, st, ot, past)
         singular = sorted({s for t in ft + st + ot for s in singular_terms(t.expr)})
+        names = {f.name for f in fields}
+        kinks = sorted({str(getattr(a.args[0], "base", a.args[0])) for t in ft + st + ot
+                        for a in t.expr.atoms(sp.DiracDelta)} & names)
         return Derivation(self.m, dict(self.index_size), orders, sources, sample_sums, order_sums, fields,
                           tuple(saddles), drivers, primed, tuple(ft), tuple(st), tuple(ot), tuple(past),
-                          tuple(singular), self.linearity(fields, sample_sums, saddles), ir)
+                          tuple(singular), self.linearity(fields, sample_sums, saddles), ir, tuple(kinks))
 
     def linearity(self, fields, sample_sums, saddles) -> str | None:
         """Prove that every field is affine in the Gaussian sources (given the order parameters) and every

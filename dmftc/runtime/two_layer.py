@@ -295,7 +295,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
             per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
             batch = int(max(1, _MEMORY_BUDGET // per_sample))
         batch = max(1, min(batch, int(np.diff(edges).max())))
-        results, m1, kink_shift = [], [], None
+        results, m1, kink_shift, chatter = [], [], None, None
         timings.update(saddle=0.0, moments=0.0, propagator=0.0)
         if correction:
             timings["mean correction"] = 0.0
@@ -319,6 +319,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
                 _, Dh = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, ph, sz, T, batch)
                 half = propagator(U0, kappa_obs, Dh, geo, T)[0]
                 kink_shift = np.diag(half) - np.diag(results[-1][1])
+                chatter = _kink_crossings(mod, geo, Sg, q, pj, sz, T)
             bar.advance(note=f"group {g + 1}/{G}: propagator")
             timings["saddle"] += t1 - t0
             timings["moments"] += t2 - t1
@@ -337,7 +338,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     _check_variances(np.diag(sigma), var_se, geo, T)
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc"}
     if not exact and kink_shift is not None:
-        diagnostics["kink"] = _kink_report(kink_shift, var_se, np.diag(sigma), p["dirac width"])
+        diagnostics["kink"] = _kink_report(kink_shift, var_se, np.diag(sigma), p["dirac width"], chatter)
     sol = Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
                                RunInfo(samples, seed, batch, timings, diagnostics))
     if correction:
@@ -354,21 +355,55 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     return sol
 
 
-def _kink_report(shift, var_se, var, width):
+_CHATTER_WARN = 0.01      # warn when more than this fraction of the paths chatter across a kink
+
+
+def _kink_crossings(mod, geo, S, q, p, sz, T):
+    """Per kink field (``KINK_FIELDS``: fields at whose zero the activation has a kink), the fraction of the
+    paths and components whose field changes sign at least 3 times along the trajectory: neurons that chatter
+    across the kink, pushed over it by one point and back by another at every step or two.  The sensitivities
+    through them are where the delta-function approximation is least reliable (README, 'What to expect for
+    relu')."""
+    names = tuple(getattr(mod, "KINK_FIELDS", ()))
+    if not names:
+        return None
+    eta = p[mod.TIME["step"]]
+    B = next(iter(S.values())).shape[0]
+    R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
+    qj = {k: jnp.asarray(v) for k, v in q.items()}
+
+    def step(R, t):
+        qt = {k: v[t] for k, v in qj.items()}
+        F = mod.fields(S, R, p, sz)
+        inc = mod.sample_increments(F, qt, p, sz)
+        return {k: R[k] + eta * inc[k] for k in R}, {n: F[n] > 0 for n in names}
+
+    _, side = jax.lax.scan(step, R0, jnp.arange(T))
+    return {n: float(np.mean(np.sum(np.asarray(side[n][1:] != side[n][:-1]), axis=0) >= 3)) for n in names}
+
+
+def _kink_report(shift, var_se, var, width, chatter=None):
     """How far the equal-time variances move when the delta functions of a non-smooth activation are halved
-    in width (one sample group, same paths), against the Monte Carlo standard error of the result."""
+    in width (one sample group, same paths), against the Monte Carlo standard error of the result; and how
+    many paths chatter across the kink (:func:`_kink_crossings`)."""
     se = var_se if var_se is not None else np.zeros_like(var)
     floor = 1e-3 * max(float(np.abs(var).max()), 1e-300)
     ratio = np.abs(shift) / np.maximum(se, floor)
     worst = float(ratio.max())
+    text = ("non-smooth activation: the delta functions of its derivatives are Gaussians of width "
+            f"{width:g}; halving the width moves N Var by up to "
+            f"{float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)):.1%} of the "
+            f"peak, {worst:.2g} times the Monte Carlo standard error" +
+            (" (the approximation's bias may exceed the error bar)" if worst > 1 else ""))
+    most = max(chatter.values()) if chatter else 0.0
+    if most > _CHATTER_WARN:
+        text += (f"; {most:.1%} of the paths cross the kink of {max(chatter, key=chatter.get)} 3 or more times "
+                 "(chattering neurons: the sensitivities through them are approximate; in such cases N Var K "
+                 "was measured 5-26% of its peak off networks, issue 13)")
     return {"dirac_width": float(width), "shift_at_half_width_max": float(np.abs(shift).max()),
             "shift_rel_to_peak": float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)),
-            "shift_vs_se": worst, "exceeds_error_bar": bool(worst > 1.0),
-            "approximation": ("non-smooth activation: the delta functions of its derivatives are Gaussians of width "
-                              f"{width:g}; halving the width moves N Var by up to "
-                              f"{float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)):.1%} of the "
-                              f"peak, {worst:.2g} times the Monte Carlo standard error" +
-                              (" (the approximation's bias may exceed the error bar)" if worst > 1 else ""))}
+            "shift_vs_se": worst, "chattering": chatter or {},
+            "exceeds_error_bar": bool(worst > 1.0 or most > _CHATTER_WARN), "approximation": text}
 
 
 def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
