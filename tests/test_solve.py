@@ -257,8 +257,8 @@ def test_chattering_paths_are_counted_and_reported():
     Kx, y = X @ X.T / 8, rng.standard_normal(3)
     y[0] = -y[0] if (np.all(y > 0) or np.all(y < 0)) else y[0]       # targets of both signs, as relu_rich.data
     m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
-    rich = m.solve(P=3, Kx=Kx, y=y, gamma=0.5, T=40, eta=0.05, samples=4000, seed=1)
-    lazy = m.solve(P=3, Kx=Kx, y=y, gamma=0.02, T=40, eta=0.05, samples=4000, seed=1)
+    rich = m.solve(P=3, Kx=Kx, y=y, gamma=0.5, T=40, eta=0.05, samples=2000, seed=1)
+    lazy = m.solve(P=3, Kx=Kx, y=y, gamma=0.02, T=40, eta=0.05, samples=1000, groups=2, seed=1)
     assert 0.05 < rich.info["diagnostics"]["kink"]["chattering"]["h"] < 0.15
     assert "chattering" in rich.summary()
     assert lazy.info["diagnostics"]["kink"]["chattering"]["h"] < 0.01 and "chattering" not in lazy.summary()
