@@ -367,18 +367,21 @@ def _kink_crossings(mod, geo, S, q, p, sz, T):
     names = tuple(getattr(mod, "KINK_FIELDS", ()))
     if not names:
         return None
-    eta = p[mod.TIME["step"]]
-    B = next(iter(S.values())).shape[0]
-    R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
-    qj = {k: jnp.asarray(v) for k, v in q.items()}
 
-    def step(R, t):
-        qt = {k: v[t] for k, v in qj.items()}
-        F = mod.fields(S, R, p, sz)
-        inc = mod.sample_increments(F, qt, p, sz)
-        return {k: R[k] + eta * inc[k] for k in R}, {n: F[n] > 0 for n in names}
+    def sides(S, q, p):
+        eta = p[mod.TIME["step"]]
+        B = next(iter(S.values())).shape[0]
+        R0 = {n: jnp.zeros(geo.shape(n, B)) for n in mod.SAMPLE_SUMS}
 
-    _, side = jax.lax.scan(step, R0, jnp.arange(T))
+        def step(R, t):
+            qt = {k: v[t] for k, v in q.items()}
+            F = mod.fields(S, R, p, sz)
+            inc = mod.sample_increments(F, qt, p, sz)
+            return {k: R[k] + eta * inc[k] for k in R}, {n: F[n] > 0 for n in names}
+
+        return jax.lax.scan(step, R0, jnp.arange(T))[1]
+
+    side = _compiled("crossings", mod, geo, T, sides)(S, {k: jnp.asarray(v) for k, v in q.items()}, p)
     return {n: float(np.mean(np.sum(np.asarray(side[n][1:] != side[n][:-1]), axis=0) >= 3)) for n in names}
 
 
