@@ -56,20 +56,28 @@ def test_causal_propagator_equals_dense_inverse(L, T):
             np.testing.assert_allclose(short.sigma[a][b], dense.sigma[a][b], rtol=0, atol=1e-12 * scale)
 
 
-def test_theta_jacobian_matches_autodiff():
-    """The sparse chain rule v -> (C, E, hats) used by the local Hessians equals jax.jacfwd / jax.hessian."""
+@pytest.mark.parametrize("odd", [False, True])
+def test_theta_jacobian_matches_autodiff(odd):
+    """The sparse chain rule v -> (C, E, hats) used by the local Hessians (elementwise partials of the model's
+    couplings) equals jax.jacfwd / jax.hessian of the whole map, for the standard network and for couplings
+    nonlinear in the kernels and in Delta."""
     import jax.numpy as jnp
 
+    from dmftc.runtime.deep_model import DeepModel, standard
     from dmftc.runtime.deep_propagator import _theta_jacobian
     from dmftc.reference.deep_autodiff import _theta_map
 
+    model = standard(gamma=0.7, eta=0.3, y=1.0) if not odd else DeepModel(
+        key=("odd-theta",), label="odd", k_h=lambda q, d: 0.3 * d * q + 0.1 * d ** 2 * q ** 2 + 0.2 * q ** 3,
+        k_z=lambda q, d: jnp.sin(d) * q / (1 + 0.2 * q ** 2), readout=(0.6, -0.9, 0.5), phi0=0.7, g_top=1.3,
+        k_of=lambda P, G: sum(G[l] * P[l] for l in range(len(P))))
     T = 4
     nt = T * (T + 1) // 2
     rng = np.random.default_rng(5)
     v = rng.standard_normal(4 * nt + 2 * T * T + 2 * T)
     m = rng.standard_normal(2 * T * T + 2 * nt + T)
-    J, (i, j, val) = _theta_jacobian(v, m, T, 0.7, 0.3)
-    Jr, Hr = (np.asarray(a) for a in _theta_map(T)(jnp.asarray(v), jnp.asarray(m), 0.7, 0.3))
+    J, (i, j, val) = _theta_jacobian(v, m, T, model)
+    Jr, Hr = (np.asarray(a) for a in _theta_map(T, model)(jnp.asarray(v), jnp.asarray(m)))
     np.testing.assert_allclose(J.toarray(), Jr, rtol=0, atol=1e-14)
     H = np.zeros_like(Hr)
     np.add.at(H, (i, j), val)

@@ -18,6 +18,7 @@ import pytest
 
 from dmftc.runtime.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
                                deep_linear_saddle, observable_names, saddle_point_vector)
+from dmftc.runtime.deep_model import standard
 from dmftc.runtime.deep_propagator import LocalEstimator, _estimator, deep_propagator, mc_saddle
 from dmftc.reference.deep_autodiff import local_logf
 from dmftc.errors import NumericalError, ParameterError
@@ -184,7 +185,8 @@ def test_structured_estimator_equals_brute_force_autodiff():
     for l in range(1, L + 1):
         v, idx = _gather_local(jnp.asarray(x0), lay, l)
         res = [_estimator(T, "tanh", l > 1, l < L, method=m).log_z(
-            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.0, eta=0.3)
+            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
+            model=standard(gamma=1.0, eta=0.3, y=1.0))
             for m in ("struct", "full")]
         (z1, g1, h1), (z2, g2, h2) = res
         assert abs(z1) < 1e-14 and abs(z2) < 1e-14
@@ -193,22 +195,36 @@ def test_structured_estimator_equals_brute_force_autodiff():
         assert np.abs(h2).max() > 0.1
 
 
-@pytest.mark.parametrize("activation", ["tanh", pytest.param("erf", marks=pytest.mark.slow)])
-def test_closed_form_site_moments_equal_autodiff_estimator(activation):
+def _odd_model():
+    """A model that is not the standard network: couplings nonlinear in the kernel and in Delta, a readout
+    whose two coefficients differ, boundary kernels other than 1 and a K with other weights."""
+    from dmftc.runtime.deep_model import DeepModel
+
+    return DeepModel(key=("test-odd",), label="odd", k_h=lambda q, d: 0.3 * d * q + 0.1 * d ** 2 * q ** 2,
+                     k_z=lambda q, d: 0.4 * d * q / (1 + 0.2 * q ** 2), readout=(0.6, -0.9, 0.5), phi0=0.7,
+                     g_top=1.3, k_of=lambda P, G: sum((1.0 + 0.5 * l) * G[l] * P[l] for l in range(len(P)))
+                     + 0.2 * P[-1] ** 2)
+
+
+@pytest.mark.parametrize("activation,odd", [("tanh", False), ("tanh", True),
+                                            pytest.param("erf", False, marks=pytest.mark.slow)])
+def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
     """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives in closed form, Price block
     summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
-    paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying)."""
+    paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying); for the standard
+    network and for a model with other couplings, readout and boundaries."""
     L, T, S = 3, 3, 64
-    kw = dict(L=L, gamma=1.3, y=1.0, eta=0.4, T=T)
+    model = _odd_model() if odd else standard(gamma=1.3, y=1.0, eta=0.4)
+    kw = dict(L=L, T=T, model=model)
     xi = np.random.default_rng(5).standard_normal((2, L, S, T))
     sad, fields = mc_saddle(activation=activation, xiu=xi[0], xir=xi[1], **kw)
     lay = Layout(L, T)
     x0 = saddle_point_vector(sad)
     names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
     for l in range(1, L + 1):
-        v, _ = _gather_local(jnp.asarray(x0), lay, l)
+        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
         fast, ref = (_estimator(T, activation, l > 1, l < L, method=m).moments(
-            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), gamma=1.3, eta=0.4)
+            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
             for m in ("fast", "struct"))
         assert fast[1] < 1e-24 * S                       # the march's fields solve the single-site equations
         for name, a, b in zip(names, fast, ref):
@@ -240,7 +256,7 @@ def test_causal_blocking_of_the_price_products_is_exact():
     assert len(blocked.s_blocks) > 1
     dense.s_blocks = [(0, T)]
     dense._fn = jax.jit(dense._chunk_sums)
-    a, b = (sm.moments(C, E, W, X, top=1.0, gamma=1.0) for sm in (blocked, dense))
+    a, b = (sm.moments(C, E, W, X, feature=(1.0, -1.0)) for sm in (blocked, dense))
     assert np.abs(b[7]).max() > 1.0
     for x, y in zip(a, b):
         assert np.abs(x - y).max() <= 1e-13 * max(np.abs(y).max(), 1.0)
@@ -273,8 +289,8 @@ def test_linear_monte_carlo_log_z_matches_closed_form():
         runs = []
         for _ in range(groups):
             w = rng.standard_normal((S, 2 * T)) @ root.T
-            runs.append(est.log_z(np.asarray(v), w, w @ np.vstack([Hm, Zm]).T, top=float(l == L), gamma=gamma,
-                                  eta=eta))
+            runs.append(est.log_z(np.asarray(v), w, w @ np.vstack([Hm, Zm]).T, top=float(l == L),
+                                  model=standard(gamma=gamma, eta=eta, y=1.0)))
         f = lambda q: _log_z_local(q, gamma, eta, float(l == L), T=T)  # noqa: E731
         value, grad = float(f(v)), np.asarray(jax.jit(jax.grad(f))(v))
         hess = np.asarray(_local_hessian(T)(v, gamma, eta, float(l == L)))
@@ -419,7 +435,7 @@ def test_bad_input_and_divergence_are_reported():
     v0, w0 = _site_problem(2)
     est = LocalEstimator(T=2, activation="tanh", vary_u=False, vary_r=True)
     with pytest.raises(ParameterError, match="causal"):                 # hats nonzero: not a saddle
-        est.log_z(v0, w0[None], w0[None], top=1.0, gamma=1.0, eta=0.1)
+        est.log_z(v0, w0[None], w0[None], top=1.0, model=standard(gamma=1.0, eta=0.1, y=1.0))
 
 
 def test_kinked_activation_is_extrapolated_in_the_delta_width():

@@ -70,18 +70,20 @@ def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
     return x, logdet
 
 
-def _features(x, *, T, activation, top, gamma):
+def _features(x, *, T, activation, feature):
     """f(x) with -Q + (Delta_hat source) = hats . f:  (-phi(h(t)) phi(h(s)), t >= s; -g(t) g(s), t >= s;
-    top (z(t) phi(h(t)) - z(0) phi(h(0))) / gamma)."""
+    a z(t) phi(h(t)) + b z(0) phi(h(0))), (a, b) = ``feature`` (the readout's, DeepModel.features, in the last
+    layer; 0 below it)."""
+    fa, fb = feature
     act = _act_jax(activation)
     tril = np.tril_indices(T)
     hh, zz = x[:T], x[T:]
     p, d1, _ = act(hh)
     g = d1 * zz
-    return jnp.concatenate([-jnp.outer(p, p)[tril], -jnp.outer(g, g)[tril], top * (zz * p - zz[0] * p[0]) / gamma])
+    return jnp.concatenate([-jnp.outer(p, p)[tril], -jnp.outer(g, g)[tril], fa * (zz * p - zz[0] * p[0]) + (fa + fb) * zz[0] * p[0]])
 
 
-def local_logf(v, w, x0, *, T, activation, top, gamma, eta, newton=2, order=3):
+def local_logf(v, w, x0, *, T, activation, model, feature, newton=2, order=3):
     """ln of the integrand F = exp(-Q(x)) / |det(I - J(x))| of one sample, x = the implicit solution of
     x = w + F(x) reproduced by ``newton`` differentiable Newton steps from x0 (treated as a constant).
     v: local variables in deep_linear._log_z_local order; w = (u, r), x0 = (h, z), each (2T,).
@@ -96,9 +98,9 @@ def local_logf(v, w, x0, *, T, activation, top, gamma, eta, newton=2, order=3):
     slogdet under vmap deadlocked intermittently in jaxlib 0.10.2 on this machine: gdb showed
     lapack_dtrsm_ffi -> jax::ParallelBatchMap waiting in BlockingCounter::Wait with every pool worker idle).
     Newton: x_{k+1} = x_k - (I - J(x_k))^-1 (x_k - w - F(x_k)); x1 - x* = O(eps^2), x2 - x* = O(eps^4)."""
-    C, E, hats = _couplings(v, T, gamma, eta)
+    C, E, hats = _couplings(v, T, model)
     x, logdet = _solve_site(C, E, w, x0, T=T, activation=activation, newton=newton, order=order)
-    return hats @ _features(x, T=T, activation=activation, top=top, gamma=gamma) - logdet
+    return hats @ _features(x, T=T, activation=activation, feature=feature) - logdet
 
 
 def _second(fn, w, a, b):
@@ -117,15 +119,16 @@ def _site_map(x, C, E, T, activation):
 _THETA: dict = {}
 
 
-def _theta_map(T):
-    """jitted (v, m, gamma, eta) -> (d theta/dv, Hessian of m . theta(v)) by autodiff (the reference for
-    _theta_jacobian)."""
-    if T not in _THETA:
-        def fn(v, m, gamma, eta):
-            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, gamma, eta)])  # noqa: E731
+def _theta_map(T, model):
+    """jitted (v, m) -> (d theta/dv, Hessian of m . theta(v)) of a DeepModel by autodiff of the whole map (the
+    reference for _theta_jacobian)."""
+    key = (T, model.key)
+    if key not in _THETA:
+        def fn(v, m):
+            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, model)])  # noqa: E731
             return jax.jacfwd(theta)(v), jax.hessian(lambda vv: m @ theta(vv))(v)
-        _THETA[T] = jax.jit(fn)
-    return _THETA[T]
+        _THETA[key] = jax.jit(fn)
+    return _THETA[key]
 
 
 def gaussian_cubature5(d):
@@ -167,12 +170,16 @@ class AutodiffEstimator(LocalEstimator):
         T, method = self.T, self.method
         per_sample = (self.nv if method == "full" else len(self.anti) + len(self.pa) + 2) * 40 * (2 * T) ** 2
         self.chunk = chunk or int(max(16, min(1024, 4e7 / per_sample)))
-        key = (T, self.activation, len(self.pa), self.chunk, method)   # layer kinds with as many pairs share it
-        if key not in _JIT:
-            _JIT[key] = jax.jit(self._moments_full if method == "full" else self._moments_struct)
-        self._fn = _JIT[key]
+        self._key = (T, self.activation, len(self.pa), self.chunk, method)   # layer kinds with as many pairs share it
 
-    def moments(self, v, W, X0, *, top, gamma, eta, weights=None):
+    def _fn(self, model):
+        key = self._key + (model.key,)
+        if key not in _JIT:
+            body = self._moments_full if self.method == "full" else self._moments_struct
+            _JIT[key] = jax.jit(lambda *a: body(model, *a))
+        return _JIT[key]
+
+    def moments(self, v, W, X0, *, top, model, weights=None):
         if weights is not None:
             raise ParameterError("path weights need method='fast'")
         S, c = W.shape[0], self.chunk
@@ -185,21 +192,22 @@ class AutodiffEstimator(LocalEstimator):
             if n < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - n, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - n, axis=0)])
-            out = [np.asarray(o) for o in self._fn(jnp.asarray(v), jnp.asarray(Wc), jnp.asarray(Xc),
-                                                   jnp.asarray(mask), float(top), gamma, eta,
-                                                   jnp.asarray(self.pa), jnp.asarray(self.pb))]
+            fa, fb = model.features() if top else (0.0, 0.0)
+            out = [np.asarray(o) for o in self._fn(model)(jnp.asarray(v), jnp.asarray(Wc), jnp.asarray(Xc),
+                                                          jnp.asarray(mask), fa, fb,
+                                                          jnp.asarray(self.pa), jnp.asarray(self.pb))]
             acc = out if acc is None else [a + o for a, o in zip(acc, out)]
         return acc
 
-    def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
+    def log_z(self, v, W, X0, *, top, model, weights=None):
         if self.method == "full":
-            return self._log_z_full(v, W, X0, top=top, gamma=gamma, eta=eta)
-        return super().log_z(v, W, X0, top=top, gamma=gamma, eta=eta, weights=weights)
+            return self._log_z_full(v, W, X0, top=top, model=model)
+        return super().log_z(v, W, X0, top=top, model=model, weights=weights)
 
-    def _moments_full(self, v, W, X0, mask, top, gamma, eta, pa, pb):
+    def _moments_full(self, model, v, W, X0, mask, fa, fb, pa, pb):
         T, act = self.T, self.activation
-        one = lambda vv, ww, xx: jnp.exp(local_logf(vv, ww, xx, T=T, activation=act, top=top,  # noqa: E731
-                                                    gamma=gamma, eta=eta))
+        one = lambda vv, ww, xx: jnp.exp(local_logf(vv, ww, xx, T=T, activation=act, model=model,  # noqa: E731
+                                                    feature=(fa, fb)))
         total = lambda vv: jnp.sum(mask * jax.vmap(one, in_axes=(None, 0, 0))(vv, W, X0))      # noqa: E731
         Z, g = jax.value_and_grad(total)(v)
         H = jax.jacfwd(jax.grad(total))(v)
@@ -213,12 +221,12 @@ class AutodiffEstimator(LocalEstimator):
             p0, P = jnp.zeros(0), jnp.zeros((0, self.nv))
         return Z, g, H, p0, P
 
-    def _moments_struct(self, v, W, X0, mask, top, gamma, eta, pa, pb):
+    def _moments_struct(self, model, v, W, X0, mask, fa, fb, pa, pb):
         T, act = self.T, self.activation
         T2 = T * T
-        C0, E0, _ = _couplings(v, T, gamma, eta)
+        C0, E0, _ = _couplings(v, T, model)
         c0 = jnp.concatenate([C0.reshape(-1), E0.reshape(-1)])
-        feats = lambda x: _features(x, T=T, activation=act, top=top, gamma=gamma)  # noqa: E731
+        feats = lambda x: _features(x, T=T, activation=act, feature=(fa, fb))  # noqa: E731
         anti = jnp.asarray(self.anti)
 
         def site(c, w, x0):
@@ -262,9 +270,9 @@ class AutodiffEstimator(LocalEstimator):
         out = jax.vmap(per)(W, X0)
         return tuple(jnp.tensordot(mask, o, axes=1) for o in out)
 
-    def _log_z_full(self, v, W, X0, *, top, gamma, eta):
+    def _log_z_full(self, v, W, X0, *, top, model):
         S = W.shape[0]
-        Z, g, H, p0, P = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta)
+        Z, g, H, p0, P = self.moments(v, W, X0, top=top, model=model)
         grad = g / Z
         hess = H / Z - np.outer(g, g) / Z ** 2
         Pf = np.zeros((self.nv, self.nv))

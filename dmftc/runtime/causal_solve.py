@@ -136,13 +136,13 @@ def left_solve(U, edges, E):
     return Y, worst
 
 
-def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False) -> Propagator:
+def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, model=None) -> Propagator:
     """Propagator of the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)) from U and Kd;
     with ``full`` also sigma_phys over the whole packed physical block (otherwise None)."""
     lay = Layout(sad.L, sad.T)
     co = blocks.order
     t0 = _time.perf_counter()
-    names, rows, J = observable_map(sad, lay)
+    names, rows, J = observable_map(sad, lay, model)
     phys_pos = co.pos[np.arange(lay.n_phys)]                    # physical variables are all primal
     R = np.eye(lay.n_phys) if full else J
     E = np.zeros((R.shape[0], len(co.primal)))

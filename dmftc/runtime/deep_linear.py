@@ -89,12 +89,14 @@ class Saddle:
     Rphi: list                  # L x (T,T)   <d h^l(t)/d r^l(s)>, s < t
     Rg: list                    # L x (T,T)   <d g^l(t)/d u^l(s)>, s <= t
     maps: list = field(repr=False, default=None)  # L x (H, Z): (T, 2T) coefficients of h^l, z^l on (u^l, r^l)
+    phi0: float = 1.0           # boundary kernels Phi[0] = phi0 1 1^T, G[L+1] = g_top 1 1^T
+    g_top: float = 1.0
 
-    def phi(self, l):           # Phi[l] with Phi[0] = 1 1^T
-        return np.ones((self.T, self.T)) if l == 0 else self.Phi[l - 1]
+    def phi(self, l):           # Phi[l] with Phi[0] = phi0 1 1^T
+        return self.phi0 * np.ones((self.T, self.T)) if l == 0 else self.Phi[l - 1]
 
-    def g(self, l):             # G[l] with G[L+1] = 1 1^T
-        return np.ones((self.T, self.T)) if l == self.L + 1 else self.G[l - 1]
+    def g(self, l):             # G[l] with G[L+1] = g_top 1 1^T
+        return self.g_top * np.ones((self.T, self.T)) if l == self.L + 1 else self.G[l - 1]
 
 
 def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) -> Saddle:
@@ -272,22 +274,22 @@ def _local_hessian(T):
     return _HESS_CACHE[T]
 
 
-def _local_parts(lay: "Layout", l: int):
-    """(names or constants) of the local variables of layer l, in _log_z_local order."""
+def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
+    """(names or constants) of the local variables of layer l, in _log_z_local order (boundary kernels
+    Phi[0] = phi0, G[L+1] = g_top)."""
     L, T = lay.L, lay.T
-    ones = ("const", np.ones(lay.nt))
-    return [f"Phi[{l - 1}]" if l > 1 else ones,
-            f"G[{l + 1}]" if l < L else ones,
+    return [f"Phi[{l - 1}]" if l > 1 else ("const", phi0 * np.ones(lay.nt)),
+            f"G[{l + 1}]" if l < L else ("const", g_top * np.ones(lay.nt)),
             f"A[{l - 1}]" if l > 1 else ("const", np.zeros(T * T)),
             f"B[{l}]" if l < L else ("const", np.zeros(T * T)),
             f"Phi_hat[{l}]", f"G_hat[{l}]", "Delta",
             "Delta_hat" if l == L else ("const", np.zeros(T))]
 
 
-def _gather_local(x, lay, l):
+def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
     """local vector of layer l and, per entry, its index in the flat layout (-1 for constants)."""
     vals, idx = [], []
-    for part in _local_parts(lay, l):
+    for part in _local_parts(lay, l, phi0, g_top):
         if isinstance(part, tuple):
             vals.append(jnp.asarray(part[1]))
             idx.append(-np.ones(len(part[1]), dtype=int))
@@ -467,10 +469,11 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
     return P
 
 
-def observable_map(sad: Saddle, lay: "Layout"):
+def observable_map(sad: Saddle, lay: "Layout", model=None):
     """(names, rows, J): the linear map J (len(names) T, n_phys) from the packed physical block to the
     time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t); rows[name] are its rows of that observable.
-    K(t) = sum_l G[l+1](t,t) Phi[l](t,t) is linearised at the saddle ``sad``."""
+    K(t) = sum_l G[l+1](t,t) Phi[l](t,t) (or ``model``'s K, a :class:`dmftc.runtime.deep_model.DeepModel`) is
+    linearised at the saddle ``sad``."""
     L, T = sad.L, sad.T
     names = observable_names(L)
     J = np.zeros((len(names) * T, lay.n_phys))
@@ -480,9 +483,15 @@ def observable_map(sad: Saddle, lay: "Layout"):
     for l in range(1, L + 1):
         J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
         J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
-        # dPhi[l] with G[l+1] (l = 1..L), dG[l] with Phi[l-1] (l = 1..L)
-        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += np.diag(sad.g(l + 1))
-        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += np.diag(sad.phi(l - 1))
+    if model is None:             # dK / dPhi[l](t,t) = G[l+1](t,t), dK / dG[l](t,t) = Phi[l-1](t,t)
+        kP = [np.diag(sad.g(l + 1)) for l in range(1, L + 1)]
+        kG = [np.diag(sad.phi(l - 1)) for l in range(1, L + 1)]
+    else:
+        kP, kG = model.k_jacobian([np.diag(sad.phi(l)) for l in range(L + 1)],
+                                  [np.diag(sad.g(l)) for l in range(1, L + 2)])
+    for l in range(1, L + 1):
+        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += kP[l - 1]
+        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += kG[l - 1]
     return names, rows, J
 
 

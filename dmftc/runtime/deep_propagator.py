@@ -92,6 +92,7 @@ from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
 from dmftc.runtime.site_moments import SiteMoments
+from dmftc.runtime.deep_model import DeepModel, standard
 from dmftc.derive.activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
@@ -136,17 +137,31 @@ class _Fields:
     x: list
 
 
-def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
-    """Discrete-time DMFT march on given standard normals xiu, xir (L, S, T) (sources u^l = chol(Phi[l-1]) xi,
-    r^l = chol(G[l+1]) xi, extended causally).  Returns (deep_linear.Saddle, _Fields).  All averages are
-    sample means over these S paths; f(t) = (<z^L phi(h^L)>(t) - <z^L phi(h^L)>(0)) / gamma."""
+def _model(model, gamma, y, eta) -> DeepModel:
+    """The model of the action: given, or the standard network with (gamma, y, eta)."""
+    if model is not None:
+        if not isinstance(model, DeepModel):
+            raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
+        return model
+    if gamma is None or y is None or eta is None:
+        raise ParameterError("give either model= or the standard network's gamma, y and eta")
+    return standard(gamma=_number("gamma", gamma, low=0.0, strict=True), eta=_number("eta", eta, low=0.0),
+                    y=_number("y", y))
+
+
+def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
+    """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
+    (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
+    (deep_linear.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
+    Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
+    model = _model(model, gamma, y, eta)
     act = _act_np(activation)
     S = xiu.shape[1]
     wt = np.ones(S) if weights is None else np.asarray(weights, float) * (S / np.sum(weights))
-    eg = eta * gamma
-    ones = np.ones((T, T))
-    Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]               # index 0..L
-    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [ones]        # index 1..L+1
+    kh = lambda q, d: np.asarray(model.k_h(q, d), float)               # noqa: E731
+    kz = lambda q, d: np.asarray(model.k_z(q, d), float)               # noqa: E731
+    Phi = [model.phi0 * np.ones((T, T))] + [np.zeros((T, T)) for _ in range(L)]        # index 0..L
+    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [model.g_top * np.ones((T, T))]  # index 1..L+1
     Rphi = [np.zeros((T, T)) for _ in range(L + 1)]                    # index 0..L (0: zero)
     Rg = [np.zeros((T, T)) for _ in range(L + 2)]                      # index 1..L+1 (L+1: zero)
     Cu = [None] + [np.zeros((T, T)) for _ in range(L)]
@@ -160,7 +175,7 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
         for l in range(1, L + 1):                                      # forward sweep
             _extend_cholesky(Cu[l], Phi[l - 1][t], t)
             u[l][:, t] = xiu[l - 1][:, : t + 1] @ Cu[l][t, : t + 1]
-            c = Rphi[l - 1][t, :t] + eg * Delta[:t] * Phi[l - 1][t, :t]
+            c = Rphi[l - 1][t, :t] + kh(Phi[l - 1][t, :t], Delta[:t])
             h[l][:, t] = u[l][:, t] + g[l][:, :t] @ c
             Dhu[l][:, t] = np.einsum("nsk,s->nk", Dgu[l][:, :t], c)
             Dhu[l][:, t, t] += 1.0
@@ -177,7 +192,7 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
             _extend_cholesky(Cr[l], G[l + 1][t], t)
             r[l][:, t] = xir[l - 1][:, : t + 1] @ Cr[l][t, : t + 1]
             e = Rg[l + 1][t, : t + 1].copy()
-            e[:t] += eg * Delta[:t] * G[l + 1][t, :t]
+            e[:t] += kz(G[l + 1][t, :t], Delta[:t])
             z[l][:, t] = r[l][:, t] + P[l][:, : t + 1] @ e
             dzu = np.einsum("nsk,s->nk", Dpu[l][:, : t + 1], e)
             dzr = np.einsum("nsk,s->nk", Dpr[l][:, : t + 1], e)
@@ -191,15 +206,18 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
             G[l][: t + 1, t] = row
             Rg[l][t, : t + 1] = wt @ Dgu[l][:, t, : t + 1] / S
         fz[t] = np.mean(wt * z[L][:, t] * P[L][:, t])
-        f[t] = (fz[t] - fz[0]) / gamma
-        Delta[t] = y - f[t]
+        Delta[t] = model.error_signal(fz[t], fz[0])
+        f[t] = model.y0 - Delta[t]
         rows = [Phi[l][t] for l in range(1, L + 1)] + [G[l][t] for l in range(1, L + 1)] + [Delta[t:t + 1]]
         if not all(np.all(np.isfinite(r)) for r in rows) or max(np.abs(r).max() for r in rows) > 1e150:
             raise NumericalError(f"the Monte Carlo DMFT march diverges at step t={t} (non-finite or > 1e150 order "
-                                 f"parameters); reduce eta (= {eta}) or gamma (= {gamma})")
-    K = sum(np.diag(G[l + 1]) * np.diag(Phi[l]) for l in range(L + 1))
-    sad = Saddle(L, float(gamma), float(y), float(eta), T, Delta, f, K, Phi[1:], G[1:L + 1],
-                 Rphi[1:], Rg[1:L + 1], None)
+                                 "parameters); reduce the learning rate or the feature strength")
+    K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
+                   float)
+    std = model.key[0] == "standard"
+    sad = Saddle(L, model.key[1] if std else -1.0 / model.readout[1], model.y0,
+                 model.key[2] if std else float("nan"), T, Delta, f, K, Phi[1:], G[1:L + 1],
+                 Rphi[1:], Rg[1:L + 1], None, phi0=model.phi0, g_top=model.g_top)
     fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
                      [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
     return sad, fields
@@ -208,16 +226,13 @@ def mc_saddle(*, activation, L, gamma, y, eta, T, xiu, xir, weights=None):
 # ----------------------------------------------------------------------------------------------
 # the single-site integrand and its derivatives
 # ----------------------------------------------------------------------------------------------
-def _couplings(v, T, gamma, eta):
-    """(C, E, hats) of the local vector v (deep_linear._log_z_local order); hats = (Phi_hat, G_hat, Delta_hat)
-    = (ph (nt), gh (nt), dh (T)), the coefficients of the features (reference.deep_autodiff._features)."""
+def _couplings(v, T, model: DeepModel):
+    """(C, E, hats) of the local vector v (deep_linear._log_z_local order) under the model's couplings; hats =
+    (Phi_hat, G_hat, Delta_hat) = (ph (nt), gh (nt), dh (T)), the coefficients of the features."""
     tril = np.tril_indices(T)
     low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
     pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
-    strict = jnp.asarray(np.tril(np.ones((T, T)), -1))
-    eg = eta * gamma
-    C = strict * eg * _sym(low(pp)) * Delta[None, :] + a.reshape(T, T)
-    E = strict * eg * _sym(low(gn)) * Delta[None, :] + b.reshape(T, T)
+    C, E = model.couplings(_sym(low(pp)), _sym(low(gn)), a.reshape(T, T), b.reshape(T, T), Delta)
     return C, E, jnp.concatenate([ph, gh, dh])
 
 
@@ -278,11 +293,12 @@ class LocalEstimator:
                                     chunk=chunk)
         self._site = _JIT[key]
 
-    def moments(self, v, W, X0, *, top, gamma, eta, weights=None):
-        C0, E0, _ = _couplings(jnp.asarray(v), self.T, gamma, eta)
-        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, top=top, gamma=gamma, weights=weights)
+    def moments(self, v, W, X0, *, top, model, weights=None):
+        C0, E0, _ = _couplings(jnp.asarray(v), self.T, model)
+        feature = model.features() if top else (0.0, 0.0)
+        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights)
 
-    def log_z(self, v, W, X0, *, top, gamma, eta, weights=None):
+    def log_z(self, v, W, X0, *, top, model, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
         T, S, T2 = self.T, W.shape[0], self.T * self.T
@@ -291,7 +307,7 @@ class LocalEstimator:
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
-        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, gamma=gamma, eta=eta, weights=weights)
+        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, model=model, weights=weights)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
@@ -315,7 +331,7 @@ class LocalEstimator:
         HR[nc:, :na] = Jf[:, self.anti] / S
         HR[nc:, na:] = ff / S
         HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
-        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, gamma, eta)
+        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model)
         JR = J[R]
         if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
             raise AssertionError("anti-causal couplings and hats must be plain entries of v")
@@ -334,17 +350,17 @@ class LocalEstimator:
             hess[:, self.pos] += Pv.T
         return math.log(Zb), grad, hess
 
-def _theta_jacobian(v, m, T, gamma, eta):
+def _theta_jacobian(v, m, T, model: DeepModel):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
-    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] eta gamma Phi(t,s) Delta(s), E alike
-    with G and b, hats = (Phi_hat, G_hat, Delta_hat); the only second derivatives are the Phi-Delta (G-Delta)
-    cross terms of the causal entries."""
+    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
+    b and k_z, hats = (Phi_hat, G_hat, Delta_hat).  The couplings are elementwise, so every derivative is a
+    partial derivative of k at one entry, taken by JAX from the model's own functions (DeepModel.partials);
+    the second derivatives are those of the causal entries in (kernel entry, Delta(s))."""
     nt, T2 = T * (T + 1) // 2, T * T
     o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
     o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
     pp, gn = v[o_pp:o_pp + nt], v[o_gn:o_gn + nt]
     Delta = v[o_D:o_D + T]
-    eg = eta * gamma
     tri = np.zeros((T, T), int)
     ti, si = np.tril_indices(T)
     tri[ti, si] = np.arange(nt)
@@ -354,16 +370,17 @@ def _theta_jacobian(v, m, T, gamma, eta):
     rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
         [np.ones(2 * T2)]
     si_, sj_, sv_ = [], [], []
-    for k, (o_k, ker) in enumerate(((o_pp, pp), (o_gn, gn))):            # C from (pp, a), E from (gn, b)
+    for k, (o_k, ker, which) in enumerate(((o_pp, pp, "h"), (o_gn, gn, "z"))):   # C from (pp, a), E from (gn, b)
         r = k * T2 + np.flatnonzero(causal)
         ic, ds = tri[t[causal], s[causal]], s[causal]
+        kq, kd, kqq, kqd, kdd = model.partials(which, ker[ic], Delta[ds])
         rows += [r, r]
         cols += [o_k + ic, o_D + ds]
-        vals += [eg * Delta[ds], eg * ker[ic]]
-        w = eg * m[r]
-        si_ += [o_k + ic, o_D + ds]
-        sj_ += [o_D + ds, o_k + ic]
-        sv_ += [w, w]
+        vals += [kq, kd]
+        w = m[r]
+        si_ += [o_k + ic, o_k + ic, o_D + ds, o_D + ds]
+        sj_ += [o_k + ic, o_D + ds, o_k + ic, o_D + ds]
+        sv_ += [w * kqq, w * kqd, w * kqd, w * kdd]
     nh = 2 * nt + T
     rows.append(2 * T2 + np.arange(nh))
     cols.append(np.concatenate([o_ph + np.arange(2 * nt), o_dh + np.arange(T)]))
@@ -434,8 +451,8 @@ class DeepPropagator:
             raise ParameterError(f"unknown observable {name!r}; known: {', '.join(self.sigma)}")
 
 
-def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, method="fast", weights=None,
-                     solver="causal", full=False):
+def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
+                     method="fast", weights=None, solver="causal", full=False):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
@@ -444,16 +461,18 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
     sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys)."""
     if solver not in ("causal", "dense"):
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
+    model = _model(model, gamma, y, eta)
+    if solver == "dense" and model.key[0] != "standard":
+        raise ParameterError("the dense reference solver knows the standard network only; use solver='causal'")
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
             weights = np.asarray(weights, float) * (xiu.shape[1] / np.sum(weights))
-        sad, fields = mc_saddle(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xiu, xir=xir,
-                                weights=weights)
+        sad, fields = mc_saddle(activation=activation, L=L, T=T, xiu=xiu, xir=xir, weights=weights, model=model)
     if not all(np.all(np.isfinite(a)) for a in (sad.Delta, sad.K, *sad.Phi, *sad.G, *sad.Rphi, *sad.Rg,
                                                   *fields.w, *fields.x)):
         raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "
-                             f"diverge; reduce eta (= {eta}) or gamma (= {gamma})")
+                             "diverge; reduce the learning rate or the feature strength")
     t1 = _time.perf_counter()
     lay = Layout(L, T)
     x0 = saddle_point_vector(sad)
@@ -461,11 +480,11 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
 
     def local_hessians():
         for l in range(1, L + 1):
-            v, idx = _gather_local(jnp.asarray(x0), lay, l)
+            v, idx = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             est = _estimator(T, activation, l > 1, l < L, chunk, method)
             ta = _time.perf_counter()
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
-                                 gamma=gamma, eta=eta, weights=weights)
+                                 model=model, weights=weights)
             tl.append(_time.perf_counter() - ta)
             if not np.all(np.isfinite(h)):
                 raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
@@ -486,17 +505,17 @@ def group_propagator(*, activation, L, gamma, y, eta, T, xiu, xir, chunk=None, m
     for l in range(1, L + 1):
         g0[lay.slice(f"Phi_hat[{l}]")] = q[f"Phi[{l}]"][lay.tril]
         g0[lay.slice(f"G_hat[{l}]")] = q[f"G[{l}]"][lay.tril]
-    g0[lay.slice("Delta_hat")] = q["Delta"] - y
+    g0[lay.slice("Delta_hat")] = q["Delta"] - model.y0
     for l in range(1, L):
         g0[lay.slice(f"A[{l}]")] = -q[f"B[{l}]"].T.reshape(-1)
         g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
     stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
     t2 = _time.perf_counter()
     if solver == "causal":
-        P = causal_propagator(sad, blocks, full=full)
+        P = causal_propagator(sad, blocks, full=full, model=model)
         del blocks
     else:
-        H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, local_hessians=kept)
+        H = action_hessian(x0, L=L, gamma=sad.gamma, y=sad.y, eta=sad.eta, T=T, local_hessians=kept)
         del kept[:]
         P = propagator_from_hessian(sad, H)
     diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
@@ -527,14 +546,15 @@ def _observable_matrix(P):
     return np.block([[P.sigma[a][b] for b in names] for a in names])
 
 
-def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T: int,
-                    samples: int = 8000, seed: int = 0, groups: int = 4, chunk: int | None = None,
-                    method: str = "fast", progress: bool = False, dirac_width: float = 0.1,
+def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y: float | None = None,
+                    eta: float | None = None, model: DeepModel | None = None, samples: int = 8000, seed: int = 0,
+                    groups: int = 4, chunk: int | None = None, method: str = "fast", progress: bool = False, dirac_width: float = 0.1,
                     dirac_extrapolate: bool = True) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
-    standard error over groups.  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
+    standard error over groups.  The action is the standard network's with (gamma, y, eta), or ``model``'s (a
+    :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec).  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
     :class:`dmftc.derive.activation.SiteActivation` (a compiled spec's); delta functions in its derivatives (kinks)
     are Gaussians of width ``dirac_width``.
 
@@ -549,8 +569,7 @@ def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
-    gamma = _number("gamma", gamma, low=0.0, strict=True)
-    y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    model = _model(model, gamma, y, eta)
     seed = _integer("seed", seed, 0)
     groups = _integer("groups", groups, 2)
     samples = _integer("samples", samples, 2 * groups)
@@ -563,7 +582,7 @@ def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T
         for gi in range(groups):
             rng = np.random.default_rng(np.random.SeedSequence([seed, gi]))
             xi = rng.standard_normal((2, L, per, T))
-            kw = dict(L=L, gamma=gamma, y=y, eta=eta, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method)
+            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method)
             run = group_propagator(activation=activation, **kw)
             if half is not None:
                 runs_w.append(run)
@@ -614,6 +633,8 @@ def deep_propagator(*, activation, L: int, gamma: float, y: float, eta: float, T
             shift[a] = float(np.max(np.abs(mean)) / peak)
             ratio[a] = float(np.max(np.abs(mean) / np.maximum(np.diag(se[a][a]), 1e-300)))
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
-    params = dict(activation=activation.label, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=per * groups,
+    params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,
                   seed=seed, groups=groups)
+    if model.key[0] == "standard":
+        params.update(gamma=model.key[1], eta=model.key[2], y=model.key[3])
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

@@ -56,8 +56,10 @@ class SiteMoments:
     :class:`dmftc.derive.activation.SiteActivation`), which source blocks
     carry a varying covariance: ``pairs`` = (pa, pb) indices into w = (u, r), a >= b).
 
-    ``moments(C, E, W, X0, top, gamma)`` returns (F, lambda^2, g_lambda, f, f f^T, Jf, Ha, Pc, Pe), the same
-    tuple (and conventions) as the autodiff reference ``LocalEstimator._moments_struct``:
+    ``moments(C, E, W, X0, feature=(a, b))`` returns (F, lambda^2, g_lambda, f, f f^T, Jf, Ha, Pc, Pe), the same
+    tuple (and conventions) as the autodiff reference ``AutodiffEstimator._moments_struct``; the Delta_hat
+    feature of the layer is a z(t) phi(h(t)) + b z(0) phi(h(0)) (0, 0 below the last layer; the readout's
+    coefficients, :meth:`dmftc.runtime.deep_model.DeepModel.features`, in the last):
 
       F        sum_n F_n (= S at the saddle)          resid      sum_n |x - w - K y(x)|^2 (= 0: x0 solves the equations)
       g        sum_n d lambda/dc          (2T^2)       f          sum_n f_n                  (nf)
@@ -102,7 +104,7 @@ class SiteMoments:
         self._fn = jax.jit(self._chunk_sums)
 
     # ------------------------------------------------------------------ one path
-    def _path(self, C, E, w, x0, top, gamma):
+    def _path(self, C, E, w, x0, fa, fb):
         T, n = self.T, 2 * self.T
         act = self.activation.fn                        # (phi, phi', phi'', phi''', phi'''') of the spec
         h, z = x0[:T], x0[T:]
@@ -129,10 +131,12 @@ class SiteMoments:
 
         # features f and their source derivatives
         tr0, tr1 = self.tril
-        top_f = top * (z * p - z[0] * p[0]) / gamma
+        # a zp(t) + b zp(0) as a (zp(t) - zp(0)) + (a + b) zp(0): exactly 0 at t = 0 when b = -a (network readout)
+        top_f = fa * (z * p - z[0] * p[0]) + (fa + fb) * z[0] * p[0]
         f = jnp.concatenate([-(p[tr0] * p[tr1]), -(g[tr0] * g[tr1]), top_f])
         Dp, Dg = Xi[:T], Xi[T:]
-        Dtop = top * (Xz * p[:, None] + z[:, None] * Dp - (Xz[0] * p[0] + z[0] * Dp[0])[None, :]) / gamma
+        d0 = (Xz[0] * p[0] + z[0] * Dp[0])[None, :]
+        Dtop = fa * (Xz * p[:, None] + z[:, None] * Dp - d0) + (fa + fb) * d0
         Df = jnp.concatenate([-(Dp[tr0] * p[tr1, None] + p[tr0, None] * Dp[tr1]),
                               -(Dg[tr0] * g[tr1, None] + g[tr0, None] * Dg[tr1]), Dtop])
 
@@ -169,14 +173,14 @@ class SiteMoments:
             qa, qb = vb[self.tri0], vb[self.tri1]
             Dp2, Dg2 = Xi2[:T][:, qa, qb], Xi2[T:][:, qa, qb]                             # (T, q)
             zp2 = X2z[:, qa, qb] * p[:, None] + z[:, None] * Dp2 + Xz[:, qa] * Dp[:, qb] + Xz[:, qb] * Dp[:, qa]
-            D2f.append((Dp2, Dg2, top * (zp2 - zp2[:1]) / gamma))
+            D2f.append((Dp2, Dg2, fa * (zp2 - zp2[:1]) + (fa + fb) * zp2[:1]))
         res = x0 - w - K @ y                             # the path must solve the single-site equations
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 
     # ------------------------------------------------------------------ sums over a chunk of paths
-    def _chunk_sums(self, C, E, W, X0, mask, top, gamma):
+    def _chunk_sums(self, C, E, W, X0, mask, fa, fb):
         T, n = self.T, 2 * self.T
-        y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, top, gamma))(W, X0)
+        y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, fa, fb))(W, X0)
         m = mask
         oc, jc, anti = self.oc, self.jc, self.anti
         lam = Xi[:, oc, jc]                                                   # (S, 2T^2)
@@ -245,7 +249,7 @@ class SiteMoments:
         Pe = jnp.concatenate(Pe) if self.blocks else jnp.zeros((0, f.shape[1]))
         return (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
 
-    def moments(self, C, E, W, X0, *, top, gamma, weights=None):
+    def moments(self, C, E, W, X0, *, feature, weights=None):
         """Sums over the paths (rows of W, X0), each weighted by ``weights`` (default 1; e.g. the weights of a
         cubature rule, normalised by the caller)."""
         S, c = W.shape[0], self.chunk
@@ -260,7 +264,7 @@ class SiteMoments:
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
             out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
-                           float(top), float(gamma))
+                           float(feature[0]), float(feature[1]))
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:

@@ -1,0 +1,192 @@
+"""The model-specific part of a deep network's action, as the propagator needs it: read from a compiled deep
+spec (:func:`from_spec`) or the standard network of :mod:`dmftc.runtime.deep_dmft` (:func:`standard`).
+
+The deep propagator (:mod:`dmftc.runtime.deep_propagator`) differentiates the MSR action
+
+    S = sum_l [sum_{t>=s} (Phi_hat Phi + G_hat G)](l) - sum_l Tr(A[l] B[l+1]) + sum_t Delta_hat (Delta - y0)
+        + sum_l ln Z_l,
+
+whose single-site process of layer l is x = w + F(x) with
+
+    h(t) = u(t) + sum_s C(t, s) g(s),     C = A[l-1] + [s < t] k_h(Phi[l-1](t, s), Delta(s)),
+    z(t) = r(t) + sum_s E(t, s) phi(h(s)),  E = B[l+1] + [s < t] k_z(G[l+1](t, s), Delta(s)),
+
+u ~ GP(0, Phi[l-1]), r ~ GP(0, G[l+1]), and, in the last layer, the readout Delta(t) = y0 + c_t E[z phi](t) +
+c_0 E[z phi](0) (its Delta_hat term).  The responses A, B enter additively (the -Tr(A B) pairing of the
+action fixes that); everything else is the spec's:
+
+* ``k_h``, ``k_z``: the coupling coefficients, any elementwise function of (kernel entry, Delta(s)) -- their
+  first and second partial derivatives (the chain rule from the order parameters to the couplings) come from
+  JAX, not from a formula written here;
+* ``readout`` = (y0, c_t, c_0): the error signal must be affine in the averages E[z phi] (a nonlinear readout
+  would make the average an order parameter of its own; refused with a located error);
+* ``phi0``, ``g_top``: the constant boundary kernels Phi[0] and G[L+1] (the responses A[0], B[L+1] must be 0);
+* ``k_of``: the scalar K(t) as a function of the time diagonals of the kernels (layers 0..L+1), linearised by
+  JAX for the propagator of K.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dmftc.errors import StructureSpecError
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = ["DeepModel", "standard", "from_spec"]
+
+
+@dataclass(frozen=True)
+class DeepModel:
+    """See the module doc.  ``key`` identifies the model in compilation caches."""
+    key: tuple
+    label: str
+    k_h: Callable = field(repr=False)     # (Phi, Delta) -> coefficient, elementwise (broadcasting)
+    k_z: Callable = field(repr=False)     # (G, Delta) -> coefficient
+    readout: tuple                        # (y0, c_t, c_0)
+    phi0: float                           # Phi[0](t, s)
+    g_top: float                          # G[L+1](t, s)
+    k_of: Callable = field(repr=False)    # (dPhi: list l = 0..L of (T,), dG: list l = 1..L+1 of (T,)) -> (T,)
+
+    @property
+    def y0(self) -> float:
+        return float(self.readout[0])
+
+    def features(self):
+        """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L
+        (ln F = hats . f; the readout's sign: Delta - y0 - c_t E_t - c_0 E_0 = 0 at the saddle)."""
+        return -float(self.readout[1]), -float(self.readout[2])
+
+    def error_signal(self, e_t, e_0):
+        """y0 + c_t e_t + c_0 e_0, written so that Delta(0) = y0 exactly when c_0 = -c_t (the network's case)."""
+        y0, ct, c0 = self.readout
+        return y0 + ct * (e_t - e_0) + (ct + c0) * e_0
+
+    def couplings(self, pp_sym, gn_sym, a, b, Delta):
+        """(C, E) (T, T) of a layer from its neighbours' kernels (symmetric), responses (T, T) and Delta."""
+        T = Delta.shape[0]
+        strict = jnp.asarray(np.tril(np.ones((T, T)), -1))
+        C = strict * self.k_h(pp_sym, Delta[None, :]) + a
+        E = strict * self.k_z(gn_sym, Delta[None, :]) + b
+        return C, E
+
+    def partials(self, which, q, Delta):
+        """Elementwise partial derivatives of k (``which`` 'h' or 'z') at kernel entries q (n,) and Delta (n,):
+        (k_q, k_D, k_qq, k_qD, k_DD), each (n,)."""
+        k = self.k_h if which == "h" else self.k_z
+        f = lambda a, d: k(a, d)  # noqa: E731
+        g1 = jax.vmap(jax.grad(f, argnums=(0, 1)))
+        g2 = jax.vmap(jax.hessian(f, argnums=(0, 1)))
+        q, Delta = jnp.asarray(q, jnp.float64), jnp.asarray(Delta, jnp.float64)
+        kq, kd = g1(q, Delta)
+        (hqq, hqd), (_, hdd) = g2(q, Delta)
+        return tuple(np.asarray(v) for v in (kq, kd, hqq, hqd, hdd))
+
+    def k_jacobian(self, dPhi, dG):
+        """(dK/dPhi[l](t,t) for l = 1..L, dK/dG[l](t,t) for l = 1..L), each a list of (T,) arrays: the scalar
+        K is time-local, so a forward derivative with a ones tangent per layer gives its diagonal Jacobian."""
+        L = len(dPhi) - 1
+        base = [jnp.asarray(a, jnp.float64) for a in dPhi] + [jnp.asarray(a, jnp.float64) for a in dG]
+        fn = lambda *xs: self.k_of(list(xs[:L + 1]), list(xs[L + 1:]))  # noqa: E731
+        out = []
+        for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
+            tang = [jnp.zeros_like(x) for x in base]
+            tang[i] = jnp.ones_like(base[i])
+            out.append(np.asarray(jax.jvp(fn, base, tang)[1]))
+        return out[:L], out[L:]
+
+
+def _std_k(dPhi, dG):
+    return sum(dG[l] * dPhi[l] for l in range(len(dPhi)))
+
+
+def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
+    """The standard deep network of :mod:`dmftc.runtime.deep_dmft`'s doc (mean-field parameterisation, one
+    training point, |x|^2 = D): k_h = eta gamma Delta Phi, k_z = eta gamma Delta G, Delta = y - (E_t - E_0) / gamma,
+    Phi[0] = G[L+1] = 1, K = sum_l G[l+1] Phi[l]."""
+    eg, g = float(eta) * float(gamma), float(gamma)
+    return DeepModel(key=("standard", float(gamma), float(eta), float(y)), label="standard deep network",
+                     k_h=lambda q, d: eg * d * q, k_z=lambda q, d: eg * d * q, readout=(float(y), -1.0 / g, 1.0 / g),
+                     phi0=1.0, g_top=1.0, k_of=_std_k)
+
+
+def _spec_error(mod, why):
+    return StructureSpecError(f"the deep propagator cannot read this spec's action: {why}", None,
+                              filename=mod.SPEC_PATH)
+
+
+def from_spec(mod, p: dict) -> DeepModel:
+    """The model of a compiled deep spec (generated module ``mod``) at parameter values ``p``.  The generated
+    functions are used as they are (JAX-traceable); the structure the propagator relies on (responses additive,
+    couplings elementwise, readout affine, response boundaries zero) is checked on random values and refused
+    with a StructureSpecError that says what differs."""
+    r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
+    rng = np.random.default_rng(2024)
+    T = 5
+    X, D, R = rng.standard_normal((T, T)), rng.standard_normal(T), rng.standard_normal((T, T))
+    close = lambda a, b: np.allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-10, atol=1e-12)  # noqa: E731
+    prev = lambda P, A: {"Phi": P, "A": A, r["Phi"]: P, r["A"]: A}                                    # noqa: E731
+    nxt = lambda G, B: {"G": G, "B": B, r["G"]: G, r["B"]: B}                                         # noqa: E731
+    zero = np.zeros((T, T))
+
+    def k_h(Phi, Delta):
+        return mod.h_coupling(prev(Phi, 0.0 * Phi), Delta, q)
+
+    def k_z(G, Delta):
+        return mod.z_coupling(nxt(G, 0.0 * G), Delta, q)[1]
+
+    base = np.asarray(mod.h_coupling(prev(X, zero), D[None, :], q), float)
+    if not close(np.asarray(mod.h_coupling(prev(X, R), D[None, :], q), float) - base, R):
+        raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms free "
+                               f"of {r['A']}")
+    c0, _ = mod.z_coupling(nxt(X, R), D[None, :], q)
+    if not close(np.broadcast_to(np.asarray(c0, float), (T, T)), R):
+        raise _spec_error(mod, f"the same-time coefficient of phi(h[l](s)) in z[l](t) must be {r['B']}[l+1](t, s)")
+    for name, k in (("h", k_h), ("z", k_z)):
+        jac = jax.jacfwd(lambda a, d: jnp.asarray(k(a, d[None, :]), jnp.float64), argnums=(0, 1))(
+            jnp.asarray(X), jnp.asarray(D))
+        dq, dd = (np.asarray(j).reshape(T * T, -1) for j in jac)
+        ok_q = np.all(np.abs(dq - np.diag(np.diag(dq))) < 1e-12)
+        ti = np.repeat(np.arange(T), T)
+        dd_off = dd.copy()
+        dd_off[np.arange(T * T), np.tile(np.arange(T), T)] = 0.0
+        if not (ok_q and np.all(np.abs(dd_off) < 1e-12)):
+            raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
+                                   f"Delta(s) only (got a dependence on other entries; rows {sorted(set(ti))})")
+    y0 = float(mod.readout(0.0, 0.0, q))
+    ct = float(mod.readout(1.0, 0.0, q)) - y0
+    c0_ = float(mod.readout(0.0, 1.0, q)) - y0
+    for a, b in ((0.7, -0.2), (-1.3, 2.1)):
+        if not close(mod.readout(a, b, q), y0 + ct * a + c0_ * b):
+            raise _spec_error(mod, "the error signal must be affine in the readout averages E[z phi](t), E[z phi](0) "
+                                   "(a nonlinear readout would make the average an order parameter of its own)")
+    role = {v: k for k, v in r.items()}
+    bnd = {}
+    for (fam, ref), value in mod.boundaries(q).items():
+        bnd[role.get(fam, fam)] = float(value)
+    for resp in ("A", "B"):
+        if bnd.get(resp, 0.0) != 0.0:
+            raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]:g})")
+    L = int(q[mod.DEPTH])
+    if tuple(mod.SCALARS) != ("K",):
+        raise _spec_error(mod, f"the propagator maps one scalar named K; the spec declares {', '.join(mod.SCALARS)}")
+    fam_of = {r["Phi"]: "Phi", r["G"]: "G"}
+
+    def k_of(dPhi, dG):
+        def diag(fam, l):
+            kind = fam_of[fam]
+            return dPhi[l] if kind == "Phi" else dG[l - 1]
+        return mod.scalar_K(diag, q)
+
+    test = [rng.standard_normal(T) for _ in range(L + 1)], [rng.standard_normal(T) for _ in range(L + 1)]
+    try:
+        k_of(*test)
+    except (IndexError, KeyError) as err:            # pragma: no cover - the checker fixes the layer range
+        raise _spec_error(mod, f"K reads a kernel outside layers 0..L+1 ({err})") from None
+    return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted(q.items()))),
+                     label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
+                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of)
