@@ -49,3 +49,69 @@ def test_deep_tanh_means_within_two_percent():
         assert rel < 0.02, (n, rel)
     z = _compare_means(sol, truth, 2)
     assert max(z.values()) <= Z, z
+
+
+# ------------------------------------------------------------------ a spec the built-in network does not cover
+def _input_norm_spec(tmp_path):
+    """specs/deep_tanh.dmft with an input kernel Phi[0] = kx = |x|^2 / D as a parameter: the propagator reads
+    the boundary from the spec's action (dmftc.runtime.deep_model.from_spec); no built-in network has it."""
+    from pathlib import Path
+
+    import dmftc
+
+    text = (Path(__file__).resolve().parents[1] / "specs" / "deep_tanh.dmft").read_text()
+    for old, new in (('param y = 1.0 "training target"', 'param y = 1.0 "training target"\nparam kx = 0.5 "|x|^2 / D"'),
+                     ("Phi[0](t, s) = 1;", "Phi[0](t, s) = kx;")):
+        assert old in text
+        text = text.replace(old, new)
+    spec = tmp_path / "deep_kx.dmft"
+    spec.write_text(text)
+    return dmftc.load(spec, tmp_path / "gen")
+
+
+KX = dict(L=2, gamma=1.5, y=-0.8, eta=0.3, kx=0.5)
+
+
+def test_input_norm_spec_initial_covariances_match_quadrature(tmp_path):
+    """At t = 0 with input kernel kx: h^1 ~ N(0, kx), h^2 | layer 1 ~ N(0, Phi1), so N Var Phi[1](0,0) =
+    Var_kx(tanh^2) and N Var Phi[2](0,0) = Var_P1(tanh^2) + (dE_v tanh^2 / dv)^2 V1 (law of total covariance,
+    Gaussian quadrature).  The spec's propagator must give these within 4 se; the standard network's values
+    (kx = 1) are many se away, so the test sees whether the boundary came from the spec."""
+    import math
+
+    sol = _input_norm_spec(tmp_path).solve(T=2, samples=2000, propagator_samples=16000, propagator_groups=16,
+                                            seed=4, **KX)
+    x, wq = np.polynomial.hermite_e.hermegauss(160)
+    wq = wq / wq.sum()
+    E = lambda fn, v: float(np.sum(wq * fn(math.sqrt(v) * x)))                       # noqa: E731
+    dE = lambda fn, v, e=1e-5: (E(fn, v + e) - E(fn, v - e)) / (2 * e)               # noqa: E731
+    t2 = lambda h: np.tanh(h) ** 2                                                    # noqa: E731
+
+    def exact(kx):
+        P1 = E(t2, kx)
+        V1 = E(lambda h: t2(h) ** 2, kx) - P1 ** 2
+        return {"Phi[1]": V1, "Phi[2]": E(lambda h: t2(h) ** 2, P1) - E(t2, P1) ** 2 + dE(t2, P1) ** 2 * V1}
+
+    assert sol.var("Delta")[0] == 0.0                                  # Delta(0) = y exactly
+    assert sol.info["propagator_stationarity"] < 1e-12               # (set once the propagator has run)
+    for n, val in exact(KX["kx"]).items():
+        m, se = sol.var(n)[0], sol.var_stderr(n)[0]
+        assert abs(m - val) <= Z * se and se < 0.05 * val, (n, m, val, se)
+        assert abs(m - exact(1.0)[n]) > 10 * se, n
+
+
+@pytest.mark.slow
+def test_input_norm_spec_propagator_matches_networks(tmp_path):
+    """The same spec against networks trained with |x|^2 / D = kx (deep_ensemble input_norm; N = 256 and 512
+    extrapolated, 8000 members each): N Var of Delta, K, Phi[l](t,t), G[l](t,t) within 4 combined se at
+    T = 3.  (~2 minutes.)"""
+    kw = dict(KX)
+    sol = _input_norm_spec(tmp_path).solve(T=3, samples=4000, propagator_samples=16000, propagator_groups=16,
+                                            seed=4, **kw)
+    kx = kw.pop("kx")
+    truth = deep_truth(activation="tanh", T=3, N=256, E=8000, seed=11, input_norm=kx, **kw)
+    worst = {}
+    for n in ["Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"]:
+        worst[n] = float(_z(sol.var(n), sol.var_stderr(n), truth.nvar[n], truth.se_nvar[n]).max())
+    print("input-norm spec vs networks, max z:", {k: round(v, 2) for k, v in worst.items()})
+    assert max(worst.values()) <= Z, worst

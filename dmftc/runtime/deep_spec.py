@@ -6,9 +6,10 @@ kernels, boundaries, readout, scalar order parameters); :func:`dmftc.runtime.dee
 :mod:`dmftc.runtime.deep_linear` through :func:`dmftc.deep.solve_deep`, after checking that the spec's own march
 reproduces that solver's saddle point (so a spec that describes a different network is not given a
 propagator that belongs to another).  For any other activation the means come from the spec-driven march
-and the propagator from :mod:`dmftc.runtime.deep_propagator` with the spec's generated activation and its four
-derivatives (computed on first use of ``var``/``sigma``), after checking on random rows that the spec's
-couplings, boundaries and readout are those of the network that the propagator's action describes.
+and the propagator from :mod:`dmftc.runtime.deep_propagator` (computed on first use of ``var``/``sigma``),
+which differentiates the spec's own action: its generated activation with four derivatives and its couplings,
+readout, boundary kernels and K read by :func:`dmftc.runtime.deep_model.from_spec` (coupling derivatives by
+JAX from the generated functions; no comparison with a built-in network).
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)
@@ -275,7 +276,8 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         names[f"{r['A']}[{l}]"] = f"Rphi[{l}]"
         names[f"{r['B']}[{l}]"] = f"Rg[{l}]"
     std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])      # recorded only (the spec's own
-    # parameters drive the march); the propagator gets the constants of standard_constants
+    # parameters drive the march and, through deep_model.from_spec, the propagator; the deep-linear solver
+    # below gets the constants of standard_constants)
     if mod.LINEAR:
         if backend == "mc":
             raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
@@ -304,14 +306,16 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         return DeepSpecSolution(mod, inner, p, names)
     if correction:
         raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
-    consts, why = standard_constants(mod, p, T)
+    from dmftc.runtime.deep_model import from_spec
+
+    try:                              # the propagator differentiates the spec's own action (module deep_model)
+        model, err = from_spec(mod, p), None
+    except StructureSpecError as exc:
+        model, err = None, exc
     inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
                             spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
                             memory_limit=memory_limit, propagator_samples=propagator_samples,
-                            propagator_groups=propagator_groups, progress=progress, **(consts or std))
-    err = None if why is None else StructureSpecError(
-        f"the finite-width propagator (dmftc.runtime.deep_propagator) describes the standard deep network of "
-        f"specs/deep_tanh.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
+                            propagator_groups=propagator_groups, progress=progress, model=model, **std)
     return DeepSpecSolution(mod, inner, p, names, err)
 
 

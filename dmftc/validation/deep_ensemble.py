@@ -104,11 +104,11 @@ def draw_deep_parameters(rng: np.random.Generator, n_members: int, N: int, L: in
 
 # Layer l = 1..L is stored at list index l-1.  matvec(l, v) = W^l v and rmatvec(l, v) = W^l^T v
 # (l = 1..L-1) abstract over the dense (deep_gd_step) and low-rank (simulator) representations.
-def _forward(W0, w, matvec, act, L, gamma):
-    """phis, dphis (lists of L arrays (B,N)) and f (B,)."""
+def _forward(W0, w, matvec, act, L, gamma, x=1.0):
+    """phis, dphis (lists of L arrays (B,N)) and f (B,); input x = [x], D = 1 (|x|^2 / D = x^2)."""
     N = W0.shape[1]
     phis, dphis = [], []
-    h = W0                                             # x = [1], D = 1
+    h = W0 if x == 1.0 else W0 * x
     for l in range(1, L + 1):
         p, dp = act(h)
         phis.append(p)
@@ -133,10 +133,10 @@ def _backward(w, dphis, rmatvec, L):
     return gs[::-1]
 
 
-def _update_vectors(W0, w, phis, gs, delta, eta, gamma):
-    """New (W0, w): W0 + eta gamma Delta g^1, w + eta gamma Delta phi(h^L) (same op order as ensemble.py)."""
+def _update_vectors(W0, w, phis, gs, delta, eta, gamma, x=1.0):
+    """New (W0, w): W0 + eta gamma Delta g^1 x, w + eta gamma Delta phi(h^L) (same op order as ensemble.py)."""
     dW0 = gs[0] * delta[:, None]
-    dW0 *= eta * gamma
+    dW0 *= eta * gamma * x
     dW0 += W0
     dw = phis[-1] * delta[:, None]
     dw *= eta * gamma
@@ -168,7 +168,7 @@ def deep_gd_step(W0, w, Ws, y, f0, *, activation: str, gamma: float, eta: float)
     return W0n, wn, Ws_new
 
 
-def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl):
+def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl, x=1.0):
     """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] and
     returns (B, {two-time name: (batch mean (T,T), sum of squared deviations (T,T))})."""
     B, N = W0.shape
@@ -194,12 +194,14 @@ def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl):
     f0 = None
     for t in range(T):
         with np.errstate(over="ignore", invalid="ignore"):   # divergence is detected and reported below
-            phis, dphis, f = _forward(W0, w, matvec, act, L, gamma)
+            phis, dphis, f = _forward(W0, w, matvec, act, L, gamma, x)
             gs = _backward(w, dphis, rmatvec, L)
             if f0 is None:
                 f0 = f
             delta = y - (f - f0)
             K = np.einsum("bn,bn->b", gs[0], gs[0]) / N
+            if x != 1.0:
+                K *= x * x
             for l in range(1, L + 1):
                 g2 = np.einsum("bn,bn->b", gs[l], gs[l]) / N if l < L else 1.0
                 K = K + g2 * np.einsum("bn,bn->b", phis[l - 1], phis[l - 1]) / N
@@ -214,7 +216,7 @@ def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl):
         cs[:, t] = eta * gamma * delta / math.sqrt(N)
         if t + 1 < T:
             with np.errstate(over="ignore", invalid="ignore"):
-                W0, w = _update_vectors(W0, w, phis, gs, delta, eta, gamma)
+                W0, w = _update_vectors(W0, w, phis, gs, delta, eta, gamma, x)
 
     two = {}
     for kind, hist in (("Phi", P), ("G", G)):
@@ -244,8 +246,9 @@ def _finite(name, value, *, positive=False, nonneg=False):
 
 def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
                   seed: int = 0, batch: int | None = None, keep_samples: bool = False,
-                  progress: bool = False) -> DeepEnsembleStats:
+                  progress: bool = False, input_norm: float = 1.0) -> DeepEnsembleStats:
     """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
+    ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1).
 
     ``batch`` members are processed together (default: ~16 MB of work arrays per batch); ``progress``
     shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`."""
@@ -258,6 +261,7 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
     gamma = _finite("gamma", gamma, positive=True)
     eta = _finite("eta", eta, nonneg=True)
     y = _finite("y", y)
+    x = math.sqrt(_finite("input_norm", input_norm, positive=True))
     per_member = (L - 1) * N * N + 2 * L * T * (N + T) + 4 * N
     if batch is None:   # ~2M doubles (16 MB) per batch
         batch = max(1, min(E, (1 << 21) // per_member))
@@ -291,7 +295,7 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
             for b0 in range(0, E, batch):
                 sl = slice(b0, min(E, b0 + batch))
                 W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L)
-                pending.append(pool.submit(_run_batch, W0, w, Ws, act, L, gamma, y, eta, T, out, sl))
+                pending.append(pool.submit(_run_batch, W0, w, Ws, act, L, gamma, y, eta, T, out, sl, x))
                 while len(pending) > 2 * workers:
                     combine(pending.pop(0))
             while pending:
@@ -312,13 +316,15 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
 
 
 def deep_truth(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
-               seed: int = 0, extrapolate: bool = True, progress: bool = False) -> DeepEnsembleStats:
+               seed: int = 0, extrapolate: bool = True, progress: bool = False,
+               input_norm: float = 1.0) -> DeepEnsembleStats:
     """Ground truth with the O(1/N) corrections removed (as :func:`dmftc.validation.truth.finite_width_truth`).
 
     With ``extrapolate``, ensembles at widths N (seed) and 2N (seed + 1) give x = 2 x(2N) - x(N) for
     means and N*Var, with standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N and
     carries no samples.  Without, it is ``simulate_deep`` at width N."""
-    kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress)
+    kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress,
+              input_norm=input_norm)
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
