@@ -287,9 +287,9 @@ def test_spec_whose_action_the_propagator_cannot_read_says_why(tmp_path):
 
 
 def test_propagator_reads_the_constants_from_the_spec_whatever_the_names(tmp_path):
-    """The same network written with other parameter names and a rescaled gamma (gamma = 2 beta): the spec's
-    coupling and readout constants are measured from its generated functions, so the propagator is the one
-    of deep_tanh at gamma = 2 beta (same seed: equal to round-off)."""
+    """The same network written with other parameter names and a rescaled gamma (gamma = 2 beta): the
+    propagator differentiates the spec's action through its generated functions (deep_model.from_spec), so it
+    is the one of deep_tanh at gamma = 2 beta (same seed: equal to round-off)."""
     text = (ROOT / "specs" / "deep_tanh.dmft").read_text()
     for old, new in (('param gamma = 1.0 "feature learning strength"', 'param beta = 0.6 "half the feature strength"'),
                      ('param y = 1.0 "training target"', 'param target = -0.7'),

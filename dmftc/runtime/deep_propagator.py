@@ -10,7 +10,11 @@ Single-site problem of layer l
 Fields x = (h(0..T-1), z(0..T-1)), sources w = (u, r) ~ N(0, Sw), Sw = diag(Phi[l-1], G[l+1]), and
 
     x = w + F(x),   F_h(t) = sum_s C(t,s) g(s),  F_z(t) = sum_s E(t,s) phi(h(s)),  g = phi'(h) z,
-    C = A^{l-1} + [s<t] eta gamma Delta(s) Phi[l-1](t,s),   E = B^l + [s<t] eta gamma Delta(s) G[l+1](t,s)
+    C = A^{l-1} + [s<t] k_h(Phi[l-1](t,s), Delta(s)),   E = B^l + [s<t] k_z(G[l+1](t,s), Delta(s))
+
+with the coupling coefficients k_h, k_z, the readout, the boundary kernels and K of a
+:class:`dmftc.runtime.deep_model.DeepModel` (a compiled spec's, or the standard network's k = eta gamma Delta q,
+Delta = y - (E_t - E_0) / gamma, which the formulas below write out)
 
 (C, E general T x T: their anti-causal entries are variables of the action).  The MSR integral is
 Z_l = int dx dx_hat Dw exp(i x_hat.(x - w - F(x)) - Q(x)); integrating x_hat gives the delta function
