@@ -53,6 +53,11 @@ class DeepModel:
     k_of: Callable = field(repr=False)    # (dPhi: list l = 0..L of (T,), dG: list l = 1..L+1 of (T,)) -> (T,)
 
     @property
+    def standard_params(self) -> dict | None:
+        """(gamma, eta, y) of the standard network this model is (:func:`standard`), else None."""
+        return dict(zip(("gamma", "eta", "y"), self.key[1:4])) if self.key[0] == "standard" else None
+
+    @property
     def y0(self) -> float:
         return float(self.readout[0])
 

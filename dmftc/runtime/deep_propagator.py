@@ -218,9 +218,8 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
                                  "parameters); reduce the learning rate or the feature strength")
     K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
                    float)
-    std = model.key[0] == "standard"
-    sad = Saddle(L, model.key[1] if std else -1.0 / model.readout[1], model.y0,
-                 model.key[2] if std else float("nan"), T, Delta, f, K, Phi[1:], G[1:L + 1],
+    std = model.standard_params or {"gamma": -1.0 / model.readout[1], "eta": float("nan")}
+    sad = Saddle(L, std["gamma"], model.y0, std["eta"], T, Delta, f, K, Phi[1:], G[1:L + 1],
                  Rphi[1:], Rg[1:L + 1], None, phi0=model.phi0, g_top=model.g_top)
     fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
                      [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
@@ -466,7 +465,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     if solver not in ("causal", "dense"):
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
     model = _model(model, gamma, y, eta)
-    if solver == "dense" and model.key[0] != "standard":
+    if solver == "dense" and model.standard_params is None:
         raise ParameterError("the dense reference solver knows the standard network only; use solver='causal'")
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -552,15 +551,15 @@ def _observable_matrix(P):
 
 def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y: float | None = None,
                     eta: float | None = None, model: DeepModel | None = None, samples: int = 8000, seed: int = 0,
-                    groups: int = 4, chunk: int | None = None, method: str = "fast", progress: bool = False, dirac_width: float = 0.1,
-                    dirac_extrapolate: bool = True) -> DeepPropagator:
+                    groups: int = 4, chunk: int | None = None, method: str = "fast", progress: bool = False,
+                    dirac_width: float = 0.1, dirac_extrapolate: bool = True) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
     standard error over groups.  The action is the standard network's with (gamma, y, eta), or ``model``'s (a
-    :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec).  ``activation``: an expression in h ('sin(h)'), a shorthand ('tanh'), or a
-    :class:`dmftc.derive.activation.SiteActivation` (a compiled spec's); delta functions in its derivatives (kinks)
-    are Gaussians of width ``dirac_width``.
+    :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec).  ``activation``: an
+    expression in h ('sin(h)'), a shorthand ('tanh'), or a :class:`dmftc.derive.activation.SiteActivation` (a
+    compiled spec's); delta functions in its derivatives (kinks) are Gaussians of width ``dirac_width``.
 
     Kinks (``activation.kink_order`` not None): with ``dirac_extrapolate`` every group is also run with half the
     width on the same paths, and its propagator is extrapolated linearly to width 0, 2 Sigma(w/2) - Sigma(w)
@@ -639,6 +638,5 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
     params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,
                   seed=seed, groups=groups)
-    if model.key[0] == "standard":
-        params.update(gamma=model.key[1], eta=model.key[2], y=model.key[3])
+    params.update(model.standard_params or {})
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

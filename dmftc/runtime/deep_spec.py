@@ -320,49 +320,45 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
 
 
 def standard_constants(mod, p, T):
-    """The constants of the standard deep network's action that the spec's generated functions realise, as the
-    effective (gamma, eta, y) of :mod:`dmftc.runtime.deep_propagator` / :mod:`dmftc.runtime.deep_linear`, whose action depends
-    on them only through kappa = eta gamma (the coupling coefficient of both fields), rho = 1 / gamma (the
-    readout's) and y; or None and what differs.
+    """The constants of the standard deep network's action that the spec's action realises, as the effective
+    (gamma, eta, y) of :mod:`dmftc.runtime.deep_linear` (whose closed form knows only that network; its action
+    depends on them through kappa = eta gamma, the coupling coefficient of both fields, rho = 1 / gamma, the
+    readout's, and y); or None and what differs.
 
-    Measured on random rows: c_h(t, s) = A[l-1](t, s) + kappa Delta(s) Phi[l-1](t, s), c0_z = B[l+1],
-    c_z = kappa Delta(s) G[l+1](t, s), Delta(t) = y - rho (E_t - E_0), standard boundaries and
-    K = sum_l G[l+1] Phi[l].  The spec's parameters may have any names and the constants any values."""
-    r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
+    The spec's action is read by :func:`dmftc.runtime.deep_model.from_spec` and compared on random values with
+    k_h = k_z = kappa Delta q, Delta = y - rho (E_t - E_0), Phi[0] = G[L+1] = 1 and K = sum_l G[l+1] Phi[l].
+    The spec's parameters may have any names and the constants any values."""
+    from dmftc.runtime.deep_model import _std_k, from_spec
+
+    r = mod.ROLES
+    try:
+        model = from_spec(mod, p)
+    except StructureSpecError as err:
+        return None, err.message
     rng = np.random.default_rng(12345)
-    Phi, A, G, B, Delta = (rng.standard_normal(T) for _ in range(5))
-    prev = lambda P, Q: {"Phi": P, "A": Q, r["Phi"]: P, r["A"]: Q}                     # noqa: E731
-    nxt = lambda P, Q: {"G": P, "B": Q, r["G"]: P, r["B"]: Q}                          # noqa: E731
+    q, d = rng.standard_normal(T), rng.standard_normal(T)
     close = lambda a, b: np.allclose(np.asarray(a, float), b, rtol=1e-12, atol=1e-12)  # noqa: E731
-    one, zero = np.ones(T), np.zeros(T)
-    kh = float(np.asarray(mod.h_coupling(prev(one, zero), one, q), float).ravel()[0])
-    if not close(mod.h_coupling(prev(Phi, A), Delta, q), kh * Delta * Phi + A):
+    kh, kz = float(model.k_h(1.0, 1.0)), float(model.k_z(1.0, 1.0))
+    if not close(model.k_h(q, d), kh * d * q):
         return None, f"the h coupling is not {r['A']}[l-1](t,s) + c Delta(s) {r['Phi']}[l-1](t,s) with a constant c"
-    c0, c = mod.z_coupling(nxt(one, zero), one, q)
-    kz = float(np.asarray(c, float).ravel()[0])
-    c0, c = mod.z_coupling(nxt(G, B), Delta, q)
-    if not (close(c0, B) and close(c, kz * Delta * G)):
+    if not close(model.k_z(q, d), kz * d * q):
         return None, (f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + c Delta(s) {r['G']}[l+1](t,s) (s < t) "
                       "with a constant c")
     if not math.isclose(kh, kz, rel_tol=1e-12, abs_tol=1e-300):
         return None, f"the h and z couplings have different constants ({kh:g} and {kz:g})"
-    role = {v: k for k, v in r.items()}
-    want = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
-    for (fam, ref), value in mod.boundaries(q).items():
-        if role.get(fam) in want and float(value) != want[role[fam]]:
-            return None, f"the boundary {fam}[{ref}] = {value} (the standard network has {want[role[fam]]:g})"
-    y0 = float(mod.readout(0.0, 0.0, q))
-    rho = y0 - float(mod.readout(1.0, 0.0, q))
-    if not (close(mod.readout(0.7, 0.2, q), y0 - 0.5 * rho) and close(mod.readout(-0.3, 0.4, q), y0 + 0.7 * rho)):
+    for name, value in ((f"{r['Phi']}[0]", model.phi0), (f"{r['G']}[{mod.DEPTH}+1]", model.g_top)):
+        if value != 1.0:
+            return None, f"the boundary {name} = {value:g} (the standard network has 1)"
+    y0, ct, c0 = model.readout
+    if not math.isclose(ct, -c0, rel_tol=1e-12, abs_tol=1e-300):
         return None, "the readout is not Delta(t) = y - c (E[z phi](t) - E[z phi](0)) with constants y, c"
+    rho = -ct
     if not rho > 0 or kh < 0:
         return None, f"the readout and coupling constants ({rho:g}, {kh:g}) are not those of a network with gamma > 0"
-    L = int(q[mod.DEPTH])
-    for name in mod.SCALARS:
-        rows = {(fam, l): rng.standard_normal(T) for fam in (r["Phi"], r["G"]) for l in range(L + 2)}
-        got = getattr(mod, f"scalar_{name}")(lambda fam, l: rows[(fam, l)], q)
-        if name == "K" and not close(got, sum(rows[(r["G"], l + 1)] * rows[(r["Phi"], l)] for l in range(L + 1))):
-            return None, f"K is not sum(l = 0..L: {r['G']}[l+1](t, t) {r['Phi']}[l](t, t))"
+    L = int(float(p[mod.DEPTH]))
+    dPhi, dG = [rng.standard_normal(T) for _ in range(L + 1)], [rng.standard_normal(T) for _ in range(L + 1)]
+    if not close(model.k_of(dPhi, dG), _std_k(dPhi, dG)):
+        return None, f"K is not sum(l = 0..L: {r['G']}[l+1](t, t) {r['Phi']}[l](t, t))"
     return {"gamma": 1.0 / rho, "eta": kh * rho, "y": y0}, None
 
 
