@@ -8,9 +8,9 @@
 
 Backends:
 
-* linear activation: exact discrete-time saddle and the propagator from the autodiff Hessian
-  of the closed-form Gaussian action with the response functions folded in by the Schur
-  complement (:mod:`dmftc.runtime.deep_linear`).
+* linear activation: exact discrete-time saddle and the propagator (and O(1/N) mean correction) from the
+  autodiff Hessian of the closed-form Gaussian action of the model (``model``, a
+  :class:`dmftc.runtime.deep_model.DeepModel`; default the standard network) (:mod:`dmftc.runtime.deep_linear`).
 * any other activation (an expression in h, e.g. 'sin(h)', or a shorthand 'tanh', 'erf', 'relu'):
   the Monte Carlo saddle point of the exact discrete-time DMFT (:mod:`dmftc.runtime.deep_dmft`)
   for the means, and the finite-width propagator from the Monte Carlo Hessian of the MSR action
@@ -195,8 +195,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     propagator (:func:`dmftc.runtime.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
     ``correction``: also the exact O(1/N) mean correction of a linear network
     (:mod:`dmftc.runtime.deep_linear_correction`); not available for nonlinear networks.  ``model``: the
-    :class:`dmftc.runtime.deep_model.DeepModel` whose action the nonlinear propagator differentiates (a compiled
-    spec's; default: the standard network with gamma, y, eta).
+    :class:`dmftc.runtime.deep_model.DeepModel` whose action the propagator differentiates (exactly for a linear
+    activation, by Monte Carlo otherwise; a compiled spec's; default: the standard network with gamma, y, eta).
     """
     from dmftc.derive.activation import as_activation
 
@@ -205,6 +205,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     params = {"gamma": gamma, "y": y, "eta": eta}
     if act.linear:
         from dmftc.runtime.deep_linear import deep_linear_propagator
+        from dmftc.runtime.deep_model import as_model
 
         need = propagator_bytes(_count("L", L), _count("T", T), correction)
         if need > memory_limit:
@@ -212,7 +213,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                 f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
                 f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
                 "or L, or raise memory_limit")
-        prop = deep_linear_propagator(L=L, gamma=gamma, y=y, eta=eta, T=T, correction=correction)
+        model = model if model is not None else as_model(None, gamma, y, eta)
+        prop = deep_linear_propagator(L=L, T=T, model=model, correction=correction)
         sad = prop.saddle
         means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
         for l in range(1, L + 1):

@@ -3,8 +3,8 @@
 Panels: (a) N Var Delta(t), (b) N Var K(t), (c) N Var Phi[l](t,t) by layer, (d) N Var G[l](t,t)
 by layer.  Feature kernels accumulate variance along the forward pass (Phi[1] < Phi[2] <
 Phi[3]), gradient kernels along the backward pass, and the gap grows with gamma.
-Dashed black: DMFT propagator of the exact discrete-time Gaussian action
-(dmftc.runtime.deep_linear, autodiff Hessian + Schur complement); solid: ensembles of width-N networks
+Dashed black: DMFT propagator of specs/deep_linear.dmft (the exact discrete-time Gaussian action the spec
+states, its autodiff Hessian); solid: ensembles of width-N networks
 (dmftc.validation.deep_ensemble) trained by discrete gradient descent.
 
 Agreement (asserted, z <= 4): means and N Var of Delta, K, Phi[l](t,t), G[l](t,t) against
@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+import dmftc  # noqa: E402
 from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
-from dmftc.runtime.deep_linear import deep_linear_propagator  # noqa: E402
 
 L, Y, SEED = 3, 1.0, 500
 
@@ -40,15 +40,13 @@ def main():
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
     arrays, results = {}, {}
+    spec = dmftc.load(common.SPECS / "deep_linear.dmft")
     for i, g in enumerate(gammas):
-        prop = deep_linear_propagator(L=L, gamma=g, y=Y, eta=eta, T=T)
-        sad = prop.saddle
+        prop = spec.solve(L=L, gamma=g, y=Y, eta=eta, T=T)
         kw = dict(activation="linear", L=L, gamma=g, y=Y, eta=eta, T=T, E=E)
         raw = simulate_deep(N=N, seed=SEED + 10 * i, **kw)
         big = simulate_deep(N=2 * N, seed=SEED + 10 * i + 1, **kw)
-        theory_mean = {"Delta": sad.Delta, "K": sad.K}
-        theory_mean.update({f"Phi[{l}]": np.diag(sad.phi(l)) for l in range(1, L + 1)})
-        theory_mean.update({f"G[{l}]": np.diag(sad.g(l)) for l in range(1, L + 1)})
+        theory_mean = {n: prop.mean(n) if prop.mean(n).ndim == 1 else np.diag(prop.mean(n)) for n in names}
         for n in names:
             ens_mean = raw.mean[n] if raw.mean[n].ndim == 1 else np.diag(raw.mean[n])
             big_mean = big.mean[n] if big.mean[n].ndim == 1 else np.diag(big.mean[n])

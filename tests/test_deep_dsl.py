@@ -333,15 +333,43 @@ def test_deep_linear_too_large_keeps_means_and_names_the_size():
         sol.var("K")
 
 
-def test_linear_spec_of_another_network_gets_no_foreign_propagator(tmp_path):
-    text = (ROOT / "specs" / "deep_linear.dmft").read_text().replace(
-        "+ gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)",
-        "+ 2 * gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)")
+def test_linear_spec_of_another_action_gets_its_own_exact_propagator(tmp_path):
+    """A deep linear spec that is not the standard network (2 gamma in the h coupling, an input kernel Phi[0] =
+    0.6): its exact propagator is that of its OWN action (deep_model.from_spec, then the autodiff Hessian of the
+    log-det action of dmftc.runtime.deep_linear).  Oracle: the Monte Carlo engine of dmftc.runtime.deep_propagator
+    (its own march, closed-form site moments, causal solve) run with the same model on a degree-5 Gaussian
+    cubature rule, on which it is exact for phi = identity; both agree to round-off, and differ from the
+    standard network's."""
+    from dmftc.reference.deep_autodiff import gaussian_cubature5
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_propagator import group_propagator
+
+    text = (ROOT / "specs" / "deep_linear.dmft").read_text()
+    for old, new in (("+ gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)",
+                      "+ 2 * gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)"),
+                     ("Phi[0](t, s) = 1;", "Phi[0](t, s) = 0.6;")):
+        assert old in text
+        text = text.replace(old, new)
     spec = tmp_path / "other.dmft"
     spec.write_text(text)
     m = dmftc.load(spec, tmp_path / "gen")
-    with pytest.raises(StructureSpecError, match="the h and z couplings have different constants"):
-        m.solve(L=2, T=6, eta=0.1)
+    L, T = 2, 5
+    sol = m.solve(L=L, T=T, eta=0.1, gamma=1.3, y=-0.6)
+    ref = dmftc.load(ROOT / "specs" / "deep_linear.dmft").solve(L=L, T=T, eta=0.1, gamma=1.3, y=-0.6)
+    model = from_spec(m.module, sol.params)
+    assert model.phi0 == 0.6 and model.standard_params is None
+    pts, w = gaussian_cubature5(2 * T)
+    xiu, xir = np.repeat(pts[None, :, :T], L, axis=0), np.repeat(pts[None, :, T:], L, axis=0)
+    P = group_propagator(activation="linear", L=L, T=T, xiu=xiu, xir=xir, weights=w, model=model)
+    assert P.diagnostics["stationarity"] < 1e-12
+    names = ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]")
+    for a in names:
+        np.testing.assert_allclose(P.saddle.Delta, sol.mean("Delta"), rtol=0, atol=1e-12)
+        for b in names:
+            scale = max(np.abs(P.sigma[a][b]).max(), 1e-3)
+            assert np.abs(sol.sigma(a, b) - P.sigma[a][b]).max() <= 1e-9 * scale, (a, b)
+        assert np.abs(sol.var(a) - ref.var(a)).max() > 0.01 * np.abs(ref.var(a)).max(), a
+    assert sol.var("Phi[1]")[0] == pytest.approx(2 * 0.6 ** 2, abs=1e-12)    # N Var of the mean of h^2, h ~ N(0, 0.6)
 
 
 @pytest.mark.parametrize("kw, match", [({"L": 2.5}, "must be an integer >= 1"), ({"L": 0}, "must be an integer"),

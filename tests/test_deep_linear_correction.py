@@ -17,23 +17,48 @@ from dmftc.errors import ParameterError
 from dmftc.runtime.deep_linear import (Layout, deep_linear_action, deep_linear_propagator,
                                        deep_linear_saddle, saddle_point_vector)
 from dmftc.runtime.deep_linear_correction import cubic_contraction
+from dmftc.runtime.deep_model import standard
+from models import odd_model  # noqa: E402  (tests/models.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_cubic_contraction_equals_dense_third_derivative():
-    """s_b = sum_cd S3_bcd C_cd from per-layer directional derivatives = the dense jacfwd(hessian) tensor."""
-    L, T, gamma, eta, y = 2, 3, 1.3, 0.2, 0.8
-    x0 = saddle_point_vector(deep_linear_saddle(L=L, gamma=gamma, y=y, eta=eta, T=T))
+@pytest.mark.parametrize("odd", [False, True])
+def test_cubic_contraction_equals_dense_third_derivative(odd):
+    """s_b = sum_cd S3_bcd C_cd from per-layer directional derivatives = the dense jacfwd(hessian) tensor, for
+    the standard network and for a model with nonlinear couplings, another readout and boundaries."""
+    L, T = 2, 3
+    model = odd_model() if odd else standard(gamma=1.3, eta=0.2, y=0.8)
+    x0 = saddle_point_vector(deep_linear_saddle(L=L, T=T, model=model))
     rng = np.random.default_rng(4)
     n = Layout(L, T).n
     C = rng.standard_normal((n, n))
     C = C + C.T
     x = x0 + 0.05 * rng.standard_normal(n)           # away from the saddle: every term of S3 is exercised
-    S3 = jax.jacfwd(jax.hessian(lambda v: deep_linear_action(v, L=L, gamma=gamma, y=y, eta=eta, T=T)))(jnp.asarray(x))
+    S3 = jax.jacfwd(jax.hessian(lambda v: deep_linear_action(v, L=L, T=T, model=model)))(jnp.asarray(x))
     ref = np.einsum("bcd,cd->b", np.asarray(S3), C)
-    got = cubic_contraction(x, C, L=L, gamma=gamma, eta=eta, T=T)
+    got = cubic_contraction(x, C, L=L, T=T, model=model)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
+def test_mean_correction_of_a_model_k_takes_its_second_derivatives():
+    """K of the odd model is sum_l (1 + l/2) G[l+1] Phi[l] + 0.2 Phi[L]^2 at each t: its O(1/N) mean correction is
+    the linearised m1 plus, written out by hand, (1 + l/2) Sigma(G[l+1], Phi[l]) for l = 1..L-1 and
+    0.2 Sigma(Phi[L], Phi[L]) (the propagator computes it with JAX second derivatives of the model's K)."""
+    L, T = 3, 5
+    model = odd_model()
+    P = deep_linear_propagator(L=L, T=T, model=model, correction=True)
+    sad = P.saddle
+    d = lambda a: np.diag(a)  # noqa: E731
+    lin = sum((1 + 0.5 * l) * (d(sad.g(l + 1)) * d(P.mean_correction(f"Phi[{l}]")) if l >= 1 else 0)
+              + (1 + 0.5 * l) * (d(sad.phi(l)) * d(P.mean_correction(f"G[{l + 1}]")) if l + 1 <= L else 0)
+              for l in range(L + 1))
+    lin = lin + 0.4 * d(sad.phi(L)) * d(P.mean_correction(f"Phi[{L}]"))
+    quad = sum((1 + 0.5 * l) * d(P.sigma[f"G[{l + 1}]"][f"Phi[{l}]"]) for l in range(1, L)) \
+        + 0.2 * d(P.sigma[f"Phi[{L}]"][f"Phi[{L}]"])
+    got = P.mean_correction("K")
+    np.testing.assert_allclose(got, lin + quad, rtol=1e-10, atol=1e-12 * np.abs(got).max())
+    assert np.abs(quad).max() > 0.01 * np.abs(got).max()             # the second-order term matters here
 
 
 @pytest.mark.parametrize("gamma, eta, T", [(1.0, 0.1, 10), (2.0, 0.15, 12)])

@@ -1,5 +1,12 @@
 """Finite-width propagator of deep LINEAR networks from the autodiff Hessian of their Gaussian DMFT action.
 
+The action is a :class:`dmftc.runtime.deep_model.DeepModel`'s (a compiled deep spec's, read by
+``deep_model.from_spec``, or the standard network): its coupling coefficients k_h(Phi(t,s), Delta(s)),
+k_z(G(t,s), Delta(s)) enter C_l, E_l below in place of eta gamma Delta(s) Phi / G, its readout Delta = y0 +
+c_t E[z h](t) + c_0 E[z h](0) gives the Delta_hat term of ln Z_L and the pairing Delta_hat (Delta - y0), its
+boundaries Phi[0], G[L+1] replace the ones, and its K the sum below.  The derivation is written for the
+standard network, the case k = eta gamma Delta q, (y0, c_t, c_0) = (y, -1/gamma, 1/gamma):
+
 The network (:mod:`dmftc.validation.deep_ensemble`): width N, L hidden layers, one training point,
 phi = identity, mean-field parameterisation, discrete gradient descent with step eta, recorded at
 t = 0..T-1 before each update, Delta(t) = y - (f(t) - f(0)).  The saddle point is the exact
@@ -63,6 +70,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
+from dmftc.runtime.deep_model import as_model
+
 jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "Layout",
@@ -91,6 +100,7 @@ class Saddle:
     maps: list = field(repr=False, default=None)  # L x (H, Z): (T, 2T) coefficients of h^l, z^l on (u^l, r^l)
     phi0: float = 1.0           # boundary kernels Phi[0] = phi0 1 1^T, G[L+1] = g_top 1 1^T
     g_top: float = 1.0
+    model: object = field(repr=False, default=None)   # the DeepModel whose action this is the saddle of
 
     def phi(self, l):           # Phi[l] with Phi[0] = phi0 1 1^T
         return self.phi0 * np.ones((self.T, self.T)) if l == 0 else self.Phi[l - 1]
@@ -99,8 +109,10 @@ class Saddle:
         return self.g_top * np.ones((self.T, self.T)) if l == self.L + 1 else self.G[l - 1]
 
 
-def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) -> Saddle:
-    """Exact infinite-width solution of the discrete-time DMFT of an L-hidden-layer linear network.
+def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
+                       eta: float | None = None) -> Saddle:
+    """Exact infinite-width solution of the discrete-time DMFT of an L-hidden-layer linear network whose action
+    is ``model``'s (a :class:`dmftc.runtime.deep_model.DeepModel`; default the standard network with gamma, y, eta).
 
     Every field of layer l is linear in that layer's sources w = (u^l(0..T-1), r^l(0..T-1)),
     Cov(w) = diag(Phi[l-1], G[l+1]); we march the coefficient rows of h^l(t), z^l(t) causally
@@ -110,14 +122,17 @@ def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) ->
     L, T = int(L), int(T)
     if L < 1 or T < 1:
         raise ValueError("need L >= 1 and T >= 1")
+    model = as_model(model, gamma, y, eta)
+    kh = lambda q, d: np.asarray(model.k_h(q, d), float)               # noqa: E731
+    kz = lambda q, d: np.asarray(model.k_z(q, d), float)               # noqa: E731
     ones = np.ones((T, T))
-    Phi = [ones] + [np.zeros((T, T)) for _ in range(L)]          # index 0..L
-    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [ones]   # index 1..L+1
+    Phi = [model.phi0 * ones] + [np.zeros((T, T)) for _ in range(L)]          # index 0..L
+    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [model.g_top * ones]   # index 1..L+1
     H = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
     Z = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
     Delta = np.zeros(T)
     f = np.zeros(T)
-    eg = eta * gamma
+    fz = np.zeros(T)
 
     def cov(l, a, b):        # a Sw_l b^T for coefficient rows a (m,2T), b (n,2T)
         return a[:, :T] @ Phi[l - 1] @ b[:, :T].T + a[:, T:] @ G[l + 1] @ b[:, T:].T
@@ -126,7 +141,7 @@ def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) ->
         past = np.arange(t)
         for l in range(1, L + 1):                                # forward sweep: h^l(t)
             Rphi_prev = H[l - 1][t, T + past] if l > 1 else np.zeros(t)
-            c = Rphi_prev + eg * Delta[past] * Phi[l - 1][t, past]
+            c = Rphi_prev + kh(Phi[l - 1][t, past], Delta[past])
             row = c @ Z[l][past]
             row[t] += 1.0                                        # u^l(t)
             H[l][t] = row
@@ -137,21 +152,31 @@ def deep_linear_saddle(*, L: int, gamma: float, y: float, eta: float, T: int) ->
             upto = np.arange(t + 1)
             Rg_next = Z[l + 1][t, upto] if l < L else np.zeros(t + 1)
             e = Rg_next.copy()
-            e[:t] += eg * Delta[past] * G[l + 1][t, past]
+            e[:t] += kz(G[l + 1][t, past], Delta[past])
             row = e @ H[l][upto]
             row[T + t] += 1.0                                    # r^l(t)
             Z[l][t] = row
             v = cov(l, Z[l][t:t + 1], Z[l][: t + 1])[0]
             G[l][t, : t + 1] = v
             G[l][: t + 1, t] = v
-            if l == L:
-                f[t] = cov(L, Z[L][t:t + 1], H[L][t:t + 1])[0, 0] / gamma
-                Delta[t] = y - f[t]
-    K = sum(G[l + 1].diagonal() * Phi[l].diagonal() for l in range(L + 1))
+            if l == L:                                           # readout: Delta = y0 + c_t E_t + c_0 E_0
+                fz[t] = cov(L, Z[L][t:t + 1], H[L][t:t + 1])[0, 0]
+                Delta[t] = model.error_signal(fz[t], fz[0])
+                f[t] = model.y0 - Delta[t]
+    K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
+                   float)
     Rphi = [np.ascontiguousarray(H[l][:, T:]) for l in range(1, L + 1)]
     Rg = [np.ascontiguousarray(Z[l][:, :T]) for l in range(1, L + 1)]
-    return Saddle(L, float(gamma), float(y), float(eta), T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg,
-                  [(H[l], Z[l]) for l in range(1, L + 1)])
+    return _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg, [(H[l], Z[l]) for l in range(1, L + 1)])
+
+
+def _saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:
+    """A Saddle of ``model``'s action (gamma, y, eta recorded: the standard network's, else gamma = -1 / c_t of
+    the readout and eta = nan; the numerics read ``model``)."""
+    std = model.standard_params or {"gamma": -1.0 / model.readout[1] if model.readout[1] else float("nan"),
+                                    "eta": float("nan")}
+    return Saddle(L, float(std["gamma"]), model.y0, float(std["eta"]), T, Delta, f, K, Phi, G, Rphi, Rg, maps,
+                  phi0=model.phi0, g_top=model.g_top, model=model)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,23 +267,23 @@ def _split_local(v, T):
     return out
 
 
-def _log_z_local(v, gamma, eta, top, *, T):
-    """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] from the layer's local variables
+def _log_z_local(v, model, top, *, T):
+    """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] of ``model``'s action from the layer's local variables
     v = [Phi[l-1] (tril), G[l+1] (tril), A[l-1] (T*T), B[l] (T*T), Phi_hat[l] (tril), G_hat[l] (tril),
-    Delta, Delta_hat].  The first layer passes Phi[0] = 1 1^T and A[0] = 0, the last G[L+1] = 1 1^T, B[L] = 0
-    and top = 1 (the Delta_hat source term belongs to the last layer only)."""
+    Delta, Delta_hat].  The first layer passes Phi[0] = phi0 1 1^T and A[0] = 0, the last G[L+1] = g_top 1 1^T,
+    B[L] = 0 and top = 1 (the Delta_hat source term belongs to the last layer only): with the readout's feature
+    coefficients (a, b) (:meth:`DeepModel.features`) it adds sum_t Delta_hat(t) (a h(t) z(t) + b h(0) z(0)) to
+    -x^T Q x / 2."""
     tril = np.tril_indices(T)
     low = lambda w: jnp.zeros((T, T), dtype=w.dtype).at[tril].set(w)
     pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
     phi_prev, g_next = _sym(low(pp)), _sym(low(gn))
     ph, gh = low(ph), low(gh)
-    eg = eta * gamma
-    strict = jnp.tril(jnp.ones((T, T)), -1)
-    C = strict * eg * phi_prev * Delta[None, :] + a.reshape(T, T)
-    E = strict * eg * g_next * Delta[None, :] + b.reshape(T, T)
+    C, E = model.couplings(phi_prev, g_next, a.reshape(T, T), b.reshape(T, T), Delta)
     eye, zero = jnp.eye(T), jnp.zeros((T, T))
     M = jnp.block([[eye, -C], [-E, eye]])
-    Qhz = top * (-jnp.diag(dh) + zero.at[0, 0].add(jnp.sum(dh))) / gamma
+    fa, fb = model.features()
+    Qhz = -top * (fa * jnp.diag(dh) + fb * zero.at[0, 0].add(jnp.sum(dh)))
     Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
     Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
     big = jnp.block([[-Q, M.T], [M, Sw]])
@@ -268,10 +293,12 @@ def _log_z_local(v, gamma, eta, top, *, T):
 _HESS_CACHE: dict = {}
 
 
-def _local_hessian(T):
-    if T not in _HESS_CACHE:
-        _HESS_CACHE[T] = jax.jit(jax.hessian(lambda v, g, e, top: _log_z_local(v, g, e, top, T=T)))
-    return _HESS_CACHE[T]
+def _local_hessian(T, model):
+    """jit(hessian(v, top -> ln Z_l)) of ``model``'s action (compiled once per T and model key)."""
+    key = (T, model.key)
+    if key not in _HESS_CACHE:
+        _HESS_CACHE[key] = jax.jit(jax.hessian(lambda v, top: _log_z_local(v, model, top, T=T)))
+    return _HESS_CACHE[key]
 
 
 def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
@@ -300,6 +327,7 @@ def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
 
 
 def _bilinear(q, *, L, T, y):
+    """The bilinear part: Delta_hat (Delta - y0), the kernel-hat pairings and -Tr(A B)."""
     s = q["Delta_hat"] @ (q["Delta"] - y)
     for l in range(1, L + 1):
         s = s + jnp.sum(q[f"Phi_hat[{l}]"] * q[f"Phi[{l}]"]) + jnp.sum(q[f"G_hat[{l}]"] * q[f"G[{l}]"])
@@ -308,18 +336,21 @@ def _bilinear(q, *, L, T, y):
     return s
 
 
-def deep_linear_action(x, *, L: int, gamma: float, y: float, eta: float, T: int):
-    """Action S per neuron as a differentiable (JAX) function of the flat order-parameter vector x
-    (see :class:`Layout`; a dict of arrays is packed first).  Formula in the module docstring."""
+def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
+                       eta: float | None = None):
+    """Action S per neuron of ``model`` (default: the standard network with gamma, y, eta) as a differentiable
+    (JAX) function of the flat order-parameter vector x (see :class:`Layout`; a dict of arrays is packed
+    first).  Formula in the module docstring."""
+    model = as_model(model, gamma, y, eta)
     lay = Layout(L, T)
     if isinstance(x, dict):
         x = lay.pack(x)
     q = lay.unpack(jnp.asarray(x))
-    s = _bilinear(q, L=L, T=T, y=y)
+    s = _bilinear(q, L=L, T=T, y=model.y0)
     x = jnp.asarray(x)
     for l in range(1, L + 1):
-        v, _ = _gather_local(x, lay, l)
-        s = s + _log_z_local(v, gamma, eta, float(l == L), T=T)
+        v, _ = _gather_local(x, lay, l, model.phi0, model.g_top)
+        s = s + _log_z_local(v, model, float(l == L), T=T)
     return s
 
 
@@ -360,19 +391,20 @@ def bilinear_pairs(lay: "Layout"):
     return np.concatenate(ia), np.concatenate(ib), np.concatenate(val)
 
 
-def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=None):
-    """Hessian of S at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
+def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method="blocked", local_hessians=None):
+    """Hessian of ``model``'s S (default: the standard network with gamma, y, eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
     ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part.
 
     ``local_hessians`` (blocked only): a sequence of L matrices, the Hessian of ln Z_l (l = 1..L) over its
     local variables in :func:`_log_z_local` order, used instead of the closed form (hook for estimates of
     ln Z_l of nonlinear networks, :mod:`dmftc.runtime.deep_propagator`)."""
+    model = as_model(model, gamma, y, eta)
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
     if local_hessians is not None and method != "blocked":
         raise ValueError("local_hessians needs method='blocked'")
     if method == "dense":
-        fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, gamma=gamma, y=y, eta=eta, T=T)))
+        fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, T=T, model=model)))
         return np.asarray(fn(x0))
     if method != "blocked":
         raise ValueError(f"unknown method {method!r}")
@@ -380,15 +412,15 @@ def action_hessian(x0, *, L, gamma, y, eta, T, method="blocked", local_hessians=
     ia, ib, val = bilinear_pairs(lay)
     H[ia, ib] += val
     H[ib, ia] += val
-    hess = _local_hessian(T)
+    hess = _local_hessian(T, model) if local_hessians is None else None
     for l in range(1, L + 1):
-        v, idx = _gather_local(x0, lay, l)
+        v, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
         if local_hessians is not None:
             h = np.asarray(local_hessians[l - 1], dtype=float)
             if h.shape != (len(idx), len(idx)):
                 raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
         else:
-            h = np.asarray(hess(v, gamma, eta, float(l == L)))
+            h = np.asarray(hess(v, float(l == L)))
         keep = idx >= 0
         H[np.ix_(idx[keep], idx[keep])] += h[np.ix_(keep, keep)]
     return H
@@ -415,10 +447,16 @@ class Propagator:
         if self.m1_phys is None:
             raise ValueError("no mean correction: compute the propagator with correction=True")
         lay, T, sad = self.layout, self.layout.T, self.saddle
-        if name == "K":       # K = sum_l G[l+1](t,t) Phi[l](t,t): linear part + covariance of the products
-            out = sum(np.diag(sad.g(l + 1)) * np.diag(self.mean_correction(f"Phi[{l}]"))
-                      + np.diag(sad.phi(l - 1)) * np.diag(self.mean_correction(f"G[{l}]")) for l in range(1, lay.L + 1))
-            return out + sum(np.diag(self.sigma[f"G[{l + 1}]"][f"Phi[{l}]"]) for l in range(1, lay.L))
+        if name == "K":       # K(t) = k(kernel diagonals at t): dk . m1 + 1/2 tr(d2k Sigma) at each t
+            L = lay.L
+            dPhi, dG = [np.diag(sad.phi(l)) for l in range(L + 1)], [np.diag(sad.g(l)) for l in range(1, L + 2)]
+            kP, kG = sad.model.k_jacobian(dPhi, dG)
+            out = sum(kP[l - 1] * np.diag(self.mean_correction(f"Phi[{l}]"))
+                      + kG[l - 1] * np.diag(self.mean_correction(f"G[{l}]")) for l in range(1, L + 1))
+            kk = sad.model.k_hessian(dPhi, dG)                           # (T, 2L, 2L)
+            var = [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
+            cov = np.stack([np.stack([np.diag(self.sigma[a][b]) for b in var], axis=1) for a in var], axis=1)
+            return out + 0.5 * np.einsum("tij,tij->t", kk, cov)
         if name not in lay.blocks or lay.blocks[name][0] >= lay.n_phys:
             raise ValueError(f"unknown order parameter {name!r}; expected Delta, K, Phi[l] or G[l]")
         v = self.m1_phys[lay.slice(name)]
@@ -452,16 +490,18 @@ class Propagator:
         return out
 
 
-def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int,
-                           method: str = "blocked", correction: bool = False) -> Propagator:
-    """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle; observables Delta, K, Phi[l](t,t), G[l](t,t).
+def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
+                           eta: float | None = None, method: str = "blocked", correction: bool = False) -> Propagator:
+    """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle of ``model``'s action (default: the standard network
+    with gamma, y, eta); observables Delta, K, Phi[l](t,t), G[l](t,t).
     ``correction``: also the O(1/N) mean correction (``Propagator.mean_correction``), which needs the whole
     inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
-    sad = deep_linear_saddle(L=L, gamma=gamma, y=y, eta=eta, T=T)
+    model = as_model(model, gamma, y, eta)
+    sad = deep_linear_saddle(L=L, T=T, model=model)
     x0 = saddle_point_vector(sad)
     t1 = _time.perf_counter()
-    H = action_hessian(x0, L=L, gamma=gamma, y=y, eta=eta, T=T, method=method)
+    H = action_hessian(x0, L=L, T=T, model=model, method=method)
     t2 = _time.perf_counter()
     P = propagator_from_hessian(sad, H, x0=x0 if correction else None)
     P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1,
@@ -472,8 +512,8 @@ def deep_linear_propagator(*, L: int, gamma: float, y: float, eta: float, T: int
 def observable_map(sad: Saddle, lay: "Layout", model=None):
     """(names, rows, J): the linear map J (len(names) T, n_phys) from the packed physical block to the
     time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t); rows[name] are its rows of that observable.
-    K(t) = sum_l G[l+1](t,t) Phi[l](t,t) (or ``model``'s K, a :class:`dmftc.runtime.deep_model.DeepModel`) is
-    linearised at the saddle ``sad``."""
+    K(t) (the formula of ``model``, default the saddle's model) is linearised at the saddle ``sad`` by JAX."""
+    model = sad.model if model is None else model
     L, T = sad.L, sad.T
     names = observable_names(L)
     J = np.zeros((len(names) * T, lay.n_phys))
@@ -483,12 +523,7 @@ def observable_map(sad: Saddle, lay: "Layout", model=None):
     for l in range(1, L + 1):
         J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
         J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
-    if model is None:             # dK / dPhi[l](t,t) = G[l+1](t,t), dK / dG[l](t,t) = Phi[l-1](t,t)
-        kP = [np.diag(sad.g(l + 1)) for l in range(1, L + 1)]
-        kG = [np.diag(sad.phi(l - 1)) for l in range(1, L + 1)]
-    else:
-        kP, kG = model.k_jacobian([np.diag(sad.phi(l)) for l in range(L + 1)],
-                                  [np.diag(sad.g(l)) for l in range(1, L + 2)])
+    kP, kG = model.k_jacobian([np.diag(sad.phi(l)) for l in range(L + 1)], [np.diag(sad.g(l)) for l in range(1, L + 2)])
     for l in range(1, L + 1):
         J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += kP[l - 1]
         J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += kG[l - 1]
@@ -520,7 +555,7 @@ def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
         X += X.T
         X *= 0.5                                                 # C = -H^-1, symmetrised in place
         t_m1 = _time.perf_counter()
-        m1 = mean_correction_from_inverse(x0, X, L=L, gamma=sad.gamma, eta=sad.eta, T=T)[: lay.n_phys]
+        m1 = mean_correction_from_inverse(x0, X, L=L, T=T, model=sad.model)[: lay.n_phys]
         t_m1 = _time.perf_counter() - t_m1
         Sp = X[: lay.n_phys, : lay.n_phys].copy()
     else:

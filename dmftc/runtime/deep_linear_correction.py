@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.runtime.deep_linear import Layout, _gather_local, _log_z_local
+from dmftc.runtime.deep_model import as_model
 
 jax.config.update("jax_enable_x64", True)
 
@@ -34,30 +35,35 @@ __all__ = ["cubic_contraction", "mean_correction_from_inverse"]
 _THIRD: dict = {}
 
 
-def _third_directional(T):
-    """jit(vmap(u -> grad_v u^T Hess ln Z_l(v) u)) over a batch of directions u (k, n_loc)."""
-    if T not in _THIRD:
-        def f(v, g, e, top):
-            return _log_z_local(v, g, e, top, T=T)
+def _third_directional(T, model):
+    """jit(vmap(u -> grad_v u^T Hess ln Z_l(v) u)) over a batch of directions u (k, n_loc), for ``model``'s
+    action (compiled once per T and model key)."""
+    key = (T, model.key)
+    if key not in _THIRD:
+        def f(v, top):
+            return _log_z_local(v, model, top, T=T)
 
-        def one(v, u, g, e, top):
+        def one(v, u, top):
             def quad(w):
-                hv = jax.jvp(lambda z: jax.grad(f)(z, g, e, top), (w,), (u,))[1]
+                hv = jax.jvp(lambda z: jax.grad(f)(z, top), (w,), (u,))[1]
                 return hv @ u
             return jax.grad(quad)(v)
 
-        _THIRD[T] = jax.jit(jax.vmap(one, in_axes=(None, 0, None, None, None)))
-    return _THIRD[T]
+        _THIRD[key] = jax.jit(jax.vmap(one, in_axes=(None, 0, None)))
+    return _THIRD[key]
 
 
-def cubic_contraction(x0, C, *, L, gamma, eta, T, chunk: int = 128, rtol: float = 1e-13) -> np.ndarray:
-    """s_b = sum_cd S3_bcd C_cd at the point x0 (flat layout of :class:`Layout`) for a symmetric C (n, n)."""
+def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, chunk: int = 128,
+                      rtol: float = 1e-13) -> np.ndarray:
+    """s_b = sum_cd S3_bcd C_cd at the point x0 (flat layout of :class:`Layout`) for a symmetric C (n, n), for
+    ``model``'s action (default: the standard network with gamma, y, eta)."""
+    model = as_model(model, gamma, y, eta)
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
-    fn = _third_directional(T)
+    fn = _third_directional(T, model)
     out = np.zeros(lay.n)
     for l in range(1, L + 1):
-        v, idx = _gather_local(x0, lay, l)
+        v, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
         keep = np.flatnonzero(idx >= 0)
         Cl = np.zeros((len(idx), len(idx)))
         Cl[np.ix_(keep, keep)] = C[np.ix_(idx[keep], idx[keep])]
@@ -67,13 +73,14 @@ def cubic_contraction(x0, C, *, L, gamma, eta, T, chunk: int = 128, rtol: float 
         grad = np.zeros(len(idx))
         top = float(l == L)
         for a in range(0, len(lam), chunk):
-            g = np.asarray(fn(v, jnp.asarray(U[a:a + chunk]), gamma, eta, top))
+            g = np.asarray(fn(v, jnp.asarray(U[a:a + chunk]), top))
             grad += lam[a:a + chunk] @ g
         out[idx[keep]] += grad[keep]
     return out
 
 
-def mean_correction_from_inverse(x0, C, *, L, gamma, eta, T) -> np.ndarray:
-    """m1 over the whole flat layout: 1/2 C s, s = S3[C] (module doc); C = -H^-1 at the saddle x0."""
-    s = cubic_contraction(x0, C, L=L, gamma=gamma, eta=eta, T=T)
+def mean_correction_from_inverse(x0, C, *, L, T, model) -> np.ndarray:
+    """m1 over the whole flat layout: 1/2 C s, s = S3[C] (module doc); C = -H^-1 at the saddle x0 of ``model``'s
+    action."""
+    s = cubic_contraction(x0, C, L=L, T=T, model=model)
     return 0.5 * C @ s

@@ -37,7 +37,7 @@ from dmftc.errors import StructureSpecError
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["DeepModel", "standard", "from_spec"]
+__all__ = ["DeepModel", "standard", "from_spec", "as_model"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,22 @@ class DeepModel:
             out.append(np.asarray(jax.jvp(fn, base, tang)[1]))
         return out[:L], out[L:]
 
+    def k_hessian(self, dPhi, dG):
+        """Second derivatives of K(t) in the fluctuating diagonals Phi[1..L](t,t), G[1..L](t,t), in that order:
+        (T, 2L, 2L) (K is time-local, so per time one small Hessian; by JAX from ``k_of``)."""
+        L = len(dPhi) - 1
+        base = np.stack([np.asarray(a, float) for a in dPhi] + [np.asarray(a, float) for a in dG], axis=1)  # (T, 2L+2)
+        var = list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1))       # Phi[1..L], G[1..L] (G[l] at L + l)
+
+        def one(row):
+            def k(xs):
+                full = jnp.asarray(row).at[jnp.asarray(var)].set(xs)
+                vals = [full[i:i + 1] for i in range(2 * L + 2)]
+                return jnp.sum(jnp.asarray(self.k_of(vals[:L + 1], vals[L + 1:]), jnp.float64))
+            return jax.hessian(k)(jnp.asarray(row)[jnp.asarray(var)])
+
+        return np.stack([np.asarray(one(row)) for row in base])
+
 
 def _std_k(dPhi, dG):
     return sum(dG[l] * dPhi[l] for l in range(len(dPhi)))
@@ -117,6 +133,21 @@ def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
     return DeepModel(key=("standard", float(gamma), float(eta), float(y)), label="standard deep network",
                      k_h=lambda q, d: eg * d * q, k_z=lambda q, d: eg * d * q, readout=(float(y), -1.0 / g, 1.0 / g),
                      phi0=1.0, g_top=1.0, k_of=_std_k)
+
+
+def as_model(model=None, gamma=None, y=None, eta=None) -> DeepModel:
+    """The model of an action: ``model`` when given, else the standard network with (gamma, y, eta)."""
+    from dmftc.errors import ParameterError
+    from dmftc.runtime.deep_dmft import _number
+
+    if model is not None:
+        if not isinstance(model, DeepModel):
+            raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
+        return model
+    if gamma is None or y is None or eta is None:
+        raise ParameterError("give either model= or the standard network's gamma, y and eta")
+    return standard(gamma=_number("gamma", gamma, low=0.0, strict=True), eta=_number("eta", eta, low=0.0),
+                    y=_number("y", y))
 
 
 def _spec_error(mod, why):

@@ -89,14 +89,14 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import sparse
 
-from dmftc.runtime.deep_linear import (Layout, Saddle, _gather_local, _split_local, _sym, action_hessian, observable_names,
+from dmftc.runtime.deep_linear import (Layout, _gather_local, _saddle, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import _integer, _number
+from dmftc.runtime.deep_dmft import _integer
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
 from dmftc.runtime.site_moments import SiteMoments
-from dmftc.runtime.deep_model import DeepModel, standard
+from dmftc.runtime.deep_model import DeepModel, as_model
 from dmftc.derive.activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
@@ -141,24 +141,12 @@ class _Fields:
     x: list
 
 
-def _model(model, gamma, y, eta) -> DeepModel:
-    """The model of the action: given, or the standard network with (gamma, y, eta)."""
-    if model is not None:
-        if not isinstance(model, DeepModel):
-            raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
-        return model
-    if gamma is None or y is None or eta is None:
-        raise ParameterError("give either model= or the standard network's gamma, y and eta")
-    return standard(gamma=_number("gamma", gamma, low=0.0, strict=True), eta=_number("eta", eta, low=0.0),
-                    y=_number("y", y))
-
-
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
     (deep_linear.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
-    model = _model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta)
     act = _act_np(activation)
     S = xiu.shape[1]
     wt = np.ones(S) if weights is None else np.asarray(weights, float) * (S / np.sum(weights))
@@ -218,9 +206,7 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
                                  "parameters); reduce the learning rate or the feature strength")
     K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
                    float)
-    std = model.standard_params or {"gamma": -1.0 / model.readout[1], "eta": float("nan")}
-    sad = Saddle(L, std["gamma"], model.y0, std["eta"], T, Delta, f, K, Phi[1:], G[1:L + 1],
-                 Rphi[1:], Rg[1:L + 1], None, phi0=model.phi0, g_top=model.g_top)
+    sad = _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi[1:], Rg[1:L + 1])
     fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
                      [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
     return sad, fields
@@ -464,9 +450,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys)."""
     if solver not in ("causal", "dense"):
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
-    model = _model(model, gamma, y, eta)
-    if solver == "dense" and model.standard_params is None:
-        raise ParameterError("the dense reference solver knows the standard network only; use solver='causal'")
+    model = as_model(model, gamma, y, eta)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
@@ -518,7 +502,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         P = causal_propagator(sad, blocks, full=full, model=model)
         del blocks
     else:
-        H = action_hessian(x0, L=L, gamma=sad.gamma, y=sad.y, eta=sad.eta, T=T, local_hessians=kept)
+        H = action_hessian(x0, L=L, T=T, model=model, local_hessians=kept)
         del kept[:]
         P = propagator_from_hessian(sad, H)
     diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
@@ -572,7 +556,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
-    model = _model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta)
     seed = _integer("seed", seed, 0)
     groups = _integer("groups", groups, 2)
     samples = _integer("samples", samples, 2 * groups)

@@ -2,14 +2,14 @@
 
 The generated module supplies the numerics the spec determines (activation and derivatives, coupling
 kernels, boundaries, readout, scalar order parameters); :func:`dmftc.runtime.deep_dmft.solve_deep` marches them
-(``spec=SpecKernels(module)``).  Propagator: for a linear activation it comes from
-:mod:`dmftc.runtime.deep_linear` through :func:`dmftc.deep.solve_deep`, after checking that the spec's own march
-reproduces that solver's saddle point (so a spec that describes a different network is not given a
-propagator that belongs to another).  For any other activation the means come from the spec-driven march
-and the propagator from :mod:`dmftc.runtime.deep_propagator` (computed on first use of ``var``/``sigma``),
-which differentiates the spec's own action: its generated activation with four derivatives and its couplings,
-readout, boundary kernels and K read by :func:`dmftc.runtime.deep_model.from_spec` (coupling derivatives by
-JAX from the generated functions; no comparison with a built-in network).
+(``spec=SpecKernels(module)``).  The propagator differentiates the spec's own action: its couplings, readout,
+boundary kernels and K read by :func:`dmftc.runtime.deep_model.from_spec` (coupling derivatives by JAX from the
+generated functions; no comparison with a built-in network).  For a linear activation every single-site
+integral is Gaussian: the propagator (and the O(1/N) mean correction) is the autodiff Hessian of the exact
+log-det action (:mod:`dmftc.runtime.deep_linear`), after checking that the action so read reproduces the
+spec's own march (so the two readings of the spec cannot drift apart).  For any other activation the means
+come from the spec-driven march and the propagator from :mod:`dmftc.runtime.deep_propagator` (computed on first
+use of ``var``/``sigma``), with the generated activation and its four derivatives.
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)
@@ -28,8 +28,8 @@ import numpy as np
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
 from dmftc.runtime.solution import atomic_savez
 
-# Agreement required between the spec's exact march and the deep-linear solver's saddle point before the
-# latter's propagator is attached (both are exact; they differ by round-off, about 1e-12 at T = 20).
+# Agreement required between the spec's exact march and the exact-Gaussian march of the action read from the
+# spec before the latter's propagator is attached (both are exact; they differ by round-off, ~1e-12 at T = 20).
 _LINEAR_MATCH = 1e-8
 
 
@@ -276,8 +276,13 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         names[f"{r['A']}[{l}]"] = f"Rphi[{l}]"
         names[f"{r['B']}[{l}]"] = f"Rg[{l}]"
     std = dict(gamma=p.get("gamma", 1.0), y=p.get("y", 0.0), eta=p[step])      # recorded only (the spec's own
-    # parameters drive the march and, through deep_model.from_spec, the propagator; the deep-linear solver
-    # below gets the constants of standard_constants)
+    # parameters drive the march and, through deep_model.from_spec, the propagator)
+    from dmftc.runtime.deep_model import from_spec
+
+    try:                              # the propagator differentiates the spec's own action (module deep_model)
+        model, err = from_spec(mod, p), None
+    except StructureSpecError as exc:
+        model, err = None, exc
     if mod.LINEAR:
         if backend == "mc":
             raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
@@ -294,72 +299,21 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                 f"the dense deep-linear propagator at {mod.DEPTH} = {L}, {steps} = {T} needs about {need / 1e9:.1f} GB "
                 f"(memory_limit = {memory_limit / 1e9:.1f} GB); means are available, for variances lower {steps} "
                 f"or {mod.DEPTH}, or raise memory_limit")
-            inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"})
-            return DeepSpecSolution(mod, inner, p, names, err)
-        consts, why = standard_constants(mod, p, T)
-        if consts is None:
-            raise StructureSpecError(f"the deep-linear propagator describes the standard deep network of "
-                                     f"specs/deep_linear.dmft; this spec differs: {why}", None, filename=mod.SPEC_PATH)
-        inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit, correction=correction,
-                                **consts)
-        _check_same_model(mod, own, inner, L)
-        return DeepSpecSolution(mod, inner, p, names)
+        if err is None:
+            inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit,
+                                    correction=correction, model=model, **std)
+            err = _saddle_mismatch(mod, own, inner, L)
+            if err is None:
+                return DeepSpecSolution(mod, inner, p, names)
+        inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"})
+        return DeepSpecSolution(mod, inner, p, names, err)
     if correction:
         raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
-    from dmftc.runtime.deep_model import from_spec
-
-    try:                              # the propagator differentiates the spec's own action (module deep_model)
-        model, err = from_spec(mod, p), None
-    except StructureSpecError as exc:
-        model, err = None, exc
     inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
                             spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
                             memory_limit=memory_limit, propagator_samples=propagator_samples,
                             propagator_groups=propagator_groups, progress=progress, model=model, **std)
     return DeepSpecSolution(mod, inner, p, names, err)
-
-
-def standard_constants(mod, p, T):
-    """The constants of the standard deep network's action that the spec's action realises, as the effective
-    (gamma, eta, y) of :mod:`dmftc.runtime.deep_linear` (whose closed form knows only that network; its action
-    depends on them through kappa = eta gamma, the coupling coefficient of both fields, rho = 1 / gamma, the
-    readout's, and y); or None and what differs.
-
-    The spec's action is read by :func:`dmftc.runtime.deep_model.from_spec` and compared on random values with
-    k_h = k_z = kappa Delta q, Delta = y - rho (E_t - E_0), Phi[0] = G[L+1] = 1 and K = sum_l G[l+1] Phi[l].
-    The spec's parameters may have any names and the constants any values."""
-    from dmftc.runtime.deep_model import _std_k, from_spec
-
-    r = mod.ROLES
-    try:
-        model = from_spec(mod, p)
-    except StructureSpecError as err:
-        return None, err.message
-    rng = np.random.default_rng(12345)
-    q, d = rng.standard_normal(T), rng.standard_normal(T)
-    close = lambda a, b: np.allclose(np.asarray(a, float), b, rtol=1e-12, atol=1e-12)  # noqa: E731
-    kh, kz = float(model.k_h(1.0, 1.0)), float(model.k_z(1.0, 1.0))
-    if not close(model.k_h(q, d), kh * d * q):
-        return None, f"the h coupling is not {r['A']}[l-1](t,s) + c Delta(s) {r['Phi']}[l-1](t,s) with a constant c"
-    if not close(model.k_z(q, d), kz * d * q):
-        return None, (f"the z coupling is not {r['B']}[l+1](t,s) (s <= t) + c Delta(s) {r['G']}[l+1](t,s) (s < t) "
-                      "with a constant c")
-    if not math.isclose(kh, kz, rel_tol=1e-12, abs_tol=1e-300):
-        return None, f"the h and z couplings have different constants ({kh:g} and {kz:g})"
-    for name, value in ((f"{r['Phi']}[0]", model.phi0), (f"{r['G']}[{mod.DEPTH}+1]", model.g_top)):
-        if value != 1.0:
-            return None, f"the boundary {name} = {value:g} (the standard network has 1)"
-    y0, ct, c0 = model.readout
-    if not math.isclose(ct, -c0, rel_tol=1e-12, abs_tol=1e-300):
-        return None, "the readout is not Delta(t) = y - c (E[z phi](t) - E[z phi](0)) with constants y, c"
-    rho = -ct
-    if not rho > 0 or kh < 0:
-        return None, f"the readout and coupling constants ({rho:g}, {kh:g}) are not those of a network with gamma > 0"
-    L = int(float(p[mod.DEPTH]))
-    dPhi, dG = [rng.standard_normal(T) for _ in range(L + 1)], [rng.standard_normal(T) for _ in range(L + 1)]
-    if not close(model.k_of(dPhi, dG), _std_k(dPhi, dG)):
-        return None, f"K is not sum(l = 0..L: {r['G']}[l+1](t, t) {r['Phi']}[l](t, t))"
-    return {"gamma": 1.0 / rho, "eta": kh * rho, "y": y0}, None
 
 
 def _from_saddle(deep, sad, activation, L, T, params, diag):
@@ -368,8 +322,9 @@ def _from_saddle(deep, sad, activation, L, T, params, diag):
     return deep.DeepSolution(activation, L, T, dict(params), means, se, None, dict(diag))
 
 
-def _check_same_model(mod, own, inner, L):
-    """The spec's exact march must reproduce the deep-linear solver's saddle point before its propagator is used."""
+def _saddle_mismatch(mod, own, inner, L) -> StructureSpecError | None:
+    """The spec's exact march (its generated equations) must reproduce the saddle point of the action read from
+    the spec (module deep_model) before that action's propagator is used: None, or the error to attach."""
     worst, where = 0.0, None
     keys = [(mod.ERROR_SIGNAL, "Delta")] + [(f"{k}[{l}]",) * 2 for k in ("Phi", "G", "Rphi", "Rg")
                                              for l in range(1, L + 1)]
@@ -379,9 +334,9 @@ def _check_same_model(mod, own, inner, L):
         diff = float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
         if diff > worst:
             worst, where = diff, k
-    if worst > _LINEAR_MATCH:
-        raise StructureSpecError(
-            f"the spec's equations are not the deep linear network that dmftc.runtime.deep_linear's propagator describes: "
-            f"its saddle point differs in {where} by {worst:.3g} (relative); the propagator is only available for "
-            "that network (means: solve with a nonlinear-style activation or compare the couplings with "
-            "specs/deep_linear.dmft)", None, filename=mod.SPEC_PATH)
+    if worst <= _LINEAR_MATCH:
+        return None
+    return StructureSpecError(
+        f"the spec's equations and its action as the propagator reads it (couplings, readout, boundaries, K) give "
+        f"different saddle points: they differ in {where} by {worst:.3g} (relative); the means are the spec's, but "
+        "no propagator is attached (please report this spec)", None, filename=mod.SPEC_PATH)
