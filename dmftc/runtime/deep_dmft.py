@@ -23,6 +23,10 @@ which equals <z^L phi(h^L)>/gamma in expectation but has O(1) instead of O(1/gam
 noise (the direct average is kept in ``diagnostics['f_direct']``; both agree exactly on the
 exact backend).
 
+One march serves every deep network: its couplings, boundary rows, readout and scalars come from a kernels
+object, :class:`SpecKernels` (a compiled deep spec's generated functions) or :class:`StandardKernels` (the
+network above with any activation, used by :func:`dmftc.deep.solve_deep` without a spec).
+
 The equations are causal, so there is no fixed-point iteration: one forward march in time.  Inside
 step t: forward sweep l = 1..L (u^l(t) from Phi[l-1](t, s<=t), h^l(t), Phi[l](t, s<=t), Rphi[l](t, s<t)),
 then f(t) and Delta(t) (used by later steps only), then backward sweep l = L..1 (r^l(t) from
@@ -91,13 +95,13 @@ def _set_col(X, v, t):
     return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
 
 
-def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
+def _march(xiu, xir, prm, *, L, T, exact, spec):
     """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
 
-    ``spec`` (a :class:`SpecKernels`, from a compiled deep spec) supplies the activation, the coupling
-    kernels of the h and z equations, the boundary layers and the readout of the error signal; ``prm``
-    is then a dict of parameter values.  Without it the built-in network of the module doc is marched
-    and ``prm`` is the vector (eta, gamma, y, dirac width).
+    ``spec`` (a :class:`SpecKernels` of a compiled deep spec, or :class:`StandardKernels`, the network of the
+    module doc) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
+    the readout of the error signal; ``prm`` is the dict of its parameter values (traced: one compilation
+    serves every value).
 
     Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
     fields h, phi(h), z, g (S, T); tangents Dgz, Pz, Dgh, Ph stored flat as (S*T_s, T_t'): entry
@@ -108,13 +112,8 @@ def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
     vmapped 3-D buffers every step, 5x slower.)  On the exact backend phi' = 1 and phi'' = 0, so the
     tangents are the same for every basis row and are carried for one row only.
     """
-    if spec is None:
-        site = as_activation(activation)                # widths are part of a SiteActivation
-        act = lambda h, w: site.fn(h)[:3]               # noqa: E731
-        eta, gamma, y, width = prm[0], prm[1], prm[2], prm[3]
-    else:
-        act = spec.activation(prm)
-        width = prm["dirac width"]
+    act = spec.activation(prm)
+    width = prm["dirac width"]
     S = xiu.shape[1]
     wprod = 1.0 if exact else 1.0 / S       # second moments: sum over basis rows, or sample mean
     St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
@@ -129,21 +128,12 @@ def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
         c = {k: (list(v) if k in per_layer else v) for k, v in c.items()}
         onehot = (idx == t).astype(jnp.float64)
         past, upto = idx < t, (idx <= t).astype(jnp.float64)
-        if spec is None:
-            egD = eta * gamma * jnp.where(past, c["Delta"], 0.0)
-        else:
-            Dm = jnp.where(past, c["Delta"], 0.0)
+        Dm = jnp.where(past, c["Delta"], 0.0)
         local = []
         for l in range(L):                                          # forward sweep, layer l+1
-            if spec is not None:                                     # spec: boundary rows and couplings
-                rows = spec.forward_rows(c, l, t, T, prm)
-                krow = rows["Phi"] * upto
-                M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
-            elif l == 0:
-                krow, M = upto, egD                                  # Phi[0] = 1, Rphi[0] = 0
-            else:
-                krow = c["Phi"][l - 1][t] * upto
-                M = jnp.where(past, c["Rphi"][l - 1][t], 0.0) + egD * c["Phi"][l - 1][t]
+            rows = spec.forward_rows(c, l, t, T, prm)                # the layer below (a boundary at l = 0)
+            krow = rows["Phi"] * upto
+            M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
             c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t)
             h = xiu[l] @ Cu[t] + c["g"][l] @ M
             dhz = (c["Dgz"][l] @ M).reshape(St, T)                   # d h(t) / d z(s)
@@ -157,28 +147,16 @@ def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
             c["Phi"][l] = c["Phi"][l].at[t].set(wprod * (p0 @ c["ph"][l]) * upto)
             c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, jnp.mean(Pzt, axis=0), 0.0))
             local.append((dhz, dhh, p1, p2))
-        if spec is None:
-            # f(t) = (1/gamma) sum_{s<t} Rphi[L](t,s) + eta sum_{s<t} Delta(s) Phi[L](t,s)   (Stein, see doc)
-            f = (jnp.sum(c["Rphi"][L - 1][t]) + jnp.sum(egD * c["Phi"][L - 1][t])) / gamma
-            c["f"] = c["f"].at[t].set(f)
-            c["Delta"] = c["Delta"].at[t].set(y - f)
-        else:
-            # the spec's readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
-            last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
-            e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
-            c["f"] = c["f"].at[t].set(e_t)
-            c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
+        # the readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
+        last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
+        e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
+        c["f"] = c["f"].at[t].set(e_t)
+        c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
         for l in reversed(range(L)):                                 # backward sweep, layer l+1
-            if spec is not None:
-                rows = spec.backward_rows(c, l, t, T, prm)
-                krow = rows["G"] * upto
-                c0, c1 = spec.z_coupling(rows, Dm, prm)
-                N = upto * c0 + jnp.where(past, c1, 0.0)
-            elif l == L - 1:
-                krow, N = upto, egD                                  # G[L+1] = 1, Rg[L+1] = 0
-            else:
-                krow = c["G"][l + 1][t] * upto
-                N = c["Rg"][l + 1][t] * upto + egD * c["G"][l + 1][t]
+            rows = spec.backward_rows(c, l, t, T, prm)               # the layer above (a boundary at l = L-1)
+            krow = rows["G"] * upto
+            c0, c1 = spec.z_coupling(rows, Dm, prm)
+            N = upto * c0 + jnp.where(past, c1, 0.0)
             c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t)
             z = xir[l] @ Cr[t] + c["ph"][l] @ N                      # includes Rg[l+1](t,t) phi(h(t))
             dzz = (c["Pz"][l] @ N).reshape(St, T) + onehot
@@ -193,7 +171,7 @@ def _march(xiu, xir, prm, *, activation, L, T, exact, spec=None):
             c["G"][l] = c["G"][l].at[t].set(wprod * (g @ c["g"][l]) * upto)
             c["Rg"][l] = c["Rg"][l].at[t].set(jnp.mean(dgh, axis=0) * upto)
         zphi = wprod * (c["z"][L - 1][:, t] @ c["ph"][L - 1][:, t])
-        c["fdir"] = c["fdir"].at[t].set(zphi / gamma if spec is None else zphi)
+        c["fdir"] = c["fdir"].at[t].set(zphi)
         return c
 
     c = jax.lax.fori_loop(0, T, step, carry0)
@@ -271,6 +249,66 @@ class SpecKernels:
     def readout(self, e_t, e_0, p):
         return self.module.readout(e_t, e_0, p)
 
+    @property
+    def linear(self) -> bool:
+        return bool(self.module.LINEAR)
+
+    def scalar_values(self, diag, p):
+        """The spec's scalar order parameters from the time diagonals ``diag(name, layer)`` of the kernels."""
+        return {name: getattr(self.module, f"scalar_{name}")(diag, p) for name in self.scalars}
+
+    def report_f(self, e, p):
+        """What the solution reports as 'f': the readout average E_t itself."""
+        return e
+
+
+class StandardKernels(SpecKernels):
+    """The network of the module doc (what :mod:`dmftc.validation.deep_ensemble` trains) in the march's terms,
+    with any activation: the couplings A + eta gamma Delta Phi and (B, eta gamma Delta G), Phi[0] = G[L+1] = 1,
+    A[0] = B[L+1] = 0, the readout Delta = y - (E_t - E_0) / gamma and K = sum_l G[l+1] Phi[l].  It is the
+    action of specs/deep_tanh.dmft with its activation line replaced; parameters eta, gamma, y (traced)."""
+
+    _BOUNDARY = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
+
+    def __init__(self, activation):
+        self.module = None
+        self.site = activation
+        self.key = ("standard", activation)
+        self.names = {"Phi": "Phi", "A": "A", "G": "G", "B": "B"}
+        self.scalars = ("K",)
+
+    @property
+    def linear(self) -> bool:
+        return bool(self.site.linear)
+
+    def activation(self, p):
+        return lambda h, w: self.site.fn(h)[:3]           # the width is part of the SiteActivation
+
+    def _boundary(self, role, layer, T, p, depth):
+        return jnp.full((T,), self._BOUNDARY[role], dtype=jnp.float64)
+
+    def h_coupling(self, rows, Delta, p):
+        return p["eta"] * p["gamma"] * Delta * rows["Phi"] + rows["A"]
+
+    def z_coupling(self, rows, Delta, p):
+        return rows["B"], p["eta"] * p["gamma"] * Delta * rows["G"]
+
+    def readout_average(self, last, nxt, Delta, past, upto, p):
+        c0, c = self.z_coupling(nxt, Delta, p)                # Stein's lemma for r[L] ~ GP(0, G[L+1])
+        return (jnp.sum(past * nxt["G"] * last["A"]) + jnp.sum(upto * c0 * last["Phi"])
+                + jnp.sum(past * c * last["Phi"]))
+
+    def readout(self, e_t, e_0, p):
+        return p["y"] - (e_t - e_0) / p["gamma"]
+
+    def scalar_values(self, diag, p):
+        L = int(p["L"])
+        return {"K": sum(diag("G", l + 1) * diag("Phi", l) for l in range(L + 1))}
+
+    def report_f(self, e, p):
+        """f(t) - f(0) of the network's output, E_t / gamma (E_0 = 0 here)."""
+        return e / p["gamma"]
+
 
 def _layer_number(ref: str, depth_name: str, depth: int) -> int:
     if ref.isdigit():
@@ -282,38 +320,33 @@ def _layer_number(ref: str, depth_name: str, depth: int) -> int:
 _JIT: dict = {}
 
 
-def _compiled(activation, L, T, exact, spec=None):
-    key = (activation if spec is None else spec.key, L, T, exact)
+def _compiled(L, T, exact, spec):
+    key = (spec.key, L, T, exact)
     if key not in _JIT:
-        _JIT[key] = jax.jit(lambda xiu, xir, prm: _march(xiu, xir, prm, activation=activation, L=L, T=T,
-                                                          exact=exact, spec=spec))
+        _JIT[key] = jax.jit(lambda xiu, xir, prm: _march(xiu, xir, prm, L=L, T=T, exact=exact, spec=spec))
     return _JIT[key]
 
 
-def _assemble(out, L, T, spec=None, p=None):
+def _assemble(out, L, T, spec, p):
     """Raw march output -> named arrays; kernels symmetrised from their causal rows."""
     sym = lambda A: np.tril(A) + np.tril(A, -1).T  # noqa: E731
-    arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(out["f"]), "f_direct": np.asarray(out["fdir"])}
+    arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(spec.report_f(np.asarray(out["f"]), p)),
+           "f_direct": np.asarray(spec.report_f(np.asarray(out["fdir"]), p))}
     for l in range(1, L + 1):
         arr[f"Phi[{l}]"] = sym(np.asarray(out["Phi"][l - 1]))
         arr[f"G[{l}]"] = sym(np.asarray(out["G"][l - 1]))
         arr[f"Rphi[{l}]"] = np.asarray(out["Rphi"][l - 1])
         arr[f"Rg[{l}]"] = np.asarray(out["Rg"][l - 1])
-    if spec is not None:  # the spec's scalar order parameters from the time diagonals of the kernels
-        roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}
+    roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}   # scalars from the kernels' time diagonals
 
-        def diag(name, layer):
-            role = roles[name]
-            if 1 <= layer <= L:
-                return np.diagonal(arr[f"{role}[{layer}]"])
-            return np.asarray(spec._boundary(role, layer, T, p, L))
+    def diag(name, layer):
+        role = roles[name]
+        if 1 <= layer <= L:
+            return np.diagonal(arr[f"{role}[{layer}]"])
+        return np.asarray(spec._boundary(role, layer, T, p, L))
 
-        for name in spec.scalars:
-            arr[name] = np.asarray(getattr(spec.module, f"scalar_{name}")(diag, p), dtype=float)
-        return arr
-    dPhi = [np.ones(T)] + [np.diagonal(arr[f"Phi[{l}]"]) for l in range(1, L + 1)]
-    dG = [np.diagonal(arr[f"G[{l}]"]) for l in range(1, L + 1)] + [np.ones(T)]
-    arr["K"] = sum(dG[l] * dPhi[l] for l in range(L + 1))
+    for name, value in spec.scalar_values(diag, p).items():
+        arr[name] = np.asarray(value, dtype=float)
     return arr
 
 
@@ -388,12 +421,15 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     gamma, y and eta are recorded but the spec's own parameters are used).
     """
     dirac_width = _number("dirac_width", dirac_width, low=0.0)
-    if spec is None:
-        activation = as_activation(activation, dirac_width)
-    linear = activation.linear if spec is None else bool(spec.module.LINEAR)
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    label = activation if spec is not None else None
+    if spec is None:                      # the built-in network is one more set of kernels (StandardKernels)
+        spec = StandardKernels(as_activation(activation, dirac_width))
+        spec_params = {"eta": eta, "gamma": gamma, "y": y, "L": L}
+        label = spec.site.label
+    linear = spec.linear
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and not linear:
@@ -407,15 +443,12 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
                              f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
-    if spec is None:
-        prm = jnp.asarray([eta, gamma, y, dirac_width], dtype=jnp.float64)
-    else:
-        prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
-        prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
-    march = _compiled(activation, L, T, exact, spec)
-    host = None if spec is None else {k: float(v) for k, v in (spec_params or {}).items()}
-    params = dict(activation=activation if spec is not None else activation.label, L=L, gamma=gamma, y=y,
-                  eta=eta, T=T, backend="exact" if exact else "mc", dirac_width=dirac_width)
+    prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
+    prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
+    march = _compiled(L, T, exact, spec)
+    host = {k: float(v) for k, v in (spec_params or {}).items()}
+    params = dict(activation=label, L=L, gamma=gamma, y=y, eta=eta, T=T, backend="exact" if exact else "mc",
+                  dirac_width=dirac_width)
     t0 = _time.perf_counter()
     if exact:
         n = 2 * L * T
