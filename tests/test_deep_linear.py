@@ -160,3 +160,31 @@ def test_propagator_matches_finite_width_networks(L, E):
         ok = sem > 0
         zm = np.abs(means[name] - m)[ok] / sem[ok]
         assert zm.max() <= 4, (name, zm.round(2))
+
+
+def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compile(tmp_path):
+    """Models of one family (the standard network; a compiled spec at other parameter values) share one compiled
+    local Hessian with their values traced; it equals the Hessian compiled for the model alone (bind=None)."""
+    import dataclasses
+
+    import dmftc
+    from pathlib import Path
+
+    from dmftc.runtime import deep_linear
+    from dmftc.runtime.deep_model import from_spec, standard
+
+    T, L = 4, 2
+    spec = dmftc.load(Path(__file__).resolve().parents[1] / "specs" / "deep_linear.dmft")
+    for make in (lambda g: standard(gamma=g, eta=0.2, y=0.7),
+                 lambda g: from_spec(spec.module, {"L": L, "gamma": g, "y": -0.4, "eta": 0.1, "T": T})):
+        sizes = []
+        for g in (0.8, 1.7):
+            model = make(g)
+            x0 = saddle_point_vector(deep_linear_saddle(L=L, T=T, model=model))
+            v, _ = deep_linear._gather_local(jnp.asarray(x0), Layout(L, T), L, model.phi0, model.g_top)
+            h = np.asarray(deep_linear._local_hessian(T, model)(v, 1.0))
+            sizes.append(len(deep_linear._HESS_CACHE))
+            alone = dataclasses.replace(model, bind=None, family=None, key=("alone",) + model.key)
+            ref = np.asarray(deep_linear._local_hessian(T, alone)(v, 1.0))
+            np.testing.assert_allclose(h, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+        assert sizes[1] == sizes[0] + 1                  # the second value compiled only the 'alone' reference

@@ -70,7 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_model import as_model
+from dmftc.runtime.deep_model import as_model, family_jit
 
 jax.config.update("jax_enable_x64", True)
 
@@ -294,11 +294,10 @@ _HESS_CACHE: dict = {}
 
 
 def _local_hessian(T, model):
-    """jit(hessian(v, top -> ln Z_l)) of ``model``'s action (compiled once per T and model key)."""
-    key = (T, model.key)
-    if key not in _HESS_CACHE:
-        _HESS_CACHE[key] = jax.jit(jax.hessian(lambda v, top: _log_z_local(v, model, top, T=T)))
-    return _HESS_CACHE[key]
+    """(v, top) -> Hessian of ln Z_l of ``model``'s action, compiled once per T and model family (the model's
+    numeric values are traced: a sweep over gamma or a spec's parameters reuses it)."""
+    return family_jit(_HESS_CACHE, (T,), model, lambda model_of: jax.hessian(
+        lambda v, top, vals: _log_z_local(v, model_of(vals), top, T=T)))
 
 
 def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):

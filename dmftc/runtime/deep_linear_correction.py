@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.runtime.deep_linear import Layout, _gather_local, _log_z_local
-from dmftc.runtime.deep_model import as_model
+from dmftc.runtime.deep_model import as_model, family_jit
 
 jax.config.update("jax_enable_x64", True)
 
@@ -37,20 +37,19 @@ _THIRD: dict = {}
 
 def _third_directional(T, model):
     """jit(vmap(u -> grad_v u^T Hess ln Z_l(v) u)) over a batch of directions u (k, n_loc), for ``model``'s
-    action (compiled once per T and model key)."""
-    key = (T, model.key)
-    if key not in _THIRD:
-        def f(v, top):
-            return _log_z_local(v, model, top, T=T)
+    action (compiled once per T and model family: the model's values are traced)."""
+    def build(model_of):
+        def one(v, u, top, vals):
+            f = lambda z: _log_z_local(z, model_of(vals), top, T=T)  # noqa: E731
 
-        def one(v, u, top):
             def quad(w):
-                hv = jax.jvp(lambda z: jax.grad(f)(z, top), (w,), (u,))[1]
+                hv = jax.jvp(jax.grad(f), (w,), (u,))[1]
                 return hv @ u
             return jax.grad(quad)(v)
 
-        _THIRD[key] = jax.jit(jax.vmap(one, in_axes=(None, 0, None)))
-    return _THIRD[key]
+        return jax.vmap(one, in_axes=(None, 0, None, None))
+
+    return family_jit(_THIRD, (T,), model, build)
 
 
 def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, chunk: int = 128,

@@ -42,7 +42,9 @@ __all__ = ["DeepModel", "standard", "from_spec", "as_model"]
 
 @dataclass(frozen=True)
 class DeepModel:
-    """See the module doc.  ``key`` identifies the model in compilation caches."""
+    """See the module doc.  ``key`` identifies the model in compilation caches.  Models of one ``family`` differ
+    only in their numeric ``values``: ``bind(values)`` (values may be JAX tracers) rebuilds the model, so that
+    compiled code (:func:`family_jit`) is shared across parameter values instead of recompiled for each."""
     key: tuple
     label: str
     k_h: Callable = field(repr=False)     # (Phi, Delta) -> coefficient, elementwise (broadcasting)
@@ -51,6 +53,9 @@ class DeepModel:
     phi0: float                           # Phi[0](t, s)
     g_top: float                          # G[L+1](t, s)
     k_of: Callable = field(repr=False)    # (dPhi: list l = 0..L of (T,), dG: list l = 1..L+1 of (T,)) -> (T,)
+    family: tuple | None = None           # identifies bind (None: compiled per key)
+    values: tuple = ()                    # (name, value) pairs that bind takes
+    bind: Callable | None = field(default=None, repr=False, compare=False)
 
     @property
     def standard_params(self) -> dict | None:
@@ -64,7 +69,7 @@ class DeepModel:
     def features(self):
         """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L
         (ln F = hats . f; the readout's sign: Delta - y0 - c_t E_t - c_0 E_0 = 0 at the saddle)."""
-        return -float(self.readout[1]), -float(self.readout[2])
+        return -self.readout[1], -self.readout[2]
 
     def error_signal(self, e_t, e_0):
         """y0 + c_t e_t + c_0 e_0, written so that Delta(0) = y0 exactly when c_0 = -c_t (the network's case)."""
@@ -125,14 +130,39 @@ def _std_k(dPhi, dG):
     return sum(dG[l] * dPhi[l] for l in range(len(dPhi)))
 
 
+def _standard_bound(v) -> DeepModel:
+    eg, g = v["eta"] * v["gamma"], v["gamma"]
+    return DeepModel(key=("standard-bound",), label="standard deep network", k_h=lambda q, d: eg * d * q,
+                     k_z=lambda q, d: eg * d * q, readout=(v["y"], -1.0 / g, 1.0 / g), phi0=1.0, g_top=1.0,
+                     k_of=_std_k)
+
+
 def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
     """The standard deep network of :mod:`dmftc.runtime.deep_dmft`'s doc (mean-field parameterisation, one
     training point, |x|^2 = D): k_h = eta gamma Delta Phi, k_z = eta gamma Delta G, Delta = y - (E_t - E_0) / gamma,
     Phi[0] = G[L+1] = 1, K = sum_l G[l+1] Phi[l]."""
-    eg, g = float(eta) * float(gamma), float(gamma)
-    return DeepModel(key=("standard", float(gamma), float(eta), float(y)), label="standard deep network",
-                     k_h=lambda q, d: eg * d * q, k_z=lambda q, d: eg * d * q, readout=(float(y), -1.0 / g, 1.0 / g),
-                     phi0=1.0, g_top=1.0, k_of=_std_k)
+    v = {"eta": float(eta), "gamma": float(gamma), "y": float(y)}
+    m = _standard_bound(v)
+    return DeepModel(key=("standard", v["gamma"], v["eta"], v["y"]), label=m.label, k_h=m.k_h, k_z=m.k_z,
+                     readout=m.readout, phi0=1.0, g_top=1.0, k_of=_std_k, family=("standard",),
+                     values=tuple(sorted(v.items())), bind=_standard_bound)
+
+
+def family_jit(cache: dict, key: tuple, model: DeepModel, build: Callable) -> Callable:
+    """A compiled function of ``model``'s action, shared by its family: ``build(model_of)`` returns the function
+    to compile, ``model_of(vals)`` the model inside it (vals traced when the model has a family, ignored else).
+    Returns fn(*args) for this model's values; compiled once per (key, family) or (key, model.key)."""
+    if model.bind is None:
+        full = key + (("model",) + tuple(model.key),)
+        if full not in cache:
+            cache[full] = jax.jit(build(lambda _vals: model))
+        fn = cache[full]
+        return lambda *args: fn(*args, {})
+    full = key + (("family",) + tuple(model.family),)
+    if full not in cache:
+        cache[full] = jax.jit(build(model.bind))
+    fn, vals = cache[full], dict(model.values)
+    return lambda *args: fn(*args, vals)
 
 
 def as_model(model=None, gamma=None, y=None, eta=None) -> DeepModel:
@@ -165,15 +195,9 @@ def from_spec(mod, p: dict) -> DeepModel:
     T = 5
     X, D, R = rng.standard_normal((T, T)), rng.standard_normal(T), rng.standard_normal((T, T))
     close = lambda a, b: np.allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-10, atol=1e-12)  # noqa: E731
-    prev = lambda P, A: {"Phi": P, "A": A, r["Phi"]: P, r["A"]: A}                                    # noqa: E731
-    nxt = lambda G, B: {"G": G, "B": B, r["G"]: G, r["B"]: B}                                         # noqa: E731
+    prev, nxt = _rows(mod)
     zero = np.zeros((T, T))
-
-    def k_h(Phi, Delta):
-        return mod.h_coupling(prev(Phi, 0.0 * Phi), Delta, q)
-
-    def k_z(G, Delta):
-        return mod.z_coupling(nxt(G, 0.0 * G), Delta, q)[1]
+    k_h, k_z = _spec_couplings(mod, q)
 
     base = np.asarray(mod.h_coupling(prev(X, zero), D[None, :], q), float)
     if not close(np.asarray(mod.h_coupling(prev(X, R), D[None, :], q), float) - base, R):
@@ -209,19 +233,57 @@ def from_spec(mod, p: dict) -> DeepModel:
     L = int(q[mod.DEPTH])
     if tuple(mod.SCALARS) != ("K",):
         raise _spec_error(mod, f"the propagator maps one scalar named K; the spec declares {', '.join(mod.SCALARS)}")
-    fam_of = {r["Phi"]: "Phi", r["G"]: "G"}
-
-    def k_of(dPhi, dG):
-        def diag(fam, l):
-            kind = fam_of[fam]
-            return dPhi[l] if kind == "Phi" else dG[l - 1]
-        return mod.scalar_K(diag, q)
-
+    k_of = _spec_k_of(mod, q)
     test = [rng.standard_normal(T) for _ in range(L + 1)], [rng.standard_normal(T) for _ in range(L + 1)]
     try:
         k_of(*test)
     except (IndexError, KeyError) as err:            # pragma: no cover - the checker fixes the layer range
         raise _spec_error(mod, f"K reads a kernel outside layers 0..L+1 ({err})") from None
+    depth = {mod.DEPTH: q[mod.DEPTH]}                 # an integer: fixed in compiled code; the rest is traced
+    free = tuple(sorted((k, v) for k, v in q.items() if k != mod.DEPTH))
     return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted(q.items()))),
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
-                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of)
+                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
+                     family=("spec", mod.SPEC_SHA256, tuple(depth.items()), tuple(k for k, _ in free)),
+                     values=free, bind=lambda vals: _spec_bound(mod, vals | depth))
+
+
+def _rows(mod):
+    r = mod.ROLES
+    prev = lambda P, A: {"Phi": P, "A": A, r["Phi"]: P, r["A"]: A}                                    # noqa: E731
+    nxt = lambda G, B: {"G": G, "B": B, r["G"]: G, r["B"]: B}                                         # noqa: E731
+    return prev, nxt
+
+
+def _spec_couplings(mod, q):
+    prev, nxt = _rows(mod)
+
+    def k_h(Phi, Delta):
+        return mod.h_coupling(prev(Phi, 0.0 * Phi), Delta, q)
+
+    def k_z(G, Delta):
+        return mod.z_coupling(nxt(G, 0.0 * G), Delta, q)[1]
+
+    return k_h, k_z
+
+
+def _spec_k_of(mod, q):
+    fam_of = {mod.ROLES["Phi"]: "Phi", mod.ROLES["G"]: "G"}
+
+    def k_of(dPhi, dG):
+        def diag(fam, l):
+            return dPhi[l] if fam_of[fam] == "Phi" else dG[l - 1]
+        return mod.scalar_K(diag, q)
+
+    return k_of
+
+
+def _spec_bound(mod, q) -> DeepModel:
+    """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them)."""
+    k_h, k_z = _spec_couplings(mod, q)
+    ct, c0 = jax.grad(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
+    role = {v: k for k, v in mod.ROLES.items()}
+    bnd = {role.get(fam, fam): value for (fam, _), value in mod.boundaries(q).items()}
+    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z,
+                     readout=(mod.readout(0.0, 0.0, q), ct, c0), phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0),
+                     k_of=_spec_k_of(mod, q))
