@@ -227,7 +227,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
 
     sad = mc_saddle(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
-                    spec=spec, spec_params=spec_params, **march_options)
+                    spec=spec, spec_params=spec_params, model=model if spec is None else None, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
     _count("propagator_samples", propagator_samples)

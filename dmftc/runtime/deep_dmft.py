@@ -24,8 +24,9 @@ noise (the direct average is kept in ``diagnostics['f_direct']``; both agree exa
 exact backend).
 
 One march serves every deep network: its couplings, boundary rows, readout and scalars come from a kernels
-object, :class:`SpecKernels` (a compiled deep spec's generated functions) or :class:`StandardKernels` (the
-network above with any activation, used by :func:`dmftc.deep.solve_deep` without a spec).
+object, :class:`SpecKernels` (a compiled deep spec's generated functions) or :class:`ModelKernels` (a
+:class:`dmftc.runtime.deep_model.DeepModel` with any activation, by default the network above; used by
+:func:`dmftc.deep.solve_deep` without a spec).
 
 The equations are causal, so there is no fixed-point iteration: one forward march in time.  Inside
 step t: forward sweep l = 1..L (u^l(t) from Phi[l-1](t, s<=t), h^l(t), Phi[l](t, s<=t), Rphi[l](t, s<t)),
@@ -98,7 +99,7 @@ def _set_col(X, v, t):
 def _march(xiu, xir, prm, *, L, T, exact, spec):
     """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
 
-    ``spec`` (a :class:`SpecKernels` of a compiled deep spec, or :class:`StandardKernels`, the network of the
+    ``spec`` (a :class:`SpecKernels` of a compiled deep spec, or :class:`ModelKernels`, e.g. the network of the
     module doc) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
     the readout of the error signal; ``prm`` is the dict of its parameter values (traced: one compilation
     serves every value).
@@ -262,20 +263,26 @@ class SpecKernels:
         return e
 
 
-class StandardKernels(SpecKernels):
-    """The network of the module doc (what :mod:`dmftc.validation.deep_ensemble` trains) in the march's terms,
-    with any activation: the couplings A + eta gamma Delta Phi and (B, eta gamma Delta G), Phi[0] = G[L+1] = 1,
-    A[0] = B[L+1] = 0, the readout Delta = y - (E_t - E_0) / gamma and K = sum_l G[l+1] Phi[l].  It is the
-    action of specs/deep_tanh.dmft with its activation line replaced; parameters eta, gamma, y (traced)."""
+class ModelKernels(SpecKernels):
+    """A :class:`dmftc.runtime.deep_model.DeepModel`'s action with an activation, in the march's terms: couplings
+    A + k_h(Phi, Delta) and (B, k_z(G, Delta)), boundary kernels phi0 and g_top (responses 0), the readout
+    Delta = y0 + c_t E_t + c_0 E_0 with E by Stein's lemma, and the model's K.  Used by :func:`solve_deep` without
+    a spec (default: the standard network of the module doc, :func:`dmftc.runtime.deep_model.standard`).  The
+    model's numeric values are the march's traced parameters: one compilation serves its whole family."""
 
-    _BOUNDARY = {"Phi": 1.0, "G": 1.0, "A": 0.0, "B": 0.0}
-
-    def __init__(self, activation):
+    def __init__(self, activation, model):
         self.module = None
-        self.site = activation
-        self.key = ("standard", activation)
+        self.site, self.model = activation, model
+        self.key = ("model", activation, model.family if model.bind is not None else model.key)
         self.names = {"Phi": "Phi", "A": "A", "G": "G", "B": "B"}
         self.scalars = ("K",)
+
+    def params(self) -> dict:
+        """The traced parameter values of the march (the model's values)."""
+        return dict(self.model.values)
+
+    def _m(self, p):
+        return self.model.bind(p) if self.model.bind is not None else self.model
 
     @property
     def linear(self) -> bool:
@@ -285,13 +292,15 @@ class StandardKernels(SpecKernels):
         return lambda h, w: self.site.fn(h)[:3]           # the width is part of the SiteActivation
 
     def _boundary(self, role, layer, T, p, depth):
-        return jnp.full((T,), self._BOUNDARY[role], dtype=jnp.float64)
+        m = self._m(p)
+        value = {"Phi": m.phi0, "G": m.g_top, "A": 0.0, "B": 0.0}[role]
+        return jnp.full((T,), value, dtype=jnp.float64)
 
     def h_coupling(self, rows, Delta, p):
-        return p["eta"] * p["gamma"] * Delta * rows["Phi"] + rows["A"]
+        return self._m(p).k_h(rows["Phi"], Delta) + rows["A"]
 
     def z_coupling(self, rows, Delta, p):
-        return rows["B"], p["eta"] * p["gamma"] * Delta * rows["G"]
+        return rows["B"], self._m(p).k_z(rows["G"], Delta)
 
     def readout_average(self, last, nxt, Delta, past, upto, p):
         c0, c = self.z_coupling(nxt, Delta, p)                # Stein's lemma for r[L] ~ GP(0, G[L+1])
@@ -299,15 +308,15 @@ class StandardKernels(SpecKernels):
                 + jnp.sum(past * c * last["Phi"]))
 
     def readout(self, e_t, e_0, p):
-        return p["y"] - (e_t - e_0) / p["gamma"]
+        return self._m(p).error_signal(e_t, e_0)
 
     def scalar_values(self, diag, p):
         L = int(p["L"])
-        return {"K": sum(diag("G", l + 1) * diag("Phi", l) for l in range(L + 1))}
+        return {"K": self._m(p).k_of([diag("Phi", l) for l in range(L + 1)], [diag("G", l) for l in range(1, L + 2)])}
 
     def report_f(self, e, p):
-        """f(t) - f(0) of the network's output, E_t / gamma (E_0 = 0 here)."""
-        return e / p["gamma"]
+        """-c_t E_t: the output change f(t) - f(0) of the network (E_t / gamma for the standard network)."""
+        return -self._m(p).readout[1] * e
 
 
 def _layer_number(ref: str, depth_name: str, depth: int) -> int:
@@ -408,7 +417,7 @@ def _integer(name, v, low):
 
 def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
                samples: int = 20000, seed: int = 0, backend: str = "auto", groups: int = 8,
-               dirac_width: float = 0.1, spec=None, spec_params: dict | None = None) -> DeepSaddle:
+               dirac_width: float = 0.1, spec=None, spec_params: dict | None = None, model=None) -> DeepSaddle:
     """Infinite-width saddle point of the discrete-time DMFT of an L-hidden-layer network (see module doc).
 
     ``backend``: 'exact' (linear activation only, no sampling), 'mc', or 'auto' (exact iff linear).
@@ -418,16 +427,19 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     a shorthand ('tanh', 'relu', ...) or a :class:`dmftc.derive.activation.SiteActivation`.
     ``spec``: a :class:`SpecKernels` of a compiled deep spec, which then supplies the activation, the
     couplings and the readout; ``spec_params`` its parameter values (``activation`` is a label only,
-    gamma, y and eta are recorded but the spec's own parameters are used).
+    gamma, y and eta are recorded but the spec's own parameters are used).  Without a spec, ``model`` (a
+    :class:`dmftc.runtime.deep_model.DeepModel`, default the standard network with gamma, y, eta) is marched.
     """
     dirac_width = _number("dirac_width", dirac_width, low=0.0)
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
     label = activation if spec is not None else None
-    if spec is None:                      # the built-in network is one more set of kernels (StandardKernels)
-        spec = StandardKernels(as_activation(activation, dirac_width))
-        spec_params = {"eta": eta, "gamma": gamma, "y": y, "L": L}
+    if spec is None:                      # the built-in network is one more set of kernels (ModelKernels)
+        from dmftc.runtime.deep_model import as_model
+
+        spec = ModelKernels(as_activation(activation, dirac_width), as_model(model, gamma, y, eta))
+        spec_params = spec.params() | {"L": L}
         label = spec.site.label
     linear = spec.linear
     if backend not in ("auto", "exact", "mc"):
