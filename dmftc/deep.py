@@ -213,8 +213,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                 f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
                 f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
                 "or L, or raise memory_limit")
-        model = model if model is not None else as_model(None, gamma, y, eta)
-        prop = deep_linear_propagator(L=L, T=T, model=model, correction=correction)
+        prop = deep_linear_propagator(L=L, T=T, model=as_model(model, gamma, y, eta), correction=correction)
         sad = prop.saddle
         means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
         for l in range(1, L + 1):

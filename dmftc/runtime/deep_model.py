@@ -26,7 +26,7 @@ action fixes that); everything else is the spec's:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import jax
@@ -142,10 +142,8 @@ def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
     training point, |x|^2 = D): k_h = eta gamma Delta Phi, k_z = eta gamma Delta G, Delta = y - (E_t - E_0) / gamma,
     Phi[0] = G[L+1] = 1, K = sum_l G[l+1] Phi[l]."""
     v = {"eta": float(eta), "gamma": float(gamma), "y": float(y)}
-    m = _standard_bound(v)
-    return DeepModel(key=("standard", v["gamma"], v["eta"], v["y"]), label=m.label, k_h=m.k_h, k_z=m.k_z,
-                     readout=m.readout, phi0=1.0, g_top=1.0, k_of=_std_k, family=("standard",),
-                     values=tuple(sorted(v.items())), bind=_standard_bound)
+    return replace(_standard_bound(v), key=("standard", v["gamma"], v["eta"], v["y"]), family=("standard",),
+                   values=tuple(sorted(v.items())), bind=_standard_bound)
 
 
 def family_jit(cache: dict, key: tuple, model: DeepModel, build: Callable) -> Callable:
@@ -216,17 +214,12 @@ def from_spec(mod, p: dict) -> DeepModel:
         if not (ok_q and np.all(np.abs(dd_off) < 1e-12)):
             raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
                                    "Delta(s) only (it depends on other entries)")
-    y0 = float(mod.readout(0.0, 0.0, q))
-    # the coefficients by differentiation (exact: c_t = -c_0 to the bit when the spec reads E_t - E_0)
-    ct, c0_ = (float(c) for c in jax.grad(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0))
+    y0, ct, c0_ = (float(c) for c in _spec_readout(mod, q))
     for a, b in ((0.7, -0.2), (-1.3, 2.1)):
         if not close(mod.readout(a, b, q), y0 + ct * a + c0_ * b):
             raise _spec_error(mod, "the error signal must be affine in the readout averages E[z phi](t), E[z phi](0) "
                                    "(a nonlinear readout would make the average an order parameter of its own)")
-    role = {v: k for k, v in r.items()}
-    bnd = {}
-    for (fam, ref), value in mod.boundaries(q).items():
-        bnd[role.get(fam, fam)] = float(value)
+    bnd = {k: float(v) for k, v in _spec_boundaries(mod, q).items()}
     for resp in ("A", "B"):
         if bnd.get(resp, 0.0) != 0.0:
             raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]:g})")
@@ -278,12 +271,22 @@ def _spec_k_of(mod, q):
     return k_of
 
 
+def _spec_readout(mod, q):
+    """(y0, c_t, c_0) of the spec's error signal, the coefficients by differentiation (exact: c_t = -c_0 to the
+    bit when the spec reads E_t - E_0); affine only if from_spec's check says so."""
+    ct, c0 = jax.grad(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
+    return mod.readout(0.0, 0.0, q), ct, c0
+
+
+def _spec_boundaries(mod, q) -> dict:
+    """The spec's boundary values keyed by role (Phi, G, A, B)."""
+    role = {v: k for k, v in mod.ROLES.items()}
+    return {role.get(fam, fam): value for (fam, _), value in mod.boundaries(q).items()}
+
+
 def _spec_bound(mod, q) -> DeepModel:
     """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them)."""
     k_h, k_z = _spec_couplings(mod, q)
-    ct, c0 = jax.grad(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
-    role = {v: k for k, v in mod.ROLES.items()}
-    bnd = {role.get(fam, fam): value for (fam, _), value in mod.boundaries(q).items()}
-    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z,
-                     readout=(mod.readout(0.0, 0.0, q), ct, c0), phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0),
-                     k_of=_spec_k_of(mod, q))
+    bnd = _spec_boundaries(mod, q)
+    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=_spec_readout(mod, q),
+                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q))
