@@ -125,7 +125,9 @@ def load(spec_path, out_dir=None):
 
     spec_path = Path(spec_path)
     target, _ = compile_spec(spec_path, out_dir) if is_stale(spec_path, out_dir) else (output_path(spec_path, out_dir), False)
-    return CompiledModel(_import(target))
+    module = _import(target)
+    module.SPEC_FILE = spec_path.resolve()          # where the runtime reads the spec text for its errors
+    return CompiledModel(module)
 
 
 __all__ = ["compile_spec", "load", "generate", "is_stale", "__version__"]

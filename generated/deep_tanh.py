@@ -34,6 +34,8 @@ SOURCES = (('u', 'Phi', -1), ('r', 'G', 1))  # (name, covariance, layer offset)
 ERROR_SIGNAL = 'Delta'
 SCALARS = ('K',)
 BOUNDARIES = (('Phi', '0'), ('G', 'L+1'), ('A', '0'), ('B', 'L+1'))
+# where in the spec each part comes from, (line, col, end line, end col): for the runtime's errors
+SOURCE_POS = {'h': (19, 13, 19, 114), 'z': (20, 13, 21, 74), 'Delta': (35, 5, 35, 107), 'K': (34, 5, 34, 76), 'Phi[0]': (24, 3, 24, 19), 'G[L+1]': (24, 22, 24, 38), 'A[0]': (24, 41, 24, 55), 'B[L+1]': (24, 58, 24, 74)}
 
 
 def defaults(p):

@@ -237,19 +237,26 @@ def test_divergence_is_a_numerical_error():
 def test_the_march_of_any_model_equals_the_exact_linear_march_of_its_action():
     """The one march (jitted, kernels object ModelKernels) run on a DeepModel that is not the standard network
     (couplings nonlinear in the kernels and in Delta, a readout with unequal coefficients, boundary kernels 0.7 and
-    1.3, another K) on the exact backend equals the independent exact march of dmftc.runtime.deep_linear (numpy
-    coefficient rows) to round-off; 'f' is -c_t E_t."""
+    1.3, another K) on the exact backend equals the independent exact march of dmftc.reference.deep_marches (numpy
+    coefficient rows) to round-off; 'f' is -c_t E_t.  deep_linear_saddle (the one march too) equals the
+    oracle for this model and the standard network."""
     from models import odd_model
 
+    from dmftc.reference.deep_marches import numpy_linear_saddle
     from dmftc.runtime.deep_linear import deep_linear_saddle
 
     L, T = 3, 6
     model = odd_model()
     sad = solve_deep(activation="linear", L=L, T=T, gamma=1.0, y=0.0, eta=0.1, model=model)
-    ref = deep_linear_saddle(L=L, T=T, model=model)
+    ref = numpy_linear_saddle(L=L, T=T, model=model)
     assert sad.params["backend"] == "exact"
     pairs = [("Delta", ref.Delta), ("K", ref.K)] + [(f"{k}[{l}]", getattr(ref, k)[l - 1]) for k in
                                                     ("Phi", "G", "Rphi", "Rg") for l in range(1, L + 1)]
     for name, want in pairs:
         np.testing.assert_allclose(sad[name], want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()), err_msg=name)
     np.testing.assert_allclose(sad["f"], ref.f, rtol=0, atol=1e-12)        # E_0 = 0 here: -c_t E_t = y0 - Delta
+    for kw in (dict(model=model), dict(gamma=1.3, y=-0.7, eta=0.2)):
+        mine, ref = deep_linear_saddle(L=L, T=T, **kw), numpy_linear_saddle(L=L, T=T, **kw)
+        for k in ("Delta", "f", "K", "Phi", "G", "Rphi", "Rg"):
+            want = np.asarray(getattr(ref, k))
+            np.testing.assert_allclose(getattr(mine, k), want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))

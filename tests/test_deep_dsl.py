@@ -226,7 +226,9 @@ def test_deep_tanh_spec_matches_python_api():
     Not bitwise: phi'' is evaluated by a different (SymPy) formula, and the causal Cholesky extension
     takes square roots of residual variances that are round-off sized for the rank-one input kernel
     (Phi[0] = 1), which lifts 1e-16 differences to about sqrt(1e-16) = 1e-8.  The Monte Carlo standard
-    errors are 1e-3 and larger.
+    errors are 1e-3 and larger.  The same holds for the propagator: each group's saddle is the jitted march
+    compiled once for the spec's model and once for the built-in one (XLA orders their sums differently), so
+    the variances agree to ~1e-8 relative (measured 6e-9), not to round-off.
     """
     from dmftc.deep import solve_deep
 
@@ -242,8 +244,8 @@ def test_deep_tanh_spec_matches_python_api():
         np.testing.assert_allclose(sol.stderr(name), ref.stderr(internal), rtol=0, atol=1e-7, err_msg=name)
     assert np.max(sol.stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
     for name in ("Delta", "K", "Phi[1]", "G[2]"):     # the propagator of the standard network, same seed
-        np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-10, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-7, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=1e-7, atol=1e-12)
     assert sol.var("K").max() > 0.1
     with pytest.raises(ParameterError, match="no propagator block for the response function"):
         sol.var("A[1]")
@@ -315,11 +317,12 @@ def test_deep_linear_spec_matches_python_api():
     m = dmftc.load(ROOT / "specs" / "deep_linear.dmft")
     sol = m.solve(L=2, T=6, eta=0.1)
     ref = solve_deep(activation="linear", L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
+    # to round-off, not bitwise: the spec's march and the built-in model's are compiled separately
     for name in ("Delta", "K", "Phi[1]", "G[2]", "A[2]", "B[1]"):
-        np.testing.assert_array_equal(sol.mean(name), ref.mean(sol._map[name]))
+        np.testing.assert_allclose(sol.mean(name), ref.mean(sol._map[name]), rtol=1e-13, atol=1e-15)
     for name in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
-        np.testing.assert_array_equal(sol.var(name), ref.var(name))
-    np.testing.assert_array_equal(sol.sigma("Delta", "K"), ref.sigma("Delta", "K"))
+        np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(sol.sigma("Delta", "K"), ref.sigma("Delta", "K"), rtol=1e-12, atol=1e-14)
     assert sol.var("Phi[2]")[0] == pytest.approx(4.0, abs=1e-10)     # N Var Phi[l](0,0) = 2 l at t = 0
     with pytest.raises(ParameterError, match="unknown name 'Phi\\[3\\]'"):
         sol.mean("Phi[3]")

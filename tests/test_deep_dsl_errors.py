@@ -242,3 +242,27 @@ def test_activation_cannot_use_the_layer_index():
     with pytest.raises(StructureSpecError, match="an activation cannot depend on the layer index 'l'") as info:
         check(parse(text, "x.dmft"))
     assert (info.value.pos.line, info.value.pos.col) == locate(text, "l * h")
+
+
+@pytest.mark.parametrize("edit,needle,what", [
+    (("A[0](t, s) = 0", "A[0](t, s) = 0.5"), "A[0](t, s) = 0.5", "boundary response A must be 0"),
+    (("B[L+1](t, s) = 0", "B[L+1](t, s) = -0.25"), "B[L+1](t, s) = -0.25", "boundary response B must be 0"),
+])
+def test_spec_the_propagator_cannot_read_is_located(tmp_path, edit, needle, what):
+    """A spec that passes the checker but not the propagator's structure checks (dmftc.runtime.deep_model.from_spec):
+    the means are solved, and asking for a variance raises a StructureSpecError at the offending spec text
+    (file:line:col, the line, a caret, a hint), located through the generated module's SOURCE_POS."""
+    import dmftc
+
+    text = mutate(edit)
+    spec = tmp_path / "bad_boundary.dmft"
+    spec.write_text(text)
+    sol = dmftc.load(spec, tmp_path / "gen").solve(T=3, samples=200, propagator_samples=40, propagator_groups=2)
+    assert sol.mean("Delta").shape == (3,)
+    with pytest.raises(StructureSpecError, match=what) as info:
+        sol.var("Delta")
+    line, col = locate(text, needle)
+    shown = info.value.render()
+    assert shown.startswith(f"bad_boundary.dmft:{line}:{col}: error:"), shown
+    assert f"{line:>5} | " + text.splitlines()[line - 1] in shown and "\n" + " " * (col + 7) + "^~" in shown
+    assert "hint:" in shown

@@ -170,6 +170,33 @@ def test_two_newton_steps_give_exact_derivatives_through_third_order():
     assert np.abs(J3 - D3).max() / scale3 < 1e-5        # (one Newton step: ~0.1)
 
 
+# ------------------------------------------------------------------ 1b. the one march = the numpy oracle
+@pytest.mark.parametrize("activation,odd,weighted", [("tanh", False, False), ("sin(h)", True, True),
+                                                     ("relu", False, True)])
+def test_group_saddle_is_the_one_march_and_equals_the_numpy_oracle(activation, odd, weighted):
+    """mc_saddle (the deep march of dmftc.runtime.deep_dmft with the direct readout and the paths kept) equals
+    the path-by-path numpy march of dmftc.reference.deep_marches on the same paths and weights: saddle, K and
+    every per-path source and field.  Standard network and the odd model; a kinked activation too."""
+    from dmftc.reference.deep_marches import numpy_mc_saddle
+
+    L, T, S = 2, 5, 200
+    rng = np.random.default_rng(11)
+    xi = rng.standard_normal((2, L, S, T))
+    w = rng.uniform(0.3, 1.7, S) if weighted else None
+    kw = dict(activation=activation, L=L, T=T, xiu=xi[0], xir=xi[1], weights=w)
+    kw.update(model=odd_model()) if odd else kw.update(gamma=0.8, y=-0.6, eta=0.2)
+    (a, fa), (b, fb) = mc_saddle(**kw), numpy_mc_saddle(**kw)
+    for k in ("Delta", "f", "K", "Phi", "G", "Rphi", "Rg"):
+        x, y = np.asarray(getattr(a, k)), np.asarray(getattr(b, k))
+        assert np.abs(y).max() > 1e-3, k                 # every quantity is exercised
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-9 * np.abs(y).max(), err_msg=k)
+    for x, y in zip(fa.w + fa.x, fb.w + fb.x):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-8 * np.abs(y).max())
+    if weighted:                                         # the weights matter
+        c, _ = mc_saddle(**(kw | {"weights": None}))
+        assert np.abs(c.Delta - a.Delta).max() > 1e-4
+
+
 # ------------------------------------------------------------------ 2. structured estimator = brute force
 @pytest.mark.slow
 def test_structured_estimator_equals_brute_force_autodiff():

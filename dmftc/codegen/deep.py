@@ -86,7 +86,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"ERROR_SIGNAL = {err!r}\n")
     w(f"SCALARS = {tuple(sc.name for sc in d.scalars if not sc.in_march)!r}\n")
     bnd = tuple((name, ref.text()) for name, bs in d.boundaries.items() for ref, _ in bs)
-    w(f"BOUNDARIES = {bnd!r}\n\n")
+    w(f"BOUNDARIES = {bnd!r}\n")
+    pos = {k: (p.line, p.col, p.end_line, p.end_col) for k, p in d.positions}
+    w("# where in the spec each part comes from, (line, col, end line, end col): for the runtime's errors\n")
+    w(f"SOURCE_POS = {pos!r}\n\n")
     # defaults
     w("\ndef defaults(p):\n    \"\"\"Fill in the spec's default for every parameter not in ``p`` (in declaration order).\"\"\"\n")
     w("    p = dict(p)\n")

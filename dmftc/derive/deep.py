@@ -66,6 +66,7 @@ class DeepDerivation:
     scalars: tuple              # ScalarDef, declaration order
     readout_stein: sp.Expr      # E[z[L](t) phi(h[L](t))] reduced to order parameters (printing)
     params: tuple               # scalar parameter names (declaration order), then steps, step
+    positions: tuple = ()       # ((what, Pos), ...): spec text of 'h', 'z', each scalar, each boundary 'Phi[0]'
 
     @property
     def linear(self) -> bool:
@@ -189,8 +190,11 @@ class _Deriver(DeepLowering):
         except (ValueError, TypeError, NotImplementedError) as err:
             raise self.err(f"cannot differentiate the activation four times: {err}", self.act.body.pos,
                            hint="use elementwise functions of h; kinks from abs, max, min of expressions in h")
-        return DeepDerivation(m, t, s, self.x, phis, roles,
-                              Couplings(h_past, z_upto, z_past), bounds, tuple(scalars), stein, params)
+        positions = [("h", eqs[h].body.pos), ("z", eqs[z].body.pos)]
+        positions += [(sc.name, m.definitions[sc.name].pos) for sc in scalars]
+        positions += [(f"{name}[{ref.text()}]", eq.pos) for name, bs in m.boundaries.items() for ref, eq in bs]
+        return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,
+                              tuple(scalars), stein, params, tuple((k, p) for k, p in positions if p is not None))
 
     def split(self, name, parsed, source, driver, eq):
         """expr = source + sum_{s<t} c_past * driver + sum_{s<=t} c_upto * driver: return (c_past, c_upto)."""

@@ -24,9 +24,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.deep_propagator import _JIT, LocalEstimator, _act_jax, _couplings
+from dmftc.runtime.deep_propagator import _JIT, LocalEstimator, _couplings
 from dmftc.errors import ParameterError
 from dmftc.runtime.site_moments import _nilpotent_inverse
+from dmftc.derive.activation import as_activation
+
+
+def _act_jax(act):
+    """(phi, phi', phi'') of an activation (anything dmftc.derive.activation.as_activation reads), in JAX."""
+    act = as_activation(act)
+    return lambda h: act.fn(h)[:3]
 
 jax.config.update("jax_enable_x64", True)
 

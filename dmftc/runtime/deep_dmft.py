@@ -43,7 +43,11 @@ sample: dg^l(t)/d eps_z(s), phi'(h^l(t)) dh^l(t)/d eps_z(s) for an additive pert
 For a non-smooth activation (ReLU) phi'' contains a Dirac delta that pathwise tangents cannot sample; it
 is replaced by a Gaussian of width ``dirac_width`` (bias O(width^2)), as in :mod:`dmftc.derive.activation`.
 
-Validation: linear networks agree with :func:`dmftc.runtime.deep_linear.deep_linear_saddle` to round-off; tanh,
+This is the only deep march: :func:`solve_deep` (means), :func:`march_exact` (the linear propagator's saddle,
+:func:`dmftc.runtime.deep_linear.deep_linear_saddle`) and :func:`march_paths` (each Monte Carlo propagator
+group's saddle with its paths kept, :func:`dmftc.runtime.deep_propagator.mc_saddle`) all run ``_march``.
+
+Validation: linear networks agree with the numpy march of :mod:`dmftc.reference.deep_marches` to round-off; tanh,
 L = 2, gamma = 1, eta = 0.05, T = 40 (320k samples) agrees with finite-width networks
 (:mod:`dmftc.validation.deep_ensemble`, N = 512..2048 extrapolated in 1/N, initial-condition control variates)
 to <= 0.7 % in Delta, K, Phi[l](t,t), G[l](t,t), within 1.5 combined standard errors.
@@ -75,11 +79,16 @@ jax.config.update("jax_enable_x64", True)
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
 _PIVOT_TOL = 1e-10
+# On the exact backend the kernels carry no sampling noise: only round-off (~1e-16 K(t,t)) counts as zero there.
+# (Linear L = 2, T = 6: with 1e-10 a true residual of ~1e-10 K(t,t) was dropped and the saddle's stationarity
+# fell to 5e-10; with 1e-14 it equals the numpy coefficient-row march to 1e-14.)
+_PIVOT_TOL_EXACT = 1e-14
 _MEMORY_BUDGET = 2.5e8     # floats of tangent storage per group (2 GB in float64)
 
 
-def _extend_cholesky(C, krow, t):
-    """Row t of the causal Cholesky factor of a kernel whose row t (entries s <= t) is ``krow``."""
+def _extend_cholesky(C, krow, t, tol=_PIVOT_TOL):
+    """Row t of the causal Cholesky factor of a kernel whose row t (entries s <= t) is ``krow``; residual
+    variances below ``tol`` K(t,t) are zero pivots."""
     T = C.shape[0]
     idx = jnp.arange(T)
     live = (idx < t) & (jnp.diagonal(C) > 0)
@@ -87,7 +96,7 @@ def _extend_cholesky(C, krow, t):
     x = jnp.where(live, solve_triangular(A, jnp.where(live, krow, 0.0), lower=True), 0.0)
     kt = krow[t]
     d = kt - x @ x
-    piv = jnp.where(d > _PIVOT_TOL * jnp.maximum(kt, 0.0), jnp.sqrt(jnp.maximum(d, 0.0)), 0.0)
+    piv = jnp.where(d > tol * jnp.maximum(kt, 0.0), jnp.sqrt(jnp.maximum(d, 0.0)), 0.0)
     return C.at[t].set(x + piv * (idx == t))
 
 
@@ -96,13 +105,20 @@ def _set_col(X, v, t):
     return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
 
 
-def _march(xiu, xir, prm, *, L, T, exact, spec):
+def _march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, keep=False):
     """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
 
     ``spec`` (a :class:`SpecKernels` of a compiled deep spec, or :class:`ModelKernels`, e.g. the network of the
     module doc) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
     the readout of the error signal; ``prm`` is the dict of its parameter values (traced: one compilation
-    serves every value).
+    serves every value).  ``wts`` (S,): the weight of each row in the averages (1/S for plain sample means,
+    cubature weights summing to 1, or 1 per basis row on the exact backend).
+
+    ``direct``: the error signal reads the readout average E[z[L] phi(h[L])](t) as the weighted mean over the
+    rows themselves ('fdir') instead of its Stein's-lemma form: then every average of the march is a
+    plain weighted mean over the same paths, and the result is the exact saddle of the Monte Carlo action
+    built on those paths (what :mod:`dmftc.runtime.deep_propagator` differentiates).  ``keep``: also return
+    the per-path fields h, z and the causal Cholesky factors Cu, Cr of the sources (u = xiu Cu^T).
 
     Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
     fields h, phi(h), z, g (S, T); tangents Dgz, Pz, Dgh, Ph stored flat as (S*T_s, T_t'): entry
@@ -116,8 +132,9 @@ def _march(xiu, xir, prm, *, L, T, exact, spec):
     act = spec.activation(prm)
     width = prm["dirac width"]
     S = xiu.shape[1]
-    wprod = 1.0 if exact else 1.0 / S       # second moments: sum over basis rows, or sample mean
+    tol = _PIVOT_TOL_EXACT if exact else _PIVOT_TOL
     St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
+    avg = (lambda X: X[0]) if exact else (lambda X: wts @ X)   # weighted mean of a tangent over the rows
     per_layer = ("h", "ph", "z", "g", "Dgz", "Pz", "Dgh", "Ph", "Cu", "Cr", "Phi", "G", "Rphi", "Rg")
     shapes = dict(h=(S, T), ph=(S, T), z=(S, T), g=(S, T), Dgz=(St * T, T), Pz=(St * T, T), Dgh=(St * T, T),
                   Ph=(St * T, T), Cu=(T, T), Cr=(T, T), Phi=(T, T), G=(T, T), Rphi=(T, T), Rg=(T, T))
@@ -135,7 +152,7 @@ def _march(xiu, xir, prm, *, L, T, exact, spec):
             rows = spec.forward_rows(c, l, t, T, prm)                # the layer below (a boundary at l = 0)
             krow = rows["Phi"] * upto
             M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
-            c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t)
+            c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t, tol)
             h = xiu[l] @ Cu[t] + c["g"][l] @ M
             dhz = (c["Dgz"][l] @ M).reshape(St, T)                   # d h(t) / d z(s)
             dhh = (c["Dgh"][l] @ M).reshape(St, T) + onehot          # d h(t) / d h(s)
@@ -145,20 +162,21 @@ def _march(xiu, xir, prm, *, L, T, exact, spec):
             Pzt, Pht = p1[:, None] * dhz, p1[:, None] * dhh
             c["h"][l], c["ph"][l] = _set_col(c["h"][l], h, t), _set_col(c["ph"][l], p0, t)
             c["Pz"][l], c["Ph"][l] = _set_col(c["Pz"][l], Pzt, t), _set_col(c["Ph"][l], Pht, t)
-            c["Phi"][l] = c["Phi"][l].at[t].set(wprod * (p0 @ c["ph"][l]) * upto)
-            c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, jnp.mean(Pzt, axis=0), 0.0))
+            c["Phi"][l] = c["Phi"][l].at[t].set(((wts * p0) @ c["ph"][l]) * upto)
+            c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, avg(Pzt), 0.0))
             local.append((dhz, dhh, p1, p2))
         # the readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
         last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
         e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
         c["f"] = c["f"].at[t].set(e_t)
-        c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
+        if not direct:                                             # (Delta(t) is read at later steps only)
+            c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
         for l in reversed(range(L)):                                 # backward sweep, layer l+1
             rows = spec.backward_rows(c, l, t, T, prm)               # the layer above (a boundary at l = L-1)
             krow = rows["G"] * upto
             c0, c1 = spec.z_coupling(rows, Dm, prm)
             N = upto * c0 + jnp.where(past, c1, 0.0)
-            c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t)
+            c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t, tol)
             z = xir[l] @ Cr[t] + c["ph"][l] @ N                      # includes Rg[l+1](t,t) phi(h(t))
             dzz = (c["Pz"][l] @ N).reshape(St, T) + onehot
             dzh = (c["Ph"][l] @ N).reshape(St, T)
@@ -169,15 +187,17 @@ def _march(xiu, xir, prm, *, L, T, exact, spec):
             dgh = p2z[:, None] * dhh + p1[:, None] * dzh
             c["z"][l], c["g"][l] = _set_col(c["z"][l], z, t), _set_col(c["g"][l], g, t)
             c["Dgz"][l], c["Dgh"][l] = _set_col(c["Dgz"][l], dgz, t), _set_col(c["Dgh"][l], dgh, t)
-            c["G"][l] = c["G"][l].at[t].set(wprod * (g @ c["g"][l]) * upto)
-            c["Rg"][l] = c["Rg"][l].at[t].set(jnp.mean(dgh, axis=0) * upto)
-        zphi = wprod * (c["z"][L - 1][:, t] @ c["ph"][L - 1][:, t])
+            c["G"][l] = c["G"][l].at[t].set(((wts * g) @ c["g"][l]) * upto)
+            c["Rg"][l] = c["Rg"][l].at[t].set(avg(dgh) * upto)
+        zphi = (wts * c["z"][L - 1][:, t]) @ c["ph"][L - 1][:, t]
         c["fdir"] = c["fdir"].at[t].set(zphi)
+        if direct:
+            c["Delta"] = c["Delta"].at[t].set(spec.readout(zphi, c["fdir"][0], prm))
         return c
 
     c = jax.lax.fori_loop(0, T, step, carry0)
-    return {k: (jnp.stack(c[k]) if k in per_layer else c[k])
-            for k in ("Phi", "G", "Rphi", "Rg", "Delta", "f", "fdir")}
+    names = ("Phi", "G", "Rphi", "Rg", "Delta", "f", "fdir") + (("h", "z", "Cu", "Cr") if keep else ())
+    return {k: (jnp.stack(c[k]) if k in per_layer else c[k]) for k in names}
 
 
 class SpecKernels:
@@ -329,11 +349,41 @@ def _layer_number(ref: str, depth_name: str, depth: int) -> int:
 _JIT: dict = {}
 
 
-def _compiled(L, T, exact, spec):
-    key = (spec.key, L, T, exact)
+def _compiled(L, T, exact, spec, direct=False, keep=False):
+    key = (spec.key, L, T, exact, direct, keep)
     if key not in _JIT:
-        _JIT[key] = jax.jit(lambda xiu, xir, prm: _march(xiu, xir, prm, L=L, T=T, exact=exact, spec=spec))
+        _JIT[key] = jax.jit(lambda xiu, xir, wts, prm: _march(xiu, xir, wts, prm, L=L, T=T, exact=exact, spec=spec,
+                                                             direct=direct, keep=keep))
     return _JIT[key]
+
+
+def march_exact(spec, prm: dict, L: int, T: int) -> dict:
+    """The march on the exact Gaussian backend (linear fields): the rows are the 2 L T basis vectors of the
+    sources, so every average is an exact quadratic form.  ``prm``: the march's parameter values.  Returns
+    numpy arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, f, fdir (T,)}."""
+    n = 2 * L * T
+    basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
+    p = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
+    out = _compiled(L, T, True, spec)(basis[0], basis[1], jnp.ones(n), p)
+    _check_finite(out, L, T, "exact backend")
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def march_paths(spec, prm: dict, xiu, xir, weights=None):
+    """The march with the direct readout on given standard normals xiu, xir (L, S, T), keeping every path
+    (``_march`` with direct=True, keep=True): the saddle of the Monte Carlo action of these paths, and the
+    paths themselves.  ``prm``: the march's parameter values (the kernels' own and 'dirac width').
+    ``weights`` (S,): row weights (default equal), normalised to sum to 1.  Returns numpy
+    arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}."""
+    L, S, T = xiu.shape
+    wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
+    p = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
+    out = _compiled(L, T, False, spec, direct=True, keep=True)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), p)
+    _check_finite(out, L, T, "Monte Carlo group of the propagator")
+    out = {k: np.asarray(v) for k, v in out.items()}
+    out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out.pop("Cu"))
+    out["r"] = np.einsum("lnk,ltk->lnt", np.asarray(xir), out.pop("Cr"))
+    return out
 
 
 def _assemble(out, L, T, spec, p):
@@ -457,26 +507,22 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
                              "use more groups or fewer samples")
     prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
     prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
-    march = _compiled(L, T, exact, spec)
+    march = None if exact else _compiled(L, T, exact, spec)
     host = {k: float(v) for k, v in (spec_params or {}).items()}
     params = dict(activation=label, L=L, gamma=gamma, y=y, eta=eta, T=T, backend="exact" if exact else "mc",
                   dirac_width=dirac_width)
     t0 = _time.perf_counter()
     if exact:
-        n = 2 * L * T
-        basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
-        out = march(basis[0], basis[1], prm)
-        _check_finite(out, L, T, "exact backend")
-        arrays = _assemble(out, L, T, spec, host)
+        arrays = _assemble(march_exact(spec, prm, L, T), L, T, spec, host)
         stderr = {k: np.zeros_like(v) for k, v in arrays.items()}
-        diag = dict(backend="exact", basis_size=n)
+        diag = dict(backend="exact", basis_size=2 * L * T)
     else:
         per = samples // groups
         key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):
             xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, T), dtype=jnp.float64)
-            out = march(xi[0], xi[1], prm)
+            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), prm)
             _check_finite(out, L, T, f"Monte Carlo group {gi}")
             runs.append(_assemble(out, L, T, spec, host))
         arrays = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}

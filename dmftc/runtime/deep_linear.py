@@ -115,59 +115,32 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     is ``model``'s (a :class:`dmftc.runtime.deep_model.DeepModel`; default the standard network with gamma, y, eta).
 
     Every field of layer l is linear in that layer's sources w = (u^l(0..T-1), r^l(0..T-1)),
-    Cov(w) = diag(Phi[l-1], G[l+1]); we march the coefficient rows of h^l(t), z^l(t) causally
-    (forward sweep over layers for h, then f(t), then backward sweep for z), so all averages are exact
-    quadratic forms.  Responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
+    Cov(w) = diag(Phi[l-1], G[l+1]); the one deep march (:func:`dmftc.runtime.deep_dmft.march_exact`) carries
+    the fields' coefficients on the 2 L T source basis vectors, so all averages are exact quadratic forms and the
+    responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
+    (dmftc.reference.deep_marches.numpy_linear_saddle writes the same march out in numpy: the tests' oracle.)
     """
+    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.deep_dmft import ModelKernels, march_exact
+
     L, T = int(L), int(T)
     if L < 1 or T < 1:
         raise ValueError("need L >= 1 and T >= 1")
     model = as_model(model, gamma, y, eta)
-    kh = lambda q, d: np.asarray(model.k_h(q, d), float)               # noqa: E731
-    kz = lambda q, d: np.asarray(model.k_z(q, d), float)               # noqa: E731
-    ones = np.ones((T, T))
-    Phi = [model.phi0 * ones] + [np.zeros((T, T)) for _ in range(L)]          # index 0..L
-    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [model.g_top * ones]   # index 1..L+1
-    H = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
-    Z = [None] + [np.zeros((T, 2 * T)) for _ in range(L)]
-    Delta = np.zeros(T)
-    f = np.zeros(T)
-    fz = np.zeros(T)
+    kern = ModelKernels(as_activation("linear"), model)
+    return saddle_of_march(model, march_exact(kern, kern.params() | {"L": L, "dirac width": 0.0}, L, T), L, T)
 
-    def cov(l, a, b):        # a Sw_l b^T for coefficient rows a (m,2T), b (n,2T)
-        return a[:, :T] @ Phi[l - 1] @ b[:, :T].T + a[:, T:] @ G[l + 1] @ b[:, T:].T
 
-    for t in range(T):
-        past = np.arange(t)
-        for l in range(1, L + 1):                                # forward sweep: h^l(t)
-            Rphi_prev = H[l - 1][t, T + past] if l > 1 else np.zeros(t)
-            c = Rphi_prev + kh(Phi[l - 1][t, past], Delta[past])
-            row = c @ Z[l][past]
-            row[t] += 1.0                                        # u^l(t)
-            H[l][t] = row
-            v = cov(l, H[l][t:t + 1], H[l][: t + 1])[0]
-            Phi[l][t, : t + 1] = v
-            Phi[l][: t + 1, t] = v
-        for l in range(L, 0, -1):                                # backward sweep: z^l(t)
-            upto = np.arange(t + 1)
-            Rg_next = Z[l + 1][t, upto] if l < L else np.zeros(t + 1)
-            e = Rg_next.copy()
-            e[:t] += kz(G[l + 1][t, past], Delta[past])
-            row = e @ H[l][upto]
-            row[T + t] += 1.0                                    # r^l(t)
-            Z[l][t] = row
-            v = cov(l, Z[l][t:t + 1], Z[l][: t + 1])[0]
-            G[l][t, : t + 1] = v
-            G[l][: t + 1, t] = v
-            if l == L:                                           # readout: Delta = y0 + c_t E_t + c_0 E_0
-                fz[t] = cov(L, Z[L][t:t + 1], H[L][t:t + 1])[0, 0]
-                Delta[t] = model.error_signal(fz[t], fz[0])
-                f[t] = model.y0 - Delta[t]
-    K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
-                   float)
-    Rphi = [np.ascontiguousarray(H[l][:, T:]) for l in range(1, L + 1)]
-    Rg = [np.ascontiguousarray(Z[l][:, :T]) for l in range(1, L + 1)]
-    return _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg, [(H[l], Z[l]) for l in range(1, L + 1)])
+def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
+    """The Saddle of ``model``'s action from the deep march's arrays (kernels as causal rows, symmetrised here;
+    f = y0 - Delta; K from the model's K of the kernels' time diagonals and the boundary kernels)."""
+    sym = lambda A: np.tril(A) + np.tril(A, -1).T          # noqa: E731
+    Phi, G = [sym(np.asarray(a)) for a in out["Phi"]], [sym(np.asarray(a)) for a in out["G"]]
+    K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
+                              [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
+    Delta = np.asarray(out["Delta"])
+    return _saddle(model, L, T, Delta, model.y0 - Delta, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
+                   [np.asarray(a) for a in out["Rg"]])
 
 
 def _saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:

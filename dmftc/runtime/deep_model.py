@@ -26,18 +26,22 @@ action fixes that); everything else is the spec's:
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.errors import StructureSpecError
+from dmftc.errors import Pos, StructureSpecError
 
 jax.config.update("jax_enable_x64", True)
 
 __all__ = ["DeepModel", "standard", "from_spec", "as_model"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]     # generated modules record spec paths relative to it
 
 
 @dataclass(frozen=True)
@@ -178,9 +182,24 @@ def as_model(model=None, gamma=None, y=None, eta=None) -> DeepModel:
                     y=_number("y", y))
 
 
-def _spec_error(mod, why):
-    return StructureSpecError(f"the deep propagator cannot read this spec's action: {why}", None,
-                              filename=mod.SPEC_PATH)
+def _spec_error(mod, why, where=None, hint=None):
+    """A StructureSpecError at the spec text the generated part ``where`` came from (mod.SOURCE_POS: 'h', 'z',
+    a scalar's name, or a boundary 'A[0]'; a key ending in '[' matches any layer), with the line and a caret
+    when the spec file (mod.SPEC_FILE, set by dmftc.load, else the recorded path) still has the compiled text."""
+    table = getattr(mod, "SOURCE_POS", {})
+    key = next((k for k in table if k == where or (where and where.endswith("[") and k.startswith(where))), None)
+    pos = Pos(*table[key]) if key else None
+    source = None
+    for path in (getattr(mod, "SPEC_FILE", None), REPO_ROOT / mod.SPEC_PATH):
+        try:
+            text = Path(path).read_text()
+        except (OSError, TypeError):
+            continue
+        if hashlib.sha256(text.encode()).hexdigest() == mod.SPEC_SHA256:
+            source = text
+            break
+    return StructureSpecError(f"the deep propagator cannot read this spec's action: {why}", pos, hint=hint,
+                              source=source, filename=mod.SPEC_PATH)
 
 
 def from_spec(mod, p: dict) -> DeepModel:
@@ -200,10 +219,11 @@ def from_spec(mod, p: dict) -> DeepModel:
     base = np.asarray(mod.h_coupling(prev(X, zero), D[None, :], q), float)
     if not close(np.asarray(mod.h_coupling(prev(X, R), D[None, :], q), float) - base, R):
         raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms free "
-                               f"of {r['A']}")
+                               f"of {r['A']}", "h")
     c0, _ = mod.z_coupling(nxt(X, R), D[None, :], q)
     if not close(np.broadcast_to(np.asarray(c0, float), (T, T)), R):
-        raise _spec_error(mod, f"the same-time coefficient of phi(h[l](s)) in z[l](t) must be {r['B']}[l+1](t, s)")
+        raise _spec_error(mod, f"the same-time coefficient of phi(h[l](s)) in z[l](t) must be {r['B']}[l+1](t, s)",
+                          "z")
     for name, k in (("h", k_h), ("z", k_z)):
         jac = jax.jacfwd(lambda a, d: jnp.asarray(k(a, d[None, :]), jnp.float64), argnums=(0, 1))(
             jnp.asarray(X), jnp.asarray(D))
@@ -213,25 +233,28 @@ def from_spec(mod, p: dict) -> DeepModel:
         dd_off[np.arange(T * T), np.tile(np.arange(T), T)] = 0.0
         if not (ok_q and np.all(np.abs(dd_off) < 1e-12)):
             raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
-                                   "Delta(s) only (it depends on other entries)")
+                                   "Delta(s) only (it depends on other entries)", name)
     y0, ct, c0_ = (float(c) for c in _spec_readout(mod, q))
     for a, b in ((0.7, -0.2), (-1.3, 2.1)):
         if not close(mod.readout(a, b, q), y0 + ct * a + c0_ * b):
             raise _spec_error(mod, "the error signal must be affine in the readout averages E[z phi](t), E[z phi](0) "
-                                   "(a nonlinear readout would make the average an order parameter of its own)")
+                                   "(a nonlinear readout would make the average an order parameter of its own)",
+                              mod.ERROR_SIGNAL)
     bnd = {k: float(v) for k, v in _spec_boundaries(mod, q).items()}
     for resp in ("A", "B"):
         if bnd.get(resp, 0.0) != 0.0:
-            raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]:g})")
+            raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]:g})", f"{r[resp]}[",
+                              hint="the responses of the input and readout layers vanish: set them to 0")
     L = int(q[mod.DEPTH])
     if tuple(mod.SCALARS) != ("K",):
-        raise _spec_error(mod, f"the propagator maps one scalar named K; the spec declares {', '.join(mod.SCALARS)}")
+        raise _spec_error(mod, f"the propagator maps one scalar named K; the spec declares {', '.join(mod.SCALARS)}",
+                          (mod.SCALARS or (mod.ERROR_SIGNAL,))[0])
     k_of = _spec_k_of(mod, q)
     test = [rng.standard_normal(T) for _ in range(L + 1)], [rng.standard_normal(T) for _ in range(L + 1)]
     try:
         k_of(*test)
     except (IndexError, KeyError) as err:            # pragma: no cover - the checker fixes the layer range
-        raise _spec_error(mod, f"K reads a kernel outside layers 0..L+1 ({err})") from None
+        raise _spec_error(mod, f"K reads a kernel outside layers 0..L+1 ({err})", "K") from None
     depth = {mod.DEPTH: q[mod.DEPTH]}                 # an integer: fixed in compiled code; the rest is traced
     free = tuple(sorted((k, v) for k, v in q.items() if k != mod.DEPTH))
     return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted(q.items()))),

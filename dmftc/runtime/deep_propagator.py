@@ -69,9 +69,10 @@ reference ('struct', and 'full' = brute force); the tests check fast = struct = 
 
 Saddle point
 ------------
-Each group marches the exact discrete-time DMFT of :mod:`dmftc.runtime.deep_dmft` with its own samples
-(sources from causally extended Cholesky factors of its own kernels, responses from forward tangents), and
-uses the SAME samples for ln Z_l.  With f(t) = (<z phi>(t) - <z phi>(0)) / gamma estimated by the same
+Each group marches the exact discrete-time DMFT with its own samples (the one march of
+:mod:`dmftc.runtime.deep_dmft`, ``march_paths``: sources from causally extended Cholesky factors of its own
+kernels, responses from forward tangents, the readout average as a plain mean over the paths), and uses the
+SAME samples (kept by the march) for ln Z_l.  With f(t) = (<z phi>(t) - <z phi>(0)) / gamma estimated by the same
 samples, every first derivative of the Monte Carlo action vanishes at that saddle to round-off (checked:
 ``diagnostics['stationarity']``).  Each group is a complete estimate (saddle, Hessian, propagator by the
 causal solve of :mod:`dmftc.runtime.causal_solve`); the result is the mean over groups and ``se`` their standard
@@ -89,9 +90,9 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import sparse
 
-from dmftc.runtime.deep_linear import (Layout, _gather_local, _saddle, _split_local, _sym, action_hessian, observable_names,
+from dmftc.runtime.deep_linear import (Layout, _gather_local, saddle_of_march, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import _integer
+from dmftc.runtime.deep_dmft import ModelKernels, _integer, march_paths
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
@@ -103,37 +104,9 @@ jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
 
-_PIVOT_TOL = 1e-10
-
-
 # ----------------------------------------------------------------------------------------------
-# activations (dmftc.derive.activation.SiteActivation): (phi, phi', phi'') in numpy (march) and jax (action)
+# Monte Carlo saddle point: the one deep march (dmftc.runtime.deep_dmft) with the direct readout, paths kept
 # ----------------------------------------------------------------------------------------------
-def _act_np(act):
-    act = as_activation(act)
-    return lambda h: act.numpy(h)[:3]
-
-
-def _act_jax(act):
-    act = as_activation(act)
-    return lambda h: act.fn(h)[:3]
-
-
-# ----------------------------------------------------------------------------------------------
-# Monte Carlo saddle point (exact discrete-time DMFT march with the group's samples)
-# ----------------------------------------------------------------------------------------------
-def _extend_cholesky(Cf, krow, t):
-    """Row t of the causal Cholesky factor Cf of a PSD kernel with row t (s <= t) ``krow``; zero pivots
-    (residual variance below _PIVOT_TOL K(t,t)) are kept as zero columns (rank-deficient kernels)."""
-    live = np.diagonal(Cf)[:t] > 0
-    x = np.zeros(t)
-    if live.any():
-        x[live] = sla.solve_triangular(Cf[:t, :t][np.ix_(live, live)], krow[:t][live], lower=True)
-    d = krow[t] - x @ x
-    Cf[t, :t] = x
-    Cf[t, t] = math.sqrt(d) if d > _PIVOT_TOL * max(krow[t], 0.0) else 0.0
-
-
 @dataclass
 class _Fields:
     """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
@@ -143,72 +116,17 @@ class _Fields:
 
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
-    (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
-    (deep_linear.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
+    (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally): the march of
+    :func:`dmftc.runtime.deep_dmft.march_paths` with the model's kernels.  Returns (deep_linear.Saddle, _Fields).
+    All averages are (weighted) means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
     model = as_model(model, gamma, y, eta)
-    act = _act_np(activation)
-    S = xiu.shape[1]
-    wt = np.ones(S) if weights is None else np.asarray(weights, float) * (S / np.sum(weights))
-    kh = lambda q, d: np.asarray(model.k_h(q, d), float)               # noqa: E731
-    kz = lambda q, d: np.asarray(model.k_z(q, d), float)               # noqa: E731
-    Phi = [model.phi0 * np.ones((T, T))] + [np.zeros((T, T)) for _ in range(L)]        # index 0..L
-    G = [None] + [np.zeros((T, T)) for _ in range(L)] + [model.g_top * np.ones((T, T))]  # index 1..L+1
-    Rphi = [np.zeros((T, T)) for _ in range(L + 1)]                    # index 0..L (0: zero)
-    Rg = [np.zeros((T, T)) for _ in range(L + 2)]                      # index 1..L+1 (L+1: zero)
-    Cu = [None] + [np.zeros((T, T)) for _ in range(L)]
-    Cr = [None] + [np.zeros((T, T)) for _ in range(L)]
-    new = lambda: [None] + [np.zeros((S, T)) for _ in range(L)]        # noqa: E731
-    u, r, h, z, P, D1, D2, g = (new() for _ in range(8))
-    tan = lambda: [None] + [np.zeros((S, T, T)) for _ in range(L)]     # noqa: E731  [n, t, s]
-    Dhu, Dhr, Dpu, Dpr, Dgu, Dgr = (tan() for _ in range(6))
-    Delta, f, fz = np.zeros(T), np.zeros(T), np.zeros(T)
-    for t in range(T):
-        for l in range(1, L + 1):                                      # forward sweep
-            _extend_cholesky(Cu[l], Phi[l - 1][t], t)
-            u[l][:, t] = xiu[l - 1][:, : t + 1] @ Cu[l][t, : t + 1]
-            c = Rphi[l - 1][t, :t] + kh(Phi[l - 1][t, :t], Delta[:t])
-            h[l][:, t] = u[l][:, t] + g[l][:, :t] @ c
-            Dhu[l][:, t] = np.einsum("nsk,s->nk", Dgu[l][:, :t], c)
-            Dhu[l][:, t, t] += 1.0
-            Dhr[l][:, t] = np.einsum("nsk,s->nk", Dgr[l][:, :t], c)
-            p, d1, d2 = act(h[l][:, t])
-            P[l][:, t], D1[l][:, t], D2[l][:, t] = p, d1, d2
-            Dpu[l][:, t] = d1[:, None] * Dhu[l][:, t]
-            Dpr[l][:, t] = d1[:, None] * Dhr[l][:, t]
-            row = (wt * p) @ P[l][:, : t + 1] / S
-            Phi[l][t, : t + 1] = row
-            Phi[l][: t + 1, t] = row
-            Rphi[l][t, :t] = wt @ Dpr[l][:, t, :t] / S
-        for l in range(L, 0, -1):                                      # backward sweep
-            _extend_cholesky(Cr[l], G[l + 1][t], t)
-            r[l][:, t] = xir[l - 1][:, : t + 1] @ Cr[l][t, : t + 1]
-            e = Rg[l + 1][t, : t + 1].copy()
-            e[:t] += kz(G[l + 1][t, :t], Delta[:t])
-            z[l][:, t] = r[l][:, t] + P[l][:, : t + 1] @ e
-            dzu = np.einsum("nsk,s->nk", Dpu[l][:, : t + 1], e)
-            dzr = np.einsum("nsk,s->nk", Dpr[l][:, : t + 1], e)
-            dzr[:, t] += 1.0
-            d1, d2 = D1[l][:, t], D2[l][:, t]
-            g[l][:, t] = d1 * z[l][:, t]
-            Dgu[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhu[l][:, t] + d1[:, None] * dzu
-            Dgr[l][:, t] = (d2 * z[l][:, t])[:, None] * Dhr[l][:, t] + d1[:, None] * dzr
-            row = (wt * g[l][:, t]) @ g[l][:, : t + 1] / S
-            G[l][t, : t + 1] = row
-            G[l][: t + 1, t] = row
-            Rg[l][t, : t + 1] = wt @ Dgu[l][:, t, : t + 1] / S
-        fz[t] = np.mean(wt * z[L][:, t] * P[L][:, t])
-        Delta[t] = model.error_signal(fz[t], fz[0])
-        f[t] = model.y0 - Delta[t]
-        rows = [Phi[l][t] for l in range(1, L + 1)] + [G[l][t] for l in range(1, L + 1)] + [Delta[t:t + 1]]
-        if not all(np.all(np.isfinite(r)) for r in rows) or max(np.abs(r).max() for r in rows) > 1e150:
-            raise NumericalError(f"the Monte Carlo DMFT march diverges at step t={t} (non-finite or > 1e150 order "
-                                 "parameters); reduce the learning rate or the feature strength")
-    K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
-                   float)
-    sad = _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi[1:], Rg[1:L + 1])
-    fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
-                     [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
+    kern = ModelKernels(as_activation(activation), model)
+    prm = kern.params() | {"L": L, "dirac width": kern.site.width}
+    out = march_paths(kern, prm, xiu, xir, weights)
+    sad = saddle_of_march(model, out, L, T)
+    fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
+                     [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)])
     return sad, fields
 
 
