@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("compile", help="generate the Python module of one or more specs")
     c.add_argument("specs", nargs="+")
-    c.add_argument("-o", "--output", default=None, help="output directory (default: generated/)")
+    c.add_argument("-o", "--output", default=None,
+                   help="output directory (default: generated/ of this repository for its specs, else generated/ "
+                        "beside the spec)")
     c.add_argument("--check", action="store_true", help="exit 1 if a generated module is missing or stale")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(func=cmd_compile)

@@ -71,7 +71,13 @@ def generate(path: Path) -> str:
 
 
 def output_path(spec_path: Path, out_dir: Path | None = None) -> Path:
-    return Path(out_dir or DEFAULT_OUT) / (Path(spec_path).stem + ".py")
+    """Where the generated module of ``spec_path`` goes: ``out_dir`` if given, else ``generated/`` of this
+    repository for a spec inside it, else ``generated/`` beside the spec (so that specs of the same name in
+    different folders never share a module, and an installed dmftc never writes into its own package)."""
+    if out_dir is None:
+        spec = Path(spec_path).resolve()
+        out_dir = DEFAULT_OUT if spec.is_relative_to(REPO_ROOT) else spec.parent / "generated"
+    return Path(out_dir) / (Path(spec_path).stem + ".py")
 
 
 def atomic_write(path: Path, text: str) -> bool:

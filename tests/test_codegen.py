@@ -62,6 +62,23 @@ def test_compile_writes_atomically_and_detects_staleness(tmp_path):
     assert m.parameters["y"] == 2.0
 
 
+def test_specs_outside_the_repository_compile_beside_themselves(tmp_path):
+    """Without an output directory a spec outside this repository gets generated/ beside it: two specs of the
+    same name in different folders keep their own modules, and the repository's generated/ is not touched."""
+    before = sorted(p.name for p in (ROOT / "generated").iterdir())
+    mods = []
+    for folder, y in (("a", "1.0"), ("b", "2.0")):
+        (tmp_path / folder).mkdir()
+        spec = tmp_path / folder / "m.dmft"
+        spec.write_text((ROOT / "specs" / "eos.dmft").read_text().replace("param y = 1.0", f"param y = {y}"))
+        assert output_path(spec) == tmp_path / folder / "generated" / "m.py"
+        mods.append(dmftc.load(spec))
+    assert [m.parameters["y"] for m in mods] == [1.0, 2.0]
+    assert all((tmp_path / f / "generated" / "m.py").exists() for f in "ab")
+    assert sorted(p.name for p in (ROOT / "generated").iterdir()) == before
+    assert output_path(ROOT / "specs" / "eos.dmft") == ROOT / "generated" / "eos.py"
+
+
 def test_compile_refuses_to_overwrite_user_file(tmp_path):
     spec = tmp_path / "m.dmft"
     spec.write_text((ROOT / "specs" / "eos.dmft").read_text())
