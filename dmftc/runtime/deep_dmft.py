@@ -297,9 +297,9 @@ class ModelKernels(SpecKernels):
         self.names = {"Phi": "Phi", "A": "A", "G": "G", "B": "B"}
         self.scalars = ("K",)
 
-    def params(self) -> dict:
-        """The traced parameter values of the march (the model's values)."""
-        return dict(self.model.values)
+    def params(self, L: int) -> dict:
+        """The march's parameter values for depth L: the model's values (traced), L and the activation's width."""
+        return dict(self.model.values) | {"L": L, "dirac width": self.site.width}
 
     def _m(self, p):
         return self.model.bind(p) if self.model.bind is not None else self.model
@@ -357,14 +357,24 @@ def _compiled(L, T, exact, spec, direct=False, keep=False):
     return _JIT[key]
 
 
+def _traced(prm: dict) -> dict:
+    """Parameter values as the march's traced float64 scalars."""
+    return {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
+
+
+def _symmetric(rows):
+    """Symmetric kernel(s) from causal rows (lower triangle, diagonal once)."""
+    rows = np.asarray(rows)
+    return np.tril(rows) + np.swapaxes(np.tril(rows, -1), -1, -2)
+
+
 def march_exact(spec, prm: dict, L: int, T: int) -> dict:
     """The march on the exact Gaussian backend (linear fields): the rows are the 2 L T basis vectors of the
     sources, so every average is an exact quadratic form.  ``prm``: the march's parameter values.  Returns
     numpy arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, f, fdir (T,)}."""
     n = 2 * L * T
     basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
-    p = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
-    out = _compiled(L, T, True, spec)(basis[0], basis[1], jnp.ones(n), p)
+    out = _compiled(L, T, True, spec)(basis[0], basis[1], jnp.ones(n), _traced(prm))
     _check_finite(out, L, T, "exact backend")
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -377,8 +387,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None):
     arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}."""
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    p = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
-    out = _compiled(L, T, False, spec, direct=True, keep=True)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), p)
+    out = _compiled(L, T, False, spec, direct=True, keep=True)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts),
+                                                               _traced(prm))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
     out = {k: np.asarray(v) for k, v in out.items()}
     out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out.pop("Cu"))
@@ -388,12 +398,11 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None):
 
 def _assemble(out, L, T, spec, p):
     """Raw march output -> named arrays; kernels symmetrised from their causal rows."""
-    sym = lambda A: np.tril(A) + np.tril(A, -1).T  # noqa: E731
     arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(spec.report_f(np.asarray(out["f"]), p)),
            "f_direct": np.asarray(spec.report_f(np.asarray(out["fdir"]), p))}
     for l in range(1, L + 1):
-        arr[f"Phi[{l}]"] = sym(np.asarray(out["Phi"][l - 1]))
-        arr[f"G[{l}]"] = sym(np.asarray(out["G"][l - 1]))
+        arr[f"Phi[{l}]"] = _symmetric(out["Phi"][l - 1])
+        arr[f"G[{l}]"] = _symmetric(out["G"][l - 1])
         arr[f"Rphi[{l}]"] = np.asarray(out["Rphi"][l - 1])
         arr[f"Rg[{l}]"] = np.asarray(out["Rg"][l - 1])
     roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}   # scalars from the kernels' time diagonals
@@ -489,7 +498,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         from dmftc.runtime.deep_model import as_model
 
         spec = ModelKernels(as_activation(activation, dirac_width), as_model(model, gamma, y, eta))
-        spec_params = spec.params() | {"L": L}
+        spec_params = spec.params(L)
         label = spec.site.label
     linear = spec.linear
     if backend not in ("auto", "exact", "mc"):
@@ -505,9 +514,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
                              f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
-    prm = {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in (spec_params or {}).items()}
-    prm["dirac width"] = jnp.asarray(dirac_width, dtype=jnp.float64)
-    march = None if exact else _compiled(L, T, exact, spec)
+    prm = _traced((spec_params or {}) | {"dirac width": dirac_width})
     host = {k: float(v) for k, v in (spec_params or {}).items()}
     params = dict(activation=label, L=L, gamma=gamma, y=y, eta=eta, T=T, backend="exact" if exact else "mc",
                   dirac_width=dirac_width)
@@ -518,6 +525,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         diag = dict(backend="exact", basis_size=2 * L * T)
     else:
         per = samples // groups
+        march = _compiled(L, T, False, spec)
         key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):

@@ -98,6 +98,7 @@ class Saddle:
     Rphi: list                  # L x (T,T)   <d h^l(t)/d r^l(s)>, s < t
     Rg: list                    # L x (T,T)   <d g^l(t)/d u^l(s)>, s <= t
     maps: list = field(repr=False, default=None)  # L x (H, Z): (T, 2T) coefficients of h^l, z^l on (u^l, r^l)
+    #                                               (from the numpy oracle dmftc.reference.deep_marches only)
     phi0: float = 1.0           # boundary kernels Phi[0] = phi0 1 1^T, G[L+1] = g_top 1 1^T
     g_top: float = 1.0
     model: object = field(repr=False, default=None)   # the DeepModel whose action this is the saddle of
@@ -128,14 +129,15 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
         raise ValueError("need L >= 1 and T >= 1")
     model = as_model(model, gamma, y, eta)
     kern = ModelKernels(as_activation("linear"), model)
-    return saddle_of_march(model, march_exact(kern, kern.params() | {"L": L, "dirac width": 0.0}, L, T), L, T)
+    return saddle_of_march(model, march_exact(kern, kern.params(L), L, T), L, T)
 
 
 def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
     """The Saddle of ``model``'s action from the deep march's arrays (kernels as causal rows, symmetrised here;
     f = y0 - Delta; K from the model's K of the kernels' time diagonals and the boundary kernels)."""
-    sym = lambda A: np.tril(A) + np.tril(A, -1).T          # noqa: E731
-    Phi, G = [sym(np.asarray(a)) for a in out["Phi"]], [sym(np.asarray(a)) for a in out["G"]]
+    from dmftc.runtime.deep_dmft import _symmetric
+
+    Phi, G = list(_symmetric(out["Phi"])), list(_symmetric(out["G"]))
     K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
                               [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
     Delta = np.asarray(out["Delta"])

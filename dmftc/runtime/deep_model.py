@@ -41,8 +41,6 @@ jax.config.update("jax_enable_x64", True)
 
 __all__ = ["DeepModel", "standard", "from_spec", "as_model"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]     # generated modules record spec paths relative to it
-
 
 @dataclass(frozen=True)
 class DeepModel:
@@ -186,6 +184,8 @@ def _spec_error(mod, why, where=None, hint=None):
     """A StructureSpecError at the spec text the generated part ``where`` came from (mod.SOURCE_POS: 'h', 'z',
     a scalar's name, or a boundary 'A[0]'; a key ending in '[' matches any layer), with the line and a caret
     when the spec file (mod.SPEC_FILE, set by dmftc.load, else the recorded path) still has the compiled text."""
+    from dmftc.compiler import REPO_ROOT               # generated modules record spec paths relative to it
+
     table = getattr(mod, "SOURCE_POS", {})
     key = next((k for k in table if k == where or (where and where.endswith("[") and k.startswith(where))), None)
     pos = Pos(*table[key]) if key else None

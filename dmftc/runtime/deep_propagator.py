@@ -122,8 +122,7 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
     model = as_model(model, gamma, y, eta)
     kern = ModelKernels(as_activation(activation), model)
-    prm = kern.params() | {"L": L, "dirac width": kern.site.width}
-    out = march_paths(kern, prm, xiu, xir, weights)
+    out = march_paths(kern, kern.params(L), xiu, xir, weights)
     sad = saddle_of_march(model, out, L, T)
     fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)])
