@@ -131,7 +131,8 @@ def test_two_newton_steps_give_exact_derivatives_through_third_order():
     ref = _Converged(T, gamma, eta)
     x0 = ref.causal_solution(v0, w0)
     nv = len(v0)
-    kw = dict(T=T, activation="tanh", top=1.0, gamma=gamma, eta=eta)
+    model = standard(gamma=gamma, eta=eta, y=1.0)
+    kw = dict(T=T, activation="tanh", model=model, feature=model.features())     # the top layer
     assert abs(float(local_logf(jnp.asarray(v0), jnp.asarray(w0), jnp.asarray(x0), **kw)) - ref.logf(v0, w0)[0]) < 1e-13
 
     fn = lambda v: ref.logf(v, w0[None])  # noqa: E731
