@@ -3,7 +3,7 @@
     sol = dmftc.deep.solve_deep(activation="tanh", L=2, gamma=1.0, y=1.0, eta=0.05, T=20)
     sol.mean("Phi[1]")        # (T, T) infinite-width feature kernel of layer 1
     sol.var("Phi[1]")         # (T,)  lim N Var(Phi[1](t, t))
-    sol.var_stderr("Phi[1]")  # its Monte Carlo standard error (zeros when exact)
+    sol.var_stderr("Phi[1]")  # its Monte Carlo standard error (zeros when exact); sol.mean_stderr: the mean's
     sol.sigma("Delta", "K")   # (T, T) lim N Cov(Delta(t), K(s))
 
 Backends:
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dmftc.errors import ParameterError
+from dmftc.runtime.solution import SolutionAPI
 
 __all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
@@ -85,8 +86,9 @@ def causal_propagator_bytes(L: int, T: int) -> int:
 
 
 @dataclass(frozen=True)
-class DeepSolution:
-    """Infinite-width means and (for linear networks) the finite-width propagator."""
+class DeepSolution(SolutionAPI):
+    """Infinite-width means and (for linear networks) the finite-width propagator; the contract of
+    :class:`dmftc.runtime.solution.SolutionAPI` in the internal names."""
     activation: str
     L: int
     T: int
@@ -96,18 +98,28 @@ class DeepSolution:
     propagator: object = None         # deep_linear.Propagator, LazyPropagator (nonlinear), or None
     diagnostics: dict = field(default_factory=dict)
 
+    kind = "deep"
+    error_signal = "Delta"
+    _stderr_default = None          # stderr(name) without 'what': the mean's error, with a FutureWarning
+
+    @property
+    def model(self) -> str:
+        return f"deep {self.activation} network"
+
     @property
     def times(self) -> np.ndarray:
         return self.params["eta"] * np.arange(self.T)
 
-    def names(self) -> list:
-        return list(self.means)
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.means)
 
     def mean(self, name: str) -> np.ndarray:
         self._known(name, self.means)
         return self.means[name]
 
-    def stderr(self, name: str) -> np.ndarray:
+    def mean_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``mean(name)`` (zeros when exact)."""
         self._known(name, self.mean_se)
         return self.mean_se[name]
 
@@ -130,15 +142,16 @@ class DeepSolution:
             self._known(n, prop.sigma)
         return prop.sigma[a][b]
 
-    def mean_correction(self, name: str) -> np.ndarray:
+    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
         """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)`` (linear networks, exact;
-        solve with correction=True)."""
+        solve with correction=True; ``stderr=True``: its standard error, zero)."""
         prop = self._propagator()
         if getattr(prop, "m1_phys", None) is None:
             raise ParameterError("no mean correction in this solution: solve a linear network with "
                                  "correction=True (dmftc run SPEC --width N)")
         self._known(name, prop.sigma)
-        return prop.mean_correction(name)
+        m1 = prop.mean_correction(name)
+        return np.zeros_like(m1) if stderr else m1
 
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
         """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l] (linear networks)."""
@@ -178,7 +191,7 @@ class DeepSolution:
 
     def _known(self, name, table):
         if name not in table:
-            raise ParameterError(f"unknown name {name!r}; known: {', '.join(table)}")
+            raise self._unknown(name, table)
 
 
 def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,

@@ -85,7 +85,7 @@ def main():
                                           diag(big.se_mean[n]))
             v, v_se = common.richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
             th_v, th_se = sol.var(n), sol.var_stderr(n)
-            agree.add(f"{act}: <{n}>", diag(sol.mean(n)), diag(sol.stderr(n)), mu, mu_se, raw=diag(raw.mean[n]))
+            agree.add(f"{act}: <{n}>", diag(sol.mean(n)), diag(sol.mean_stderr(n)), mu, mu_se, raw=diag(raw.mean[n]))
             agree.add(f"{act}: N Var({n})", th_v, th_se, v, v_se, raw=raw.nvar[n])
             curves[(act, n)] = (th_v, th_se, raw.nvar[n], v, v_se)
             arrays.update({f"{act}_theory_nvar_{n}": th_v, f"{act}_theory_nvar_se_{n}": th_se,

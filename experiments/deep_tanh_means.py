@@ -48,7 +48,7 @@ def main():
     diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731
     arrays, curves = {}, {}
     for n in names:
-        th, th_se = diag(sol.mean(n)), diag(sol.stderr(n))
+        th, th_se = diag(sol.mean(n)), diag(sol.mean_stderr(n))
         m, m_se = common.richardson(diag(raw.mean[n]), diag(raw.se_mean[n]), diag(big.mean[n]), diag(big.se_mean[n]))
         agree.add(f"<{n}>", th, th_se, m, m_se, raw=diag(big.mean[n]))
         curves[n] = (th, m, m_se)

@@ -241,8 +241,8 @@ def test_deep_tanh_spec_matches_python_api():
     for name in sol.names:
         internal = sol._map[name]
         np.testing.assert_allclose(sol.mean(name), ref.mean(internal), rtol=0, atol=1e-7, err_msg=name)
-        np.testing.assert_allclose(sol.stderr(name), ref.stderr(internal), rtol=0, atol=1e-7, err_msg=name)
-    assert np.max(sol.stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
+        np.testing.assert_allclose(sol.mean_stderr(name), ref.mean_stderr(internal), rtol=0, atol=1e-7, err_msg=name)
+    assert np.max(sol.mean_stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
     for name in ("Delta", "K", "Phi[1]", "G[2]"):     # the propagator of the standard network, same seed
         np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-7, atol=1e-12, err_msg=name)
         np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=1e-7, atol=1e-12)

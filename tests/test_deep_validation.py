@@ -23,7 +23,7 @@ def _z(theory, theory_se, ens, ens_se):
 def _compare_means(sol, truth, L):
     out = {}
     for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]:
-        out[n] = float(_z(sol.mean(n), sol.stderr(n), truth.mean[n], truth.se_mean[n]).max())
+        out[n] = float(_z(sol.mean(n), sol.mean_stderr(n), truth.mean[n], truth.se_mean[n]).max())
     return out
 
 

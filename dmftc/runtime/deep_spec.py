@@ -13,7 +13,7 @@ use of ``var``/``sigma``), with the generated activation and its four derivative
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)
-    sol.mean("Phi[2]"), sol.stderr("Delta"), sol.names
+    sol.mean("Phi[2]"), sol.mean_stderr("Delta"), sol.var("K"), sol.var_stderr("K"), sol.names
 """
 from __future__ import annotations
 
@@ -26,22 +26,25 @@ from pathlib import Path
 import numpy as np
 
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
-from dmftc.runtime.solution import atomic_savez
+from dmftc.runtime.solution import SolutionAPI, atomic_savez
 
 # Agreement required between the spec's exact march and the exact-Gaussian march of the action read from the
 # spec before the latter's propagator is attached (both are exact; they differ by round-off, ~1e-12 at T = 20).
 _LINEAR_MATCH = 1e-8
 
 
-class DeepSpecSolution:
+class DeepSpecSolution(SolutionAPI):
     """Solution of a deep spec in the spec's names: ``Delta``, ``K``, ``Phi[l]``, ``G[l]``, ``A[l]``, ``B[l]``.
 
-    ``mean(name)``: (T,) for scalars, (T, T) for kernels and responses; ``stderr(name)``: Monte Carlo
-    standard error of the mean (zeros when exact); ``var(name)``: lim N Var(name(t)) (kernels on the time
-    diagonal); ``sigma(a, b)``: the (T, T) block lim N Cov(a(t), b(s)); ``two_time(a, b)``: (T, T, T, T).
+    ``mean(name)``: (T,) for scalars, (T, T) for kernels and responses; ``mean_stderr(name)``: its Monte Carlo
+    standard error (zeros when exact); ``var(name)``: lim N Var(name(t)) (kernels on the time diagonal),
+    ``var_stderr(name)`` its error; ``sigma(a, b)``: the (T, T) block lim N Cov(a(t), b(s));
+    ``two_time(a, b)``: (T, T, T, T).  The rest of the contract (``stderr(name, what)``, ``mean_at_width``,
+    ``expected_loss``) is :class:`dmftc.runtime.solution.SolutionAPI`'s.
     """
 
     kind = "deep"
+    _stderr_default = None          # stderr(name) without 'what': the mean's error, with a FutureWarning
 
     def __init__(self, module, inner, params: dict, names: dict, sigma_error: Exception | None = None):
         self.module = module
@@ -68,18 +71,21 @@ class DeepSpecSolution:
     def info(self) -> dict:
         return dict(self.inner.diagnostics)
 
+    @property
+    def error_signal(self) -> str:
+        return self.module.ERROR_SIGNAL
+
     def _name(self, name: str) -> str:
         if name not in self._map:
-            close = difflib.get_close_matches(str(name), list(self._map), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ParameterError(f"unknown name {name!r} for model {self.model}{hint} (known: {', '.join(self._map)})")
+            raise self._unknown(name, self._map)
         return self._map[name]
 
     def mean(self, name: str) -> np.ndarray:
         return self.inner.mean(self._name(name))
 
-    def stderr(self, name: str) -> np.ndarray:
-        return self.inner.stderr(self._name(name))
+    def mean_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``mean(name)`` (zeros when exact)."""
+        return self.inner.mean_stderr(self._name(name))
 
     def sigma(self, a: str, b: str | None = None) -> np.ndarray:
         ia, ib = self._name(a), self._name(a if b is None else b)
@@ -114,22 +120,7 @@ class DeepSpecSolution:
         if i.startswith(("Rphi[", "Rg[")):
             raise ParameterError(f"no mean correction for the response function {name!r}; it exists for the "
                                  "order parameters")
-        m1 = self.inner.mean_correction(i)
-        return np.zeros_like(m1) if stderr else m1
-
-    def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
-        """The ensemble mean at width N to O(1/N): mean + m1 / N (exact for linear specs: zero standard error)."""
-        if not N > 0:
-            raise ParameterError(f"width N must be positive, got {N!r}")
-        m = self.mean(name) + self.mean_correction(name) / N
-        return np.zeros_like(m) if stderr else m
-
-    def expected_loss(self, N: float, name: str | None = None, stderr: bool = False) -> np.ndarray:
-        """E[Delta(t)^2] at width N to O(1/N): Delta_inf^2 + (2 Delta_inf m1 + Sigma(t, t)) / N, shape (T,)."""
-        name = self.module.ERROR_SIGNAL if name is None else name
-        d, m1, v = self.mean(name), self.mean_correction(name), self.var(name)
-        loss = d ** 2 + (2 * d * m1 + v) / N
-        return np.zeros_like(loss) if stderr else loss
+        return self.inner.mean_correction(i, stderr=stderr)
 
     def two_time(self, a: str, b: str | None = None) -> np.ndarray:
         ia, ib = self._name(a), self._name(a if b is None else b)
@@ -145,12 +136,12 @@ class DeepSpecSolution:
         shown = {k: self.params[k] for k in order if k in self.params}
         rows = [f"model {self.model} (deep, {self.module.DEPTH} = {self.L} hidden layers, T = {self.T}; {how}): "
                 + ", ".join(f"{k} = {float(v):g}" for k, v in shown.items())]
-        rows.append(f"  {'name':<10}{'final mean':>12}{'stderr':>12}{'peak N Var':>12}")
+        rows.append(f"  {'name':<10}{'final mean':>12}{'mean se':>12}{'peak N Var':>12}")
         missing = None
         for n in self.names:
             if self._map[n].startswith(("Rphi[", "Rg[")):
                 continue
-            m, se = self.mean(n), self.stderr(n)
+            m, se = self.mean(n), self.mean_stderr(n)
             final, fse = (m[-1], se[-1]) if m.ndim == 1 else (m[-1, -1], se[-1, -1])
             try:
                 peak = f"{self.var(n).max():12.4g}"
@@ -169,7 +160,7 @@ class DeepSpecSolution:
         arrays = {"times": self.times}
         for n in self.names:
             arrays[f"mean:{n}"] = self.mean(n)
-            arrays[f"stderr:{n}"] = self.stderr(n)
+            arrays[f"stderr:{n}"] = self.mean_stderr(n)
             try:
                 arrays[f"var:{n}"] = self.var(n)
             except (ParameterError, PropagatorTooLarge, StructureSpecError):

@@ -1,9 +1,11 @@
 """Results of a solve: saddle-point means and the propagator, with named accessors."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,9 +13,80 @@ import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
 
+_DEEP_STDERR_DEPRECATED = (
+    "sol.stderr({name!r}) of a deep solution returns the standard error of the MEAN; for every other solution "
+    "stderr(name) is the standard error of var(name), and deep solutions will follow in a future release. "
+    "Say which you mean: sol.mean_stderr(name) or sol.stderr(name, 'mean'); sol.var_stderr(name) or "
+    "sol.stderr(name, 'var')")
+
+
+class SolutionAPI:
+    """The one contract of every solution, two-layer or deep (a mixin: subclasses hold the data).
+
+    Subclasses provide ``model``, ``names``, ``times``, ``error_signal``, ``mean``, ``var``, ``sigma``,
+    ``mean_stderr``, ``var_stderr`` and ``mean_correction(name, stderr=False)``; this class derives from them
+    the width-N results (``mean_at_width``, ``expected_loss``) and ``stderr(name, what)``, and words unknown
+    names one way.
+
+    ``stderr(name, what)``: the Monte Carlo standard error of ``mean(name)`` (``what='mean'``) or of
+    ``var(name)`` (``what='var'``, the default).  Deep solutions used to answer ``stderr(name)`` with the
+    mean's error; called without ``what`` they still do, with a FutureWarning (``_stderr_default = None``).
+    """
+
+    _stderr_default: str | None = "var"
+    kind = "two_layer"
+
+    def stderr(self, name: str, what: str | None = None) -> np.ndarray:
+        if what is None:
+            what = self._stderr_default
+            if what is None:
+                warnings.warn(_DEEP_STDERR_DEPRECATED.format(name=name), FutureWarning, stacklevel=2)
+                what = "mean"
+        if what == "mean":
+            return self.mean_stderr(name)
+        if what == "var":
+            return self.var_stderr(name)
+        raise ParameterError(f"stderr(name, what): what is 'mean' or 'var', got {what!r}")
+
+    def _unknown(self, name, known) -> ParameterError:
+        close = difflib.get_close_matches(str(name), list(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return ParameterError(f"unknown name {name!r} for model {self.model}{hint} (known: {', '.join(known)})")
+
+    # ------------------------------------------------------------ finite width N
+    def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
+        """The ensemble mean at width N to O(1/N): mean + m1 / N (``stderr=True``: its standard error,
+        combining the saddle point's and m1's Monte Carlo errors; zero where both are exact)."""
+        if not N > 0:
+            raise ParameterError(f"width N must be positive, got {N!r}")
+        if not stderr:
+            return self.mean(name) + self.mean_correction(name) / N
+        return np.sqrt(self.mean_stderr(name) ** 2 + (self.mean_correction(name, stderr=True) / N) ** 2)
+
+    def expected_loss(self, N: float, name: str | None = None, stderr: bool = False) -> np.ndarray:
+        """E[sum_mu Delta_mu(t)^2] at width N to O(1/N): |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma(t, t)) / N,
+        shape (T,).  ``name``: the error-signal order parameter (one training point or a P-vector; default the
+        model's error signal)."""
+        name = self.error_signal if name is None else name
+        T = len(self.times)
+        d, m1, v = (self.mean(name).reshape(-1, T), self.mean_correction(name).reshape(-1, T),
+                    self.var(name).reshape(-1, T))
+        loss = (d ** 2).sum(axis=0) + (2 * d * m1 + v).sum(axis=0) / N
+        if not stderr:
+            return loss
+        sd = self.mean_stderr(name).reshape(-1, T)
+        sm = self.mean_correction(name, stderr=True).reshape(-1, T)
+        try:
+            sv = self.var_stderr(name).reshape(-1, T)
+        except ParameterError:
+            sv = np.zeros_like(v)
+        # first-order error propagation, the components' errors treated as independent
+        return np.sqrt((((2 * d + 2 * m1 / N) * sd) ** 2).sum(axis=0) + ((2 * d * sm / N) ** 2).sum(axis=0)
+                       + ((sv / N) ** 2).sum(axis=0))
+
 
 @dataclass(frozen=True)
-class Solution:
+class Solution(SolutionAPI):
     """Infinite-width saddle point and leading finite-width propagator.
 
     ``mean(name)`` has shape ``(*index dims, T)``; ``sigma(a, b)`` has shape
@@ -46,12 +119,11 @@ class Solution:
     def names(self) -> tuple[str, ...]:
         return tuple(self.means)
 
+    error_signal = "Delta"
+
     def _check(self, name):
         if name not in self.means:
-            import difflib
-            close = difflib.get_close_matches(name, self.names, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ParameterError(f"unknown order parameter '{name}'{hint} (have {', '.join(self.names)})")
+            raise self._unknown(name, self.names)
 
     def mean(self, name: str) -> np.ndarray:
         self._check(name)
@@ -84,24 +156,22 @@ class Solution:
         d = np.diag(self.sigma_full).reshape(T, self.block)[:, o:o + n]
         return d.T.reshape(self.shapes[name] + (T,))
 
-    def stderr(self, name: str, what: str = "var") -> np.ndarray:
-        """Monte Carlo standard error of ``var(name)`` (from independent sample groups) or of ``mean(name)``.
-
-        The saddle point is an average over ``samples`` single-site draws, so its
-        own Monte Carlo covariance is Sigma / samples (the solver is a width-``samples``
-        network in disguise): ``stderr(name, "mean") = sqrt(var(name) / samples)``.
-        """
+    def mean_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``mean(name)``.  The saddle point is an average over ``samples``
+        single-site draws, so its own Monte Carlo covariance is Sigma / samples (the solver is a
+        width-``samples`` network in disguise): sqrt(var(name) / samples); zero on the exact backend."""
         self._check(name)
-        if what == "mean":
-            if self.info["samples"] is None:       # exact backend: no sampling error
-                return np.zeros_like(self.var(name))
-            return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
+        if self.info["samples"] is None:       # exact backend: no sampling error
+            return np.zeros_like(self.var(name))
+        return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
+
+    def var_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (the spread of independent sample groups)."""
+        self._check(name)
         se = self.extras.get("var_se")
         if se is None:
             raise ParameterError("no standard errors: solve with groups >= 2")
-        T = len(self.times)
-        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
-        return se.reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
+        return self._flat_block(se, name)
 
     # ------------------------------------------------------------ finite width N
     def _flat_block(self, flat, name):
@@ -126,34 +196,6 @@ class Solution:
         if se is None:
             raise ParameterError("no standard errors: solve with groups >= 2")
         return self._flat_block(se, name)
-
-    def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
-        """The ensemble mean at width N to O(1/N): mean + m1 / N (``stderr=True``: its standard error,
-        combining the saddle point's and m1's Monte Carlo errors)."""
-        if not N > 0:
-            raise ParameterError(f"width N must be positive, got {N!r}")
-        if not stderr:
-            return self.mean(name) + self.mean_correction(name) / N
-        return np.sqrt(self.stderr(name, "mean") ** 2 + (self.mean_correction(name, stderr=True) / N) ** 2)
-
-    def expected_loss(self, N: float, name: str = "Delta", stderr: bool = False) -> np.ndarray:
-        """E[sum_mu Delta_mu(t)^2] at width N to O(1/N): |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma(t, t)) / N,
-        shape (T,).  ``name``: the error-signal order parameter (one training point or a P-vector)."""
-        d, m1, v = self.mean(name), self.mean_correction(name), self.var(name)
-        T = len(self.times)
-        d, m1, v = d.reshape(-1, T), m1.reshape(-1, T), v.reshape(-1, T)
-        loss = (d ** 2).sum(axis=0) + (2 * d * m1 + v).sum(axis=0) / N
-        if not stderr:
-            return loss
-        sd = self.stderr(name, "mean").reshape(-1, T)
-        sm = self.mean_correction(name, stderr=True).reshape(-1, T)
-        try:
-            sv = self.stderr(name).reshape(-1, T)
-        except ParameterError:
-            sv = np.zeros_like(v)
-        # first-order error propagation, the components' errors treated as independent
-        return np.sqrt((((2 * d + 2 * m1 / N) * sd) ** 2).sum(axis=0) + ((2 * d * sm / N) ** 2).sum(axis=0)
-                       + ((sv / N) ** 2).sum(axis=0))
 
     # ------------------------------------------------------------ persistence
     def save(self, path) -> Path:
