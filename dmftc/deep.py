@@ -198,14 +198,17 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
                memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
                propagator_samples: int = 4000, propagator_groups: int = 8, progress: bool = False,
-               correction: bool = False, model=None, **march_options) -> DeepSolution:
+               correction: bool = False, model=None, propagator_sampler: str = "sobol",
+               **march_options) -> DeepSolution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
 
     ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.runtime.deep_dmft.SpecKernels`) and
     parameters, which then drive the Monte Carlo march (used by :mod:`dmftc.runtime.deep_spec`);
     ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.runtime.deep_dmft.solve_deep`;
     ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
-    propagator (:func:`dmftc.runtime.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use.
+    propagator (:func:`dmftc.runtime.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use;
+    ``propagator_sampler``: its paths' standard normals, 'sobol' (randomised quasi-Monte Carlo) or 'random'
+    (:mod:`dmftc.runtime.sampling`).
     ``correction``: also the exact O(1/N) mean correction of a linear network
     (:mod:`dmftc.runtime.deep_linear_correction`); not available for nonlinear networks.  ``model``: the
     :class:`dmftc.runtime.deep_model.DeepModel` whose action the propagator differentiates (exactly for a linear
@@ -246,10 +249,14 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     if _count("propagator_groups", propagator_groups) < 2 or propagator_samples < 2 * propagator_groups:
         raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
                              f"group, got {propagator_groups} groups and {propagator_samples} paths")
+    from dmftc.runtime.sampling import check_sampler
+
     prop = LazyPropagator(memory_limit, activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, model=model,
-                          samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress)
+                          samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress,
+                          sampler=check_sampler(propagator_sampler))
     info = {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
-            "propagator_groups": propagator_groups, "activation": act.label, "kink_order": act.kink_order}
+            "propagator_groups": propagator_groups, "propagator_sampler": propagator_sampler,
+            "activation": act.label, "kink_order": act.kink_order}
     if act.kink_order is not None:
         info["approximation"] = (
             f"the activation's derivative of order {act.kink_order} holds a delta function (a kink), replaced by a "
