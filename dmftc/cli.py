@@ -73,6 +73,8 @@ def cmd_run(args) -> int:
             raise ParameterError("--propagator-samples applies to deep specs (layers l = 1..L) only; two-layer "
                                  "specs use --samples for the propagator too")
         extra["propagator_samples"] = args.propagator_samples
+    if args.sampler is not None:
+        extra["sampler"] = args.sampler
     if args.width is not None:
         if args.width < 1:
             raise ParameterError(f"--width must be a positive integer, got {args.width}")
@@ -147,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--propagator-samples", type=int, default=None, metavar="S",
                    help="deep nonlinear specs: source paths of the finite-width propagator (default 4000)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--sampler", choices=("sobol", "random"), default=None,
+                   help="standard normals of the sample groups: randomised quasi-Monte Carlo or pseudo-random "
+                        "(default: sobol for deep propagators, random for two-layer specs)")
     r.add_argument("--backend", choices=("auto", "exact", "mc"), default="auto")
     r.add_argument("--out", metavar="NPZ", help="save the results (reload with dmftc.Solution.load)")
     r.add_argument("--plot", metavar="PNG", help="save a figure of means and variances")

@@ -16,8 +16,9 @@ and 0.05 on the same paths (dmftc.runtime.deep_propagator); the script reports t
 
     python experiments/deep_activations.py [--quick] [--out DIR] [--paths N] [--only sin|softsign]
 
-Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means, 16000 source paths for the propagator;
-E = 20000 networks per width) takes about 35 minutes on 2 cores.
+Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means, 16384 source paths for the propagator in
+8 groups of 2^11, randomised quasi-Monte Carlo (dmftc.runtime.sampling); E = 20000 networks per width) takes
+about 35 minutes on 2 cores.
 """
 import os
 import re
@@ -56,14 +57,15 @@ def main():
 
     args = common.parse_args("deep_activations", __doc__, options)
     if args.quick:
-        T, eta, samples, paths, groups, N, E = 6, 0.1, 64000, 2000, 8, 128, 3000
+        T, eta, samples, paths, groups, N, E = 6, 0.1, 64000, 2048, 8, 128, 3000
     else:
-        T, eta, samples, paths, groups, N, E = 30, 0.05, 128000, 16000, 8, 256, 20000
+        T, eta, samples, paths, groups, N, E = 30, 0.05, 128000, 16384, 8, 256, 20000
     paths = args.paths or paths
     acts = {k: v for k, v in ACTIVATIONS.items() if args.only in (None, k)}
     agree = common.Agreement("deep_activations", args.quick)
     agree.meta.update(L=L, gamma=GAMMA, y=Y, T=T, eta=eta, samples=samples, propagator_samples=paths,
-                      propagator_groups=groups, widths=[N, 2 * N], E=E, activations=acts)
+                      propagator_groups=groups, propagator_sampler="sobol", widths=[N, 2 * N], E=E,
+                      activations=acts)
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
     diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731

@@ -248,7 +248,7 @@ def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                       backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
                       propagator_groups: int = 8, progress: bool = False, correction: bool = False,
-                      propagator_sampler: str = "sobol", **given) -> DeepSpecSolution:
+                      sampler: str = "sobol", **given) -> DeepSpecSolution:
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
     ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
     from dmftc import deep
@@ -304,7 +304,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                             spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
                             memory_limit=memory_limit, propagator_samples=propagator_samples,
                             propagator_groups=propagator_groups, progress=progress, model=model,
-                            propagator_sampler=propagator_sampler, **std)
+                            propagator_sampler=sampler, **std)
     return DeepSpecSolution(mod, inner, p, names, err)
 
 

@@ -21,7 +21,7 @@ class CompiledModel:
 
     def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8,
               dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, correction: bool = False,
-              **params):
+              sampler: str | None = None, **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults.
 
         ``samples`` single-site draws (seeded by ``seed``) estimate every average; ``groups``
@@ -30,9 +30,13 @@ class CompiledModel:
         ``backend`` is "auto" (exact Gaussian moments when the process is proven linear,
         Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr;
         ``correction`` also computes the O(1/N) correction to the mean (two-layer and deep linear specs:
-        ``sol.mean_correction``, ``sol.mean_at_width``, ``sol.expected_loss``).
+        ``sol.mean_correction``, ``sol.mean_at_width``, ``sol.expected_loss``); ``sampler``: the standard normals
+        of the sample groups, 'sobol' (randomised quasi-Monte Carlo) or 'random' (:mod:`dmftc.runtime.sampling`;
+        default: 'sobol' for the propagator paths of deep specs, 'random' for two-layer specs).
         """
         extra = {"correction": True} if correction else {}
+        if sampler is not None:
+            extra["sampler"] = sampler
         return solve_module(self.module, samples=samples, seed=seed, batch=batch, groups=groups,
                             dirac_width=dirac_width, backend=backend, progress=progress, **extra, **params)
 

@@ -159,10 +159,14 @@ class Solution(SolutionAPI):
     def mean_stderr(self, name: str) -> np.ndarray:
         """Monte Carlo standard error of ``mean(name)``.  The saddle point is an average over ``samples``
         single-site draws, so its own Monte Carlo covariance is Sigma / samples (the solver is a
-        width-``samples`` network in disguise): sqrt(var(name) / samples); zero on the exact backend."""
+        width-``samples`` network in disguise): sqrt(var(name) / samples); zero on the exact backend.  With
+        randomised QMC draws (sampler 'sobol') that formula does not hold: the spread of the sample groups'
+        saddle points is used instead."""
         self._check(name)
         if self.info["samples"] is None:       # exact backend: no sampling error
             return np.zeros_like(self.var(name))
+        if self.extras.get("mean_se") is not None:
+            return self._flat_block(self.extras["mean_se"], name)
         return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
 
     def var_stderr(self, name: str) -> np.ndarray:
@@ -219,7 +223,7 @@ class Solution(SolutionAPI):
         }
         arrays = {"times": self.times, "sigma": self.sigma_full, "meta": np.array(json.dumps(meta, sort_keys=True))}
         arrays.update({f"mean:{k}": v for k, v in self.means.items()})
-        for k in ("U", "kappa", "var_se", "m1", "m1_se"):
+        for k in ("U", "kappa", "var_se", "m1", "m1_se", "mean_se"):
             if self.extras.get(k) is not None:
                 arrays[f"extra:{k}"] = self.extras[k]
         return atomic_savez(path, arrays)
@@ -243,6 +247,8 @@ class Solution(SolutionAPI):
     def summary(self) -> str:
         backend = self.info.get("diagnostics", {}).get("backend", "mc")
         how = "exact Gaussian moments" if backend == "exact" else f"samples = {self.info.get('samples')}"
+        if self.info.get("diagnostics", {}).get("sampler") == "sobol":
+            how += " (randomised QMC)"
         lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, {how}"]
         lines.append(f"  {'order parameter':<16}{'shape':>10}{'final mean':>14}{'peak N Var':>14}{'at t':>8}")
         for n in self.names:

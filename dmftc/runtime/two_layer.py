@@ -28,6 +28,7 @@ from dmftc.runtime.geometry import Geometry, place_sources, source_factors, tang
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.mean_correction import mean_correction_group
 from dmftc.runtime.params import resolve_params
+from dmftc.runtime.sampling import block_normals, check_sampler
 
 jax.config.update("jax_enable_x64", True)
 
@@ -35,10 +36,16 @@ _WORKERS = max(1, min(2, os.cpu_count() or 1))
 _MEMORY_BUDGET = 1.0e8  # floats per batch of tangents (~1.6 GB in float64)
 
 
-def _sample_sources(mod, p, sz, samples, seed):
+def _sample_sources(mod, p, sz, samples, seed, sampler="random", edges=None):
+    """Source draws of every sample: 'random', JAX normals (one stream per source group); 'sobol', randomised QMC
+    with an independent scrambled set per sample group rows edges[g]:edges[g+1] (:mod:`dmftc.runtime.sampling`)."""
+    factors = source_factors(mod, p, sz)
+    if check_sampler(sampler) == "sobol":
+        zs = block_normals(seed, [L.shape[0] for L in factors], edges)
+        return place_sources(mod, [jnp.asarray(z) @ jnp.asarray(L.T) for z, L in zip(zs, factors)])
     key = jax.random.PRNGKey(seed)
     xs = [jax.random.normal(jax.random.fold_in(key, gi), (samples, L.shape[0]), dtype=jnp.float64)
-          @ jnp.asarray(L.T) for gi, L in enumerate(source_factors(mod, p, sz))]
+          @ jnp.asarray(L.T) for gi, L in enumerate(factors)]
     return place_sources(mod, xs)
 
 
@@ -233,7 +240,7 @@ class RunInfo:
 
 
 def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
-                 progress=False, correction=False, **kwargs):
+                 progress=False, correction=False, sampler=None, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution.
 
     ``correction``: also compute the O(1/N) correction m1 to the mean (:mod:`dmftc.runtime.mean_correction`),
@@ -249,7 +256,9 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime.deep_spec
         from dmftc.runtime.deep_spec import solve_deep_module
         return solve_deep_module(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width,
-                                 backend=backend, progress=progress, correction=correction, **kwargs)
+                                 backend=backend, progress=progress, correction=correction,
+                                 **({} if sampler is None else {"sampler": sampler}), **kwargs)
+    sampler = "random" if sampler is None else sampler
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and mod.NONLINEAR is not None:
@@ -276,21 +285,21 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         var_se = np.zeros(len(sigma))     # no sampling error
         if correction:
             t0 = _time.perf_counter()
-            S = _sample_sources(mod, p, sz, samples, seed)
             G = max(1, min(groups, samples // 2))
             edges = np.linspace(0, samples, G + 1).astype(int)
+            S = _sample_sources(mod, p, sz, samples, seed, sampler, edges)
             m1 = [mean_correction_group(mod, geo, {k: v[a:b] for k, v in S.items()}, q, U, p, sz, T)
                   for a, b in zip(edges[:-1], edges[1:])]
             timings["mean correction"] = _time.perf_counter() - t0
         samples = seed = batch = None
     else:
-        S = _sample_sources(mod, p, sz, samples, seed)
-        pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
-        march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
         # Independent groups, each a complete pipeline (its own saddle point, kappa, D, propagator):
         # the spread of the group results is an honest Monte Carlo error, including that of q itself.
         G = max(1, min(groups, samples // 2))
         edges = np.linspace(0, samples, G + 1).astype(int)
+        S = _sample_sources(mod, p, sz, samples, seed, sampler, edges)
+        pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+        march = _compiled("saddle", mod, geo, T, lambda S, p: _saddle_march(mod, geo, S, p, geo.sz, T))
         if batch is None:
             per_sample = max(1, T * geo.m * max(1, len(mod.DRIVERS)) * max(1, len(mod.SAMPLE_SUMS)) * T)
             batch = int(max(1, _MEMORY_BUDGET // per_sample))
@@ -333,14 +342,23 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
         sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
         cond = max(r[4] for r in results)
         var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
-    means = {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
-             for k, _ in mod.ORDERS}
+    canonical = lambda q: {k: np.moveaxis(_k.canonical(q[k], tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)  # noqa: E731
+                           for k, _ in mod.ORDERS}
+    means = canonical(q)
+    mean_se = None
+    if not exact and sampler == "sobol" and G > 1:     # randomised QMC: the groups' spread, not sqrt(var / samples)
+        spread = canonical({k: np.std([r[0][k] for r in results], axis=0, ddof=1) / np.sqrt(G) for k in q})
+        mean_se = np.zeros((T, geo.m))
+        for k, v in spread.items():
+            n = int(np.prod(geo.comp_shape[k], dtype=int))
+            mean_se[:, geo.offset[k]:geo.offset[k] + n] = v.reshape(n, T).T
     _check_variances(np.diag(sigma), var_se, geo, T)
-    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc"}
+    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc", "sampler": None if exact else sampler}
     if not exact and kink_shift is not None:
         diagnostics["kink"] = _kink_report(kink_shift, var_se, np.diag(sigma), p["dirac width"], chatter)
     sol = Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
                                RunInfo(samples, seed, batch, timings, diagnostics))
+    sol.extras["mean_se"] = None if mean_se is None else mean_se.ravel()
     if correction:
         m1 = np.asarray(m1)
         sol.extras["m1"] = m1.mean(axis=0)
