@@ -32,7 +32,7 @@ for run in ("first", "second"):
     sol = solve_deep(**kw)
     out[run] = time.perf_counter() - t0
 out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-out["n_vars"] = sol.diagnostics.get("n_vars")
+out["n_vars"] = sol.info.get("n_vars")
 print(json.dumps(out))
 """
 

@@ -26,21 +26,19 @@ means also "Rphi[l]", "Rg[l]" (response functions) and "f".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from dmftc.errors import ParameterError
-from dmftc.runtime.solution import SolutionAPI
+from dmftc.runtime.blocks import LazyBlocks
+from dmftc.runtime.solution import Solution
 
-__all__ = ["DeepSolution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
+__all__ = ["deep_solution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
 _NO_NONLINEAR_CORRECTION = (
     "the O(1/N) mean correction of deep networks is implemented for linear activations (exact, from the third "
     "derivatives of the closed-form action); a nonlinear deep net would need the Monte Carlo third derivatives "
     "of each layer's ln Z_l contracted with the full inverse Hessian (responses and conjugates included), about "
     "one forward-mode pass per eigen-direction of that inverse per source path, which is not built")
-_NOT_YET = "no finite-width propagator was computed for this solution (activation {act!r}); only means"
 
 
 class LazyPropagator:
@@ -85,113 +83,25 @@ def causal_propagator_bytes(L: int, T: int) -> int:
     return int(8 * (2 * (lay.n // 2) ** 2 + 2 * nv * nv) + min(2e9, 512 * 40 * (2 * T) ** 3))
 
 
-@dataclass(frozen=True)
-class DeepSolution(SolutionAPI):
-    """Infinite-width means and (for linear networks) the finite-width propagator; the contract of
-    :class:`dmftc.runtime.solution.SolutionAPI` in the internal names."""
-    activation: str
-    L: int
-    T: int
-    params: dict
-    means: dict                       # name -> (T,) or (T, T)
-    mean_se: dict                     # Monte Carlo standard errors of the means (zeros when exact)
-    propagator: object = None         # deep_linear.Propagator, LazyPropagator (nonlinear), or None
-    diagnostics: dict = field(default_factory=dict)
+def deep_solution(activation: str, L: int, T: int, params: dict, means: dict, mean_se: dict, source, info: dict,
+                  m1: dict | None = None, error: Exception | None = None):
+    """A :class:`dmftc.runtime.solution.Solution` of a deep network in the internal names (Delta, K, Phi[l],
+    G[l], Rphi[l], Rg[l], f): ``source()`` returns its propagator (called on first use; None: means only, with
+    ``error`` saying why); ``m1``: the exact O(1/N) mean correction of the observables (standard error 0)."""
+    from dmftc.runtime.deep_linear import observable_names
 
-    kind = "deep"
-    error_signal = "Delta"
-    _stderr_default = None          # stderr(name) without 'what': the mean's error, with a FutureWarning
+    obs = observable_names(L)
+    blocks = LazyBlocks(T, source if source is not None else _no_source(error), {n: n for n in obs}, info)
+    return Solution(f"deep {activation} network", dict(params), params["eta"] * np.arange(T), dict(means), blocks,
+                    info, kind="deep", mean_se=dict(mean_se), m1=m1,
+                    m1_se=None if m1 is None else {k: np.zeros_like(v) for k, v in m1.items()},
+                    blocks_error=error if source is None else None, depth=L)
 
-    @property
-    def model(self) -> str:
-        return f"deep {self.activation} network"
 
-    @property
-    def times(self) -> np.ndarray:
-        return self.params["eta"] * np.arange(self.T)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.means)
-
-    def mean(self, name: str) -> np.ndarray:
-        self._known(name, self.means)
-        return self.means[name]
-
-    def mean_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``mean(name)`` (zeros when exact)."""
-        self._known(name, self.mean_se)
-        return self.mean_se[name]
-
-    def var(self, name: str) -> np.ndarray:
-        """lim N Var(name(t)) over t; kernels on the time diagonal, name(t, t)."""
-        return np.diag(self.sigma(name, name)).copy()
-
-    def var_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``var(name)`` (zeros for the exact linear propagator)."""
-        prop = self._propagator()
-        self._known(name, prop.sigma)
-        se = getattr(prop, "se", None)
-        return np.zeros(self.T) if se is None else np.diag(se[name][name]).copy()
-
-    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
-        """(T, T) block lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l] (time-diagonal kernels)."""
-        prop = self._propagator()
-        b = a if b is None else b
-        for n in (a, b):
-            self._known(n, prop.sigma)
-        return prop.sigma[a][b]
-
-    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
-        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)`` (linear networks, exact;
-        solve with correction=True; ``stderr=True``: its standard error, zero)."""
-        prop = self._propagator()
-        if getattr(prop, "m1_phys", None) is None:
-            raise ParameterError("no mean correction in this solution: solve a linear network with "
-                                 "correction=True (dmftc run SPEC --width N)")
-        self._known(name, prop.sigma)
-        m1 = prop.mean_correction(name)
-        return np.zeros_like(m1) if stderr else m1
-
-    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
-        """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) for the kernels Phi[l], G[l] (linear networks)."""
-        prop = self._propagator()
-        if not hasattr(prop, "two_time"):
-            raise ParameterError("two-time blocks are available for linear networks only; nonlinear networks give "
-                                 "sigma(a, b) on the time diagonal")
-        for n in (a, b or a):
-            if n not in prop.layout.blocks or not n.startswith(("Phi[", "G[")):
-                raise ParameterError(f"two_time needs kernels Phi[l] or G[l] (l = 1..{self.L}), got {n!r}")
-        return prop.two_time(a, b)
-
-    def _propagator(self):
-        if self.propagator is None:
-            raise ParameterError(_NOT_YET.format(act=self.activation))
-        if not isinstance(self.propagator, LazyPropagator):
-            return self.propagator
-        prop = self.propagator.get()
-        for k in ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc"):
-            if k in prop.diagnostics:
-                self.diagnostics[f"propagator_{k}" if not k.startswith("dirac") else k] = prop.diagnostics[k]
-        return prop
-
-    def summary(self) -> str:
-        rows = [f"deep {self.activation} network, L = {self.L}, T = {self.T}, "
-                + ", ".join(f"{k} = {v:g}" for k, v in self.params.items())]
-        rows.append(f"  {'name':<10}{'final mean':>12}{'peak N Var':>12}")
-        for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, self.L + 1)]:
-            m = self.means[n]
-            final = m[-1] if m.ndim == 1 else m[-1, -1]
-            try:
-                peak = f"{self.var(n).max():12.4g}"
-            except ParameterError:
-                peak = f"{'-':>12}"
-            rows.append(f"  {n:<10}{final:12.4g}{peak}")
-        return "\n".join(rows)
-
-    def _known(self, name, table):
-        if name not in table:
-            raise self._unknown(name, table)
+def _no_source(error):
+    def raise_():
+        raise error
+    return raise_
 
 
 def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,
@@ -199,7 +109,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
                propagator_samples: int = 4000, propagator_groups: int = 8, progress: bool = False,
                correction: bool = False, model=None, propagator_sampler: str = "sobol",
-               **march_options) -> DeepSolution:
+               **march_options) -> Solution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
 
     ``spec``/``spec_params``: a compiled deep spec's kernels (:class:`dmftc.runtime.deep_dmft.SpecKernels`) and
@@ -229,6 +139,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                 f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
                 f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
                 "or L, or raise memory_limit")
+        from dmftc.runtime.deep_linear import observable_names
+
         prop = deep_linear_propagator(L=L, T=T, model=as_model(model, gamma, y, eta), correction=correction)
         sad = prop.saddle
         means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
@@ -236,7 +148,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
             means.update({f"Phi[{l}]": sad.Phi[l - 1], f"G[{l}]": sad.G[l - 1],
                           f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
         zeros = {k: np.zeros_like(v) for k, v in means.items()}
-        return DeepSolution(act.label, L, T, params, means, zeros, prop, dict(prop.diagnostics))
+        m1 = {n: prop.mean_correction(n) for n in observable_names(L)} if correction else None
+        return deep_solution(act.label, L, T, params, means, zeros, lambda: prop, dict(prop.diagnostics), m1)
     if correction:
         raise ParameterError(_NO_NONLINEAR_CORRECTION)
     from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
@@ -264,7 +177,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
             "propagator; the propagator is extrapolated to width 0 from widths w and w/2 on the same paths "
             "(info 'dirac_shift': the size of that correction relative to each curve's peak); the residual bias "
             "is not estimated and may exceed the Monte Carlo error")
-    return DeepSolution(act.label, L, T, params, means, se, prop, info)
+    return deep_solution(act.label, L, T, params, means, se, prop.get, info)
 
 
 def _count(name, v) -> int:

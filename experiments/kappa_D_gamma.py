@@ -69,8 +69,7 @@ def main():
         sol = model.solve(gamma=g, T=T, eta=eta, kx=KX, samples=samples, seed=SEED + k)
         times = sol.times
         kappa = np.diag(sol.kappa("K"))
-        U = sol.extras["U"].reshape(T, sol.block, T, sol.block)
-        D = -U[:, sol.offsets["K"], :, sol.offsets["Delta"]]              # D_{K,Delta}(t, s), s < t
+        D = -sol.U("K", "Delta")                                          # D_{K,Delta}(t, s), s < t
         # truth: neurons with the error signal frozen to Delta_inf
         O = frozen_neurons(sol.mean("Delta"), g, eta, T, M, SEED + 10 * k)
         kv = O.var(axis=1, ddof=1)

@@ -68,21 +68,20 @@ def tanh_sol():
 
 
 def test_tanh_solution_gives_the_monte_carlo_propagator_on_first_use(tanh_sol):
-    from dmftc.deep import LazyPropagator
     from dmftc.runtime.deep_propagator import deep_propagator
 
-    assert isinstance(tanh_sol.propagator, LazyPropagator) and tanh_sol.propagator._value is None
+    assert not tanh_sol.blocks.computed
     ref = deep_propagator(activation="tanh", samples=1600, groups=4, seed=3, **TANH)
     for name in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
         np.testing.assert_allclose(tanh_sol.var(name), ref.var(name), rtol=1e-10, atol=1e-12, err_msg=name)
         np.testing.assert_allclose(tanh_sol.var_stderr(name), ref.se_var(name), rtol=1e-10, atol=1e-12)
-    assert tanh_sol.propagator._value is not None             # computed once, kept
+    assert tanh_sol.blocks.computed                           # computed once, kept
     assert np.all(tanh_sol.var_stderr("K") > 0) and tanh_sol.var("Delta")[0] == pytest.approx(0.0, abs=1e-10)
     np.testing.assert_allclose(tanh_sol.sigma("Delta", "K"), ref["Delta"]["K"], rtol=1e-10, atol=1e-12)
-    with pytest.raises(ParameterError, match="linear networks only"):
+    with pytest.raises(ParameterError, match="linear deep specs only"):
         tanh_sol.two_time("Phi[1]")
     rows = {line.split()[0]: line.split() for line in tanh_sol.summary().splitlines()[2:]}
-    assert float(rows["Phi[1]"][2]) == pytest.approx(tanh_sol.var("Phi[1]").max(), rel=1e-3)
+    assert float(rows["Phi[1]"][4]) == pytest.approx(tanh_sol.var("Phi[1]").max(), rel=1e-3)
 
 
 def test_tanh_propagator_too_large_keeps_means_and_names_the_size():
@@ -95,11 +94,11 @@ def test_tanh_propagator_too_large_keeps_means_and_names_the_size():
 
 def test_any_activation_gets_a_propagator_and_kinks_are_flagged_and_bad_arguments():
     sol = solve_deep(activation="h / (1 + abs(h))", samples=400, propagator_samples=64, propagator_groups=2, **TANH)
-    assert sol.diagnostics["kink_order"] == 3 and "delta function" in sol.diagnostics["approximation"]
+    assert sol.info["kink_order"] == 3 and "delta function" in sol.info["approximation"]
     assert np.all(np.isfinite(sol.var("K"))) and sol.var("K")[-1] > 0
-    assert sol.diagnostics["dirac_extrapolated"] and set(sol.diagnostics["dirac_shift"]) >= {"K", "Delta", "G[1]"}
+    assert sol.info["dirac_extrapolated"] and set(sol.info["dirac_shift"]) >= {"K", "Delta", "G[1]"}
     smooth = solve_deep(activation="sin(h)", samples=400, **TANH)
-    assert smooth.diagnostics["kink_order"] is None and "approximation" not in smooth.diagnostics
+    assert smooth.info["kink_order"] is None and "approximation" not in smooth.info
     for bad in ("foo(h)", "tanh(h", "tanh(beta * h)", ""):
         with pytest.raises(ParameterError, match="activation"):
             solve_deep(activation=bad, samples=200, **TANH)

@@ -239,13 +239,16 @@ def test_deep_tanh_spec_matches_python_api():
     ref = solve_deep(activation="tanh", samples=1600, seed=5, **prop, **kw)
     assert set(sol.names) == {"Delta", "K"} | {f"{q}[{l}]" for q in ("Phi", "G", "A", "B") for l in (1, 2)}
     for name in sol.names:
-        internal = sol._map[name]
+        internal = _internal(name)
         np.testing.assert_allclose(sol.mean(name), ref.mean(internal), rtol=0, atol=1e-7, err_msg=name)
         np.testing.assert_allclose(sol.mean_stderr(name), ref.mean_stderr(internal), rtol=0, atol=1e-7, err_msg=name)
     assert np.max(sol.mean_stderr("Delta")) > 1e-5       # a real Monte Carlo run, errors well above the tolerance
     for name in ("Delta", "K", "Phi[1]", "G[2]"):     # the propagator of the standard network, same seed
         np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-7, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=1e-7, atol=1e-12)
+        # the standard error is a spread of the groups' variances: its round-off is that of the variances
+        # (measured: 1.7e-10 on an error of 1.4e-3, 1.2e-7 relative), so it is bounded relative to them
+        np.testing.assert_allclose(sol.var_stderr(name), ref.var_stderr(name), rtol=0,
+                                   atol=1e-7 * np.abs(ref.var(name)).max())
     assert sol.var("K").max() > 0.1
     with pytest.raises(ParameterError, match="no propagator block for the response function"):
         sol.var("A[1]")
@@ -311,6 +314,11 @@ def test_propagator_reads_the_constants_from_the_spec_whatever_the_names(tmp_pat
         np.testing.assert_allclose(mine.var(name), ref.var(name), rtol=1e-8, atol=1e-12)
 
 
+def _internal(name: str) -> str:
+    """The Python API's name of a deep_tanh / deep_linear spec name (the responses A, B are Rphi, Rg there)."""
+    return name.replace("A[", "Rphi[").replace("B[", "Rg[")
+
+
 def test_deep_linear_spec_matches_python_api():
     from dmftc.deep import solve_deep
 
@@ -319,7 +327,7 @@ def test_deep_linear_spec_matches_python_api():
     ref = solve_deep(activation="linear", L=2, gamma=1.0, y=1.0, eta=0.1, T=6)
     # to round-off, not bitwise: the spec's march and the built-in model's are compiled separately
     for name in ("Delta", "K", "Phi[1]", "G[2]", "A[2]", "B[1]"):
-        np.testing.assert_allclose(sol.mean(name), ref.mean(sol._map[name]), rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(sol.mean(name), ref.mean(_internal(name)), rtol=1e-13, atol=1e-15)
     for name in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
         np.testing.assert_allclose(sol.var(name), ref.var(name), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(sol.sigma("Delta", "K"), ref.sigma("Delta", "K"), rtol=1e-12, atol=1e-14)
@@ -394,9 +402,10 @@ def test_cli_run_deep_tanh_with_depth_and_plot(tmp_path, capsys, monkeypatch):
     assert "model deep_tanh" in out.out and "Phi[3]" in out.out and "not implemented" not in out.out
     assert "deep propagator (L = 3, T = 6)" in out.err                 # progress bar on stderr
     assert (tmp_path / "d.png").stat().st_size > 1000
-    with np.load(tmp_path / "d.npz") as z:
-        assert z["mean:Phi[3]"].shape == (6, 6) and z["var:Phi[3]"].shape == (6,)
-        assert z["var:Phi[3]"][0] > 0
+    back = dmftc.Solution.load(tmp_path / "d.npz")
+    assert back.kind == "deep" and back.depth == 3
+    assert back.mean("Phi[3]").shape == (6, 6) and back.var("Phi[3]").shape == (6,)
+    assert back.var("Phi[3]")[0] > 0
 
 
 def test_cli_deep_errors_and_derive_in_process(capsys, monkeypatch):

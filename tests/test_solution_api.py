@@ -1,4 +1,4 @@
-"""One solution contract (dmftc.runtime.solution.SolutionAPI) for two-layer specs, deep specs and solve_deep."""
+"""One solution class (dmftc.runtime.solution.Solution) for two-layer specs, deep specs and solve_deep."""
 import warnings
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import pytest
 import dmftc
 from dmftc.deep import solve_deep
 from dmftc.errors import ParameterError
-from dmftc.runtime.solution import SolutionAPI
+from dmftc.runtime.solution import Solution
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def _no_warning(fn, *args):
 @pytest.mark.parametrize("which", ["two_layer", "deep_spec", "deep_api"])
 def test_every_solution_answers_one_contract(which, request):
     sol = request.getfixturevalue(which)
-    assert isinstance(sol, SolutionAPI)
+    assert type(sol) is Solution
     for n in ("Delta", "K"):
         np.testing.assert_array_equal(_no_warning(sol.stderr, n, "mean"), sol.mean_stderr(n))
         np.testing.assert_array_equal(_no_warning(sol.stderr, n, "var"), sol.var_stderr(n))
@@ -91,3 +91,57 @@ def test_deep_exact_errors_are_zero_and_monte_carlo_ones_are_not(deep_spec, deep
     assert np.all(deep_api.expected_loss(64, stderr=True) == 0)
     assert deep_mc.mean_stderr("K")[-1] > 0 and deep_mc.mean_stderr("Phi[1]")[-1, -1] > 0
     assert "mean se" in deep_spec.summary().splitlines()[1]
+
+
+def _same(a, b, name, what):
+    np.testing.assert_array_equal(getattr(a, what)(name), getattr(b, what)(name), err_msg=f"{what}({name})")
+
+
+@pytest.mark.parametrize("which", ["two_layer", "deep_spec", "deep_api"])
+def test_one_results_file_for_every_kind(which, request, tmp_path):
+    """save / Solution.load round-trips means, errors, the propagator's equal-time blocks, the mean correction,
+    names, kind and depth, for two-layer and deep solutions alike."""
+    sol = request.getfixturevalue(which)
+    back = Solution.load(sol.save(tmp_path / "r.npz"))
+    assert type(back) is Solution and back.kind == sol.kind and back.depth == sol.depth
+    assert back.names == sol.names and back.observables == sol.observables and back.model == sol.model
+    assert back.error_signal == sol.error_signal
+    np.testing.assert_array_equal(back.times, sol.times)
+    for n in sol.observables:
+        for what in ("mean", "mean_stderr", "var", "var_stderr"):
+            _same(sol, back, n, what)
+        np.testing.assert_array_equal(back.sigma(n, "K"), sol.sigma(n, "K"))
+        if sol.m1 is not None:
+            _same(sol, back, n, "mean_correction")
+    if sol.kind == "two_layer":
+        np.testing.assert_array_equal(back.U("K", "Delta"), sol.U("K", "Delta"))
+        np.testing.assert_array_equal(back.kappa("K"), sol.kappa("K"))
+    else:
+        with pytest.raises(ParameterError, match="kept by two-layer solves"):
+            back.kappa("K")
+    assert back.summary().splitlines()[1:] and "peak N Var" in back.summary()
+
+
+def test_deep_monte_carlo_solution_saves_its_propagator_and_responses_have_means_only(tmp_path):
+    sol = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(L=1, T=3, samples=400, seed=2, propagator_samples=64,
+                                                             propagator_groups=2)
+    assert not sol.blocks.computed
+    back = Solution.load(sol.save(tmp_path / "mc.npz"))
+    assert sol.blocks.computed                          # saving computed it
+    assert set(sol.names) - set(sol.observables) == {"A[1]", "B[1]"}
+    for n in sol.observables:
+        _same(sol, back, n, "var")
+        _same(sol, back, n, "var_stderr")
+    with pytest.raises(ParameterError, match="response function 'A\\[1\\]'"):
+        back.var("A[1]")
+    np.testing.assert_array_equal(back.mean("A[1]"), sol.mean("A[1]"))
+    assert "dirac_shift" not in back.info and back.info["propagator_samples"] == 64
+
+
+def test_a_solution_without_propagator_keeps_its_reason_through_a_file(tmp_path):
+    sol = solve_deep(activation="tanh", L=1, T=3, samples=200, memory_limit=1e4)
+    back = Solution.load(sol.save(tmp_path / "means.npz"))
+    np.testing.assert_array_equal(back.mean("Delta"), sol.mean("Delta"))
+    with pytest.raises(ParameterError, match="needs about"):
+        back.var("K")
+    assert "N Var: (saved) ParameterError" in back.summary()

@@ -146,10 +146,8 @@ def _place_comp(vals, mod, shape):
 def _symbolic_D(sol, name):
     """-U[name, Delta] as assembled by the runtime from the generated tangent kernels."""
     T = len(sol.times)
-    U = sol.extras["U"].reshape(T, sol.block, T, sol.block)
-    o, n = sol.offsets[name], int(np.prod(sol.shapes[name], dtype=int))
-    od, nd = sol.offsets["Delta"], int(np.prod(sol.shapes["Delta"], dtype=int))
-    return -U[:, o:o + n, :, od:od + nd]            # (T, n, T, nd)
+    U = sol.U(name, "Delta").reshape(-1, T, int(sol.mean("Delta").size // T), T)     # (n, T, nd, T)
+    return -np.transpose(U, (1, 0, 3, 2))           # (T, n, T, nd)
 
 
 def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):

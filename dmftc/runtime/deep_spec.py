@@ -17,204 +17,19 @@ use of ``var``/``sigma``), with the generated activation and its four derivative
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import difflib
-import json
 import math
 import numbers
-from pathlib import Path
 
 import numpy as np
 
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
-from dmftc.runtime.solution import SolutionAPI, atomic_savez
+from dmftc.runtime.solution import Solution
 
 # Agreement required between the spec's exact march and the exact-Gaussian march of the action read from the
 # spec before the latter's propagator is attached (both are exact; they differ by round-off, ~1e-12 at T = 20).
 _LINEAR_MATCH = 1e-8
-
-
-class DeepSpecSolution(SolutionAPI):
-    """Solution of a deep spec in the spec's names: ``Delta``, ``K``, ``Phi[l]``, ``G[l]``, ``A[l]``, ``B[l]``.
-
-    ``mean(name)``: (T,) for scalars, (T, T) for kernels and responses; ``mean_stderr(name)``: its Monte Carlo
-    standard error (zeros when exact); ``var(name)``: lim N Var(name(t)) (kernels on the time diagonal),
-    ``var_stderr(name)`` its error; ``sigma(a, b)``: the (T, T) block lim N Cov(a(t), b(s));
-    ``two_time(a, b)``: (T, T, T, T).  The rest of the contract (``stderr(name, what)``, ``mean_at_width``,
-    ``expected_loss``) is :class:`dmftc.runtime.solution.SolutionAPI`'s.
-    """
-
-    kind = "deep"
-    _stderr_default = None          # stderr(name) without 'what': the mean's error, with a FutureWarning
-
-    def __init__(self, module, inner, params: dict, names: dict, sigma_error: Exception | None = None):
-        self.module = module
-        self.inner = inner                    # dmftc.deep.DeepSolution (internal names)
-        self.params = dict(params)
-        self._map = dict(names)               # spec name -> internal name
-        self._sigma_error = sigma_error
-        self.L = inner.L
-        self.T = inner.T
-
-    @property
-    def model(self) -> str:
-        return self.module.MODEL
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._map)
-
-    @property
-    def times(self) -> np.ndarray:
-        return float(self.params[self.module.TIME["step"]]) * np.arange(self.T)
-
-    @property
-    def info(self) -> dict:
-        return dict(self.inner.diagnostics)
-
-    @property
-    def error_signal(self) -> str:
-        return self.module.ERROR_SIGNAL
-
-    def _name(self, name: str) -> str:
-        if name not in self._map:
-            raise self._unknown(name, self._map)
-        return self._map[name]
-
-    def mean(self, name: str) -> np.ndarray:
-        return self.inner.mean(self._name(name))
-
-    def mean_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``mean(name)`` (zeros when exact)."""
-        return self.inner.mean_stderr(self._name(name))
-
-    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
-        ia, ib = self._name(a), self._name(a if b is None else b)
-        if self._sigma_error is not None:
-            raise self._sigma_error
-        for n, i in ((a, ia), (b or a, ib)):
-            if i.startswith(("Rphi[", "Rg[")):
-                raise ParameterError(f"no propagator block for the response function {n!r}; blocks exist for "
-                                     "the order parameters")
-        return self.inner.sigma(ia, ib)
-
-    def var(self, name: str) -> np.ndarray:
-        return np.diag(self.sigma(name, name)).copy()
-
-    def var_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``var(name)`` (zeros when exact)."""
-        if self._sigma_error is not None:
-            raise self._sigma_error
-        return self.inner.var_stderr(self._name(name))
-
-    @property
-    def observables(self) -> tuple[str, ...]:
-        """The names with a propagator block (the order parameters; not the response functions)."""
-        return tuple(n for n in self.names if not self._map[n].startswith(("Rphi[", "Rg[")))
-
-    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
-        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)`` (deep linear specs, exact: its
-        standard error is zero)."""
-        i = self._name(name)
-        if self._sigma_error is not None:
-            raise self._sigma_error
-        if i.startswith(("Rphi[", "Rg[")):
-            raise ParameterError(f"no mean correction for the response function {name!r}; it exists for the "
-                                 "order parameters")
-        return self.inner.mean_correction(i, stderr=stderr)
-
-    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
-        ia, ib = self._name(a), self._name(a if b is None else b)
-        if self._sigma_error is not None:
-            raise self._sigma_error
-        return self.inner.two_time(ia, ib)
-
-    def summary(self) -> str:
-        d = self.inner.diagnostics
-        how = "exact" if d.get("backend") == "exact" or self.inner.activation == "linear" else \
-            f"samples = {d.get('samples')}"
-        order = [n for n, _, _ in self.module.PARAMS] + [self.module.TIME["steps"], self.module.TIME["step"]]
-        shown = {k: self.params[k] for k in order if k in self.params}
-        rows = [f"model {self.model} (deep, {self.module.DEPTH} = {self.L} hidden layers, T = {self.T}; {how}): "
-                + ", ".join(f"{k} = {float(v):g}" for k, v in shown.items())]
-        rows.append(f"  {'name':<10}{'final mean':>12}{'mean se':>12}{'peak N Var':>12}")
-        missing = None
-        for n in self.names:
-            if self._map[n].startswith(("Rphi[", "Rg[")):
-                continue
-            m, se = self.mean(n), self.mean_stderr(n)
-            final, fse = (m[-1], se[-1]) if m.ndim == 1 else (m[-1, -1], se[-1, -1])
-            try:
-                peak = f"{self.var(n).max():12.4g}"
-            except (ParameterError, PropagatorTooLarge, StructureSpecError) as err:
-                peak, missing = f"{'-':>12}", err
-            rows.append(f"  {n:<10}{final:12.4g}{fse:12.2g}{peak}")
-        if missing is not None:
-            rows.append(f"  N Var: {missing}")
-        return "\n".join(rows)
-
-    def save(self, path) -> Path:
-        """Write means, standard errors, equal-time variances (when available) and metadata to an .npz."""
-        from dmftc import __version__
-
-        path = Path(path)
-        arrays = {"times": self.times}
-        for n in self.names:
-            arrays[f"mean:{n}"] = self.mean(n)
-            arrays[f"stderr:{n}"] = self.mean_stderr(n)
-            try:
-                arrays[f"var:{n}"] = self.var(n)
-            except (ParameterError, PropagatorTooLarge, StructureSpecError):
-                pass
-        meta = {"model": self.model, "kind": "deep", "params": {k: float(v) for k, v in self.params.items()},
-                "spec": self.module.SPEC_PATH, "spec_sha256": self.module.SPEC_SHA256, "dmftc": __version__,
-                "names": list(self.names)}
-        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-        return atomic_savez(path, arrays)
-
-    def plot(self, path, width=None):
-        """Equal-time means (kernels on the diagonal) and, when available, N Var, one column per quantity; with
-        ``width`` N also the mean at width N and its spread mean +- 2 sqrt(Sigma / N) (needs correction=True)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        groups = {}
-        for n in self.names:
-            if not self._map[n].startswith(("Rphi[", "Rg[")):
-                groups.setdefault(n.split("[")[0], []).append(n)
-        fig, axes = plt.subplots(2, len(groups), figsize=(3.2 * len(groups), 5.5), squeeze=False)
-        for j, (g, members) in enumerate(groups.items()):
-            missing = False
-            for n in members:
-                m = self.mean(n)
-                line = axes[0, j].plot(self.times, m if m.ndim == 1 else np.diagonal(m), "--" if width else "-",
-                                       lw=1, label=n)[0]
-                if width:
-                    mw = self.mean_at_width(n, width)
-                    mw = mw if mw.ndim == 1 else np.diagonal(mw)
-                    spread = 2 * np.sqrt(np.clip(self.var(n), 0, None) / width)
-                    axes[0, j].plot(self.times, mw, color=line.get_color(), lw=1.5)
-                    axes[0, j].fill_between(self.times, mw - spread, mw + spread, color=line.get_color(), alpha=0.2)
-                try:
-                    axes[1, j].plot(self.times, self.var(n), label=n)
-                except (ParameterError, PropagatorTooLarge, StructureSpecError):
-                    missing = True
-            if missing:
-                axes[1, j].text(0.5, 0.5, "not available", ha="center", transform=axes[1, j].transAxes)
-            axes[0, j].set_title(f"{g}: mean (N = inf)" if not width else f"{g}: N = {width:g} (dashed: inf)")
-            axes[1, j].set_title(f"N Var({g})")
-            axes[1, j].set_xlabel("t")
-            if len(members) > 1:
-                axes[0, j].legend(fontsize=7)
-        fig.suptitle(f"{self.model}, {self.module.DEPTH} = {self.L}")
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
-
-    def __repr__(self) -> str:
-        return f"DeepSpecSolution({self.model!r}, L={self.L}, T={self.T})"
 
 
 def _suggest(name, known):
@@ -248,7 +63,7 @@ def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                       backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
                       propagator_groups: int = 8, progress: bool = False, correction: bool = False,
-                      sampler: str = "sobol", **given) -> DeepSpecSolution:
+                      sampler: str = "sobol", **given) -> Solution:
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
     ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
     from dmftc import deep
@@ -295,9 +110,9 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                                     correction=correction, model=model, **std)
             err = _saddle_mismatch(mod, own, inner, L)
             if err is None:
-                return DeepSpecSolution(mod, inner, p, names)
-        inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"})
-        return DeepSpecSolution(mod, inner, p, names, err)
+                return _in_spec_names(mod, inner, p, names)
+        inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"}, err)
+        return _in_spec_names(mod, inner, p, names)
     if correction:
         raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
     inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
@@ -305,13 +120,22 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                             memory_limit=memory_limit, propagator_samples=propagator_samples,
                             propagator_groups=propagator_groups, progress=progress, model=model,
                             propagator_sampler=sampler, **std)
-    return DeepSpecSolution(mod, inner, p, names, err)
+    if err is not None:
+        inner = replace(inner, blocks_error=err)
+    return _in_spec_names(mod, inner, p, names)
 
 
-def _from_saddle(deep, sad, activation, L, T, params, diag):
+def _in_spec_names(mod, inner: Solution, p: dict, names: dict) -> Solution:
+    """The solution of the internal march and propagator in the spec's names, parameters and provenance."""
+    info = inner.info
+    info.update(spec=mod.SPEC_PATH, spec_sha256=mod.SPEC_SHA256, dmftc_version=mod.DMFTC_VERSION)
+    return inner.renamed(names, model=mod.MODEL, params=dict(p), error_signal=mod.ERROR_SIGNAL)
+
+
+def _from_saddle(deep, sad, activation, L, T, params, diag, error):
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr.get(k, np.zeros_like(v))) for k, v in means.items()}
-    return deep.DeepSolution(activation, L, T, dict(params), means, se, None, dict(diag))
+    return deep.deep_solution(activation, L, T, dict(params), means, se, None, dict(diag), error=error)
 
 
 def _saddle_mismatch(mod, own, inner, L) -> StructureSpecError | None:

@@ -1,4 +1,16 @@
-"""Results of a solve: saddle-point means and the propagator, with named accessors."""
+"""Results of a solve: one :class:`Solution` class for every spec, two-layer or deep.
+
+A solution holds the saddle point (``mean``, its Monte Carlo error ``mean_stderr``), the propagator
+(``sigma``, ``var``, ``var_stderr``; blocks from :mod:`dmftc.runtime.blocks`: dense for two-layer solves and
+results files, computed on first use for deep solves), the O(1/N) mean correction when it was asked for
+(``mean_correction``, and from it ``mean_at_width`` and ``expected_loss``), and ``info`` (backend, seeds,
+timings, diagnostics, approximations).  ``save`` writes one results-file format for both kinds and
+``Solution.load`` reads it back.
+
+Shapes: ``mean(name)`` is ``(*index dims, T)`` for one-time order parameters and ``(T, T)`` for the two-time
+kernels and responses of deep specs; ``sigma(a, b)`` is ``(*dims_a, T, *dims_b, T)`` (deep kernels on their
+time diagonal, dims ``()``), ``var(name)`` its equal-time diagonal ``(*dims, T)``.
+"""
 from __future__ import annotations
 
 import difflib
@@ -6,40 +18,125 @@ import json
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
+from dmftc.runtime.blocks import DenseBlocks
 
 _DEEP_STDERR_DEPRECATED = (
     "sol.stderr({name!r}) of a deep solution returns the standard error of the MEAN; for every other solution "
     "stderr(name) is the standard error of var(name), and deep solutions will follow in a future release. "
     "Say which you mean: sol.mean_stderr(name) or sol.stderr(name, 'mean'); sol.var_stderr(name) or "
     "sol.stderr(name, 'var')")
+_FORMAT = 2                  # results-file format (1: two-layer only, before deep solutions shared the class)
 
 
-class SolutionAPI:
-    """The one contract of every solution, two-layer or deep (a mixin: subclasses hold the data).
+@dataclass(frozen=True)
+class Solution:
+    """Infinite-width saddle point and leading finite-width propagator of a spec (see the module doc).
 
-    Subclasses provide ``model``, ``names``, ``times``, ``error_signal``, ``mean``, ``var``, ``sigma``,
-    ``mean_stderr``, ``var_stderr`` and ``mean_correction(name, stderr=False)``; this class derives from them
-    the width-N results (``mean_at_width``, ``expected_loss``) and ``stderr(name, what)``, and words unknown
-    names one way.
-
-    ``stderr(name, what)``: the Monte Carlo standard error of ``mean(name)`` (``what='mean'``) or of
-    ``var(name)`` (``what='var'``, the default).  Deep solutions used to answer ``stderr(name)`` with the
-    mean's error; called without ``what`` they still do, with a FutureWarning (``_stderr_default = None``).
+    ``model``: the spec's model name; ``kind``: 'two_layer' or 'deep'; ``params``: every parameter value used;
+    ``times``: eta * arange(T); ``means``: name -> array; ``blocks``: the propagator's blocks (None when the
+    solve has none, ``blocks_error`` then says why); ``mean_se``: name -> standard error of the mean (None: the
+    two-layer rule sqrt(var / samples), zero on the exact backend); ``m1`` / ``m1_se``: name -> O(1/N) mean
+    correction and its error (None without ``correction=True``); ``depth``: L of a deep solution.
     """
 
-    _stderr_default: str | None = "var"
-    kind = "two_layer"
+    model: str
+    params: dict
+    times: np.ndarray
+    means: dict
+    blocks: object = None
+    info: dict = field(default_factory=dict)
+    kind: str = "two_layer"
+    mean_se: dict | None = None
+    m1: dict | None = None
+    m1_se: dict | None = None
+    error_signal: str = "Delta"
+    blocks_error: Exception | None = None
+    depth: int | None = None
+
+    # ------------------------------------------------------------ names
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name with a mean (order parameters; deep specs also their responses)."""
+        return tuple(self.means)
+
+    @property
+    def observables(self) -> tuple[str, ...]:
+        """The names with propagator blocks (the order parameters; not the response functions)."""
+        return tuple(self.blocks.names) if self.blocks is not None else ()
+
+    @property
+    def T(self) -> int:
+        return len(self.times)
+
+    @property
+    def L(self) -> int | None:
+        return self.depth
+
+    def _check(self, name):
+        if name not in self.means:
+            close = difflib.get_close_matches(str(name), list(self.names), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ParameterError(f"unknown name {name!r} for model {self.model}{hint} "
+                                 f"(known: {', '.join(self.names)})")
+
+    def _blocks(self, *names):
+        for n in names:
+            self._check(n)
+        if self.blocks_error is not None:
+            raise self.blocks_error
+        if self.blocks is None:
+            raise ParameterError(f"no finite-width propagator in this solution of {self.model}; only means")
+        for n in names:
+            if n not in self.blocks.names:
+                raise ParameterError(f"no propagator block for the response function {n!r}; blocks exist for "
+                                     f"the order parameters ({', '.join(self.blocks.names)})")
+        return self.blocks
+
+    # ------------------------------------------------------------ saddle point
+    def mean(self, name: str) -> np.ndarray:
+        self._check(name)
+        return self.means[name]
+
+    def mean_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``mean(name)``.  Given by the solver where it measured it (deep solves,
+        randomised QMC: the spread of independent groups); otherwise a two-layer saddle point averages
+        ``samples`` single-site draws, so its own Monte Carlo covariance is Sigma / samples (the solver is a
+        width-``samples`` network in disguise): sqrt(var(name) / samples); zero on the exact backend."""
+        self._check(name)
+        if self.mean_se is not None and name in self.mean_se:
+            return self.mean_se[name]
+        if self.info.get("samples") is None:       # exact backend: no sampling error
+            return np.zeros_like(self.means[name])
+        return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
+
+    # ------------------------------------------------------------ propagator
+    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
+        """Propagator block: N Cov(q_a(t), q_b(s)) -> sigma, shape (*dims_a, T, *dims_b, T)."""
+        b = a if b is None else b
+        return self._blocks(a, b).sigma(a, b)
+
+    def var(self, name: str) -> np.ndarray:
+        """Equal-time variance N Var(q(t)), shape (*dims, T)."""
+        return self._blocks(name).var(name)
+
+    def var_stderr(self, name: str) -> np.ndarray:
+        """Monte Carlo standard error of ``var(name)`` (the spread of independent sample groups; zeros when
+        exact)."""
+        return self._blocks(name).var_se(name)
 
     def stderr(self, name: str, what: str | None = None) -> np.ndarray:
+        """The Monte Carlo standard error of ``mean(name)`` (``what='mean'``) or of ``var(name)`` (``'var'``,
+        the default).  Deep solutions used to answer ``stderr(name)`` with the mean's error; called without
+        ``what`` they still do, with a FutureWarning."""
         if what is None:
-            what = self._stderr_default
-            if what is None:
+            what = "var"
+            if self.kind == "deep":
                 warnings.warn(_DEEP_STDERR_DEPRECATED.format(name=name), FutureWarning, stacklevel=2)
                 what = "mean"
         if what == "mean":
@@ -48,12 +145,40 @@ class SolutionAPI:
             return self.var_stderr(name)
         raise ParameterError(f"stderr(name, what): what is 'mean' or 'var', got {what!r}")
 
-    def _unknown(self, name, known) -> ParameterError:
-        close = difflib.get_close_matches(str(name), list(known), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return ParameterError(f"unknown name {name!r} for model {self.model}{hint} (known: {', '.join(known)})")
+    def kappa(self, a: str, b: str | None = None) -> np.ndarray:
+        """Uncoupled covariance of the single-site observables (zero for constraint-only variables)."""
+        b = a if b is None else b
+        return self._blocks(a, b).kappa(a, b)
+
+    def U(self, a: str, b: str | None = None) -> np.ndarray:
+        """Block of U = dC/dq - D (the linear operator with Sigma = U^-1 kappa U^-T), (*dims_a, T, *dims_b, T)."""
+        b = a if b is None else b
+        return self._blocks(a, b).U(a, b)
+
+    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
+        """(T, T, T, T) block lim N Cov(a(t, s), b(t', s')) of two-time kernels (deep linear specs)."""
+        b = a if b is None else b
+        return self._blocks(a, b).two_time(a, b)
 
     # ------------------------------------------------------------ finite width N
+    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
+        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)``; ``stderr=True``: its Monte Carlo
+        standard error (spread of the independent sample groups; zero when exact)."""
+        self._check(name)
+        if self.blocks_error is not None:
+            raise self.blocks_error
+        if self.m1 is None:
+            raise ParameterError("no mean correction in this solution: solve with correction=True "
+                                 "(dmftc run SPEC --width N)")
+        if name not in self.m1:
+            raise ParameterError(f"no mean correction for the response function {name!r}; it exists for the "
+                                 f"order parameters ({', '.join(self.m1)})")
+        if not stderr:
+            return self.m1[name]
+        if self.m1_se is None:
+            raise ParameterError("no standard errors: solve with groups >= 2")
+        return self.m1_se[name]
+
     def mean_at_width(self, name: str, N: float, stderr: bool = False) -> np.ndarray:
         """The ensemble mean at width N to O(1/N): mean + m1 / N (``stderr=True``: its standard error,
         combining the saddle point's and m1's Monte Carlo errors; zero where both are exact)."""
@@ -68,7 +193,7 @@ class SolutionAPI:
         shape (T,).  ``name``: the error-signal order parameter (one training point or a P-vector; default the
         model's error signal)."""
         name = self.error_signal if name is None else name
-        T = len(self.times)
+        T = self.T
         d, m1, v = (self.mean(name).reshape(-1, T), self.mean_correction(name).reshape(-1, T),
                     self.var(name).reshape(-1, T))
         loss = (d ** 2).sum(axis=0) + (2 * d * m1 + v).sum(axis=0) / N
@@ -80,130 +205,14 @@ class SolutionAPI:
             sv = self.var_stderr(name).reshape(-1, T)
         except ParameterError:
             sv = np.zeros_like(v)
-        # first-order error propagation, the components' errors treated as independent
-        return np.sqrt((((2 * d + 2 * m1 / N) * sd) ** 2).sum(axis=0) + ((2 * d * sm / N) ** 2).sum(axis=0)
-                       + ((sv / N) ** 2).sum(axis=0))
-
-
-@dataclass(frozen=True)
-class Solution(SolutionAPI):
-    """Infinite-width saddle point and leading finite-width propagator.
-
-    ``mean(name)`` has shape ``(*index dims, T)``; ``sigma(a, b)`` has shape
-    ``(*dims_a, T, *dims_b, T)`` and approximates ``N Cov(q_a, q_b)``;
-    ``var(name)`` is its equal-time diagonal, ``N Var(q(t))``.
-    """
-
-    model: str
-    params: dict
-    times: np.ndarray
-    means: dict
-    shapes: dict                 # name -> index dims
-    offsets: dict                # name -> offset in the per-time block
-    block: int                   # components per time step
-    sigma_full: np.ndarray       # (T*block, T*block), time-major
-    info: dict = field(default_factory=dict)
-    extras: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_arrays(cls, mod, geo, p, T, means, sigma, U, kappa, var_se, run):
-        eta = float(p[mod.TIME["step"]])
-        info = {"samples": run.samples, "seed": run.seed, "batch": run.batch, "timings": dict(run.timings),
-                "diagnostics": dict(run.diagnostics),
-                "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION, "singular": mod.SINGULAR,
-                "dirac_width": float(p.get("dirac width", 0.0))}
-        return cls(mod.MODEL, dict(p), eta * np.arange(T), means, dict(geo.comp_shape), dict(geo.offset), geo.m,
-                   sigma, info, {"U": U, "kappa": kappa, "var_se": var_se})
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.means)
-
-    error_signal = "Delta"
-
-    def _check(self, name):
-        if name not in self.means:
-            raise self._unknown(name, self.names)
-
-    def mean(self, name: str) -> np.ndarray:
-        self._check(name)
-        return self.means[name]
-
-    def _block(self, full, a, b):
-        self._check(a)
-        self._check(b)
-        T = len(self.times)
-        M = full.reshape(T, self.block, T, self.block)
-        oa, ob = self.offsets[a], self.offsets[b]
-        na, nb = int(np.prod(self.shapes[a], dtype=int)), int(np.prod(self.shapes[b], dtype=int))
-        blk = M[:, oa:oa + na, :, ob:ob + nb]                  # (T, na, T, nb)
-        blk = np.transpose(blk, (1, 0, 3, 2))                  # (na, T, nb, T)
-        return blk.reshape(self.shapes[a] + (T,) + self.shapes[b] + (T,))
-
-    def sigma(self, a: str, b: str | None = None) -> np.ndarray:
-        """Propagator block: N Cov(q_a(t), q_b(s)) -> sigma, shape (*dims_a, T, *dims_b, T)."""
-        return self._block(self.sigma_full, a, a if b is None else b)
-
-    def kappa(self, a: str, b: str | None = None) -> np.ndarray:
-        """Uncoupled covariance of the single-site observables (zero for constraint-only variables)."""
-        return self._block(self.extras["kappa"], a, a if b is None else b)
-
-    def var(self, name: str) -> np.ndarray:
-        """Equal-time variance N Var(q(t)), shape (*dims, T)."""
-        self._check(name)
-        T = len(self.times)
-        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
-        d = np.diag(self.sigma_full).reshape(T, self.block)[:, o:o + n]
-        return d.T.reshape(self.shapes[name] + (T,))
-
-    def mean_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``mean(name)``.  The saddle point is an average over ``samples``
-        single-site draws, so its own Monte Carlo covariance is Sigma / samples (the solver is a
-        width-``samples`` network in disguise): sqrt(var(name) / samples); zero on the exact backend.  With
-        randomised QMC draws (sampler 'sobol') that formula does not hold: the spread of the sample groups'
-        saddle points is used instead."""
-        self._check(name)
-        if self.info["samples"] is None:       # exact backend: no sampling error
-            return np.zeros_like(self.var(name))
-        if self.extras.get("mean_se") is not None:
-            return self._flat_block(self.extras["mean_se"], name)
-        return np.sqrt(np.clip(self.var(name), 0, None) / self.info["samples"])
-
-    def var_stderr(self, name: str) -> np.ndarray:
-        """Monte Carlo standard error of ``var(name)`` (the spread of independent sample groups)."""
-        self._check(name)
-        se = self.extras.get("var_se")
-        if se is None:
-            raise ParameterError("no standard errors: solve with groups >= 2")
-        return self._flat_block(se, name)
-
-    # ------------------------------------------------------------ finite width N
-    def _flat_block(self, flat, name):
-        T = len(self.times)
-        o, n = self.offsets[name], int(np.prod(self.shapes[name], dtype=int))
-        return np.asarray(flat).reshape(T, self.block)[:, o:o + n].T.reshape(self.shapes[name] + (T,))
-
-    def _m1(self):
-        if self.extras.get("m1") is None:
-            raise ParameterError("no mean correction in this solution: solve with correction=True "
-                                 "(dmftc run SPEC --width N)")
-        return self.extras["m1"]
-
-    def mean_correction(self, name: str, stderr: bool = False) -> np.ndarray:
-        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2), shape of ``mean(name)``; ``stderr=True``: its Monte Carlo
-        standard error (spread of the independent sample groups)."""
-        self._check(name)
-        m1 = self._m1()
-        if not stderr:
-            return self._flat_block(m1, name)
-        se = self.extras.get("m1_se")
-        if se is None:
-            raise ParameterError("no standard errors: solve with groups >= 2")
-        return self._flat_block(se, name)
+        terms = (2 * d * sd) ** 2 + ((2 * d * sm) ** 2 + (2 * m1 * sd) ** 2 + sv ** 2) / N ** 2
+        return np.sqrt(terms.sum(axis=0))
 
     # ------------------------------------------------------------ persistence
     def save(self, path) -> Path:
-        """Write a self-describing .npz (means, propagator, kappa, U, standard errors, metadata), atomically."""
+        """Write a self-describing .npz (means and their errors, the propagator's blocks, kappa and U when kept,
+        the mean correction, parameters, info, versions), atomically.  A deep solution's propagator is computed
+        first if it has not been (its equal-time blocks are saved; two-time blocks are not)."""
         import jax
         import lark
         import numba
@@ -212,68 +221,141 @@ class Solution(SolutionAPI):
 
         from dmftc import __version__
 
-        path = Path(path)
-        meta = {
-            "model": self.model, "params": {k: _jsonable(v) for k, v in self.params.items()},
-            "shapes": {k: list(v) for k, v in self.shapes.items()}, "offsets": self.offsets, "block": self.block,
-            "order": list(self.means), "info": _jsonable(self.info),
-            "versions": {"dmftc": __version__, "numpy": np.__version__, "jax": jax.__version__,
-                         "scipy": scipy.__version__, "sympy": sympy.__version__, "numba": numba.__version__,
-                         "lark": lark.__version__},
-        }
-        arrays = {"times": self.times, "sigma": self.sigma_full, "meta": np.array(json.dumps(meta, sort_keys=True))}
-        arrays.update({f"mean:{k}": v for k, v in self.means.items()})
-        for k in ("U", "kappa", "var_se", "m1", "m1_se", "mean_se"):
-            if self.extras.get(k) is not None:
-                arrays[f"extra:{k}"] = self.extras[k]
-        return atomic_savez(path, arrays)
+        arrays = {"times": self.times}
+        meta = {"format": _FORMAT, "model": self.model, "kind": self.kind, "depth": self.depth,
+                "error_signal": self.error_signal, "order": list(self.means),
+                "params": {k: _jsonable(v) for k, v in self.params.items()}, "info": _jsonable(self.info),
+                "versions": {"dmftc": __version__, "numpy": np.__version__, "jax": jax.__version__,
+                             "scipy": scipy.__version__, "sympy": sympy.__version__, "numba": numba.__version__,
+                             "lark": lark.__version__}}
+        for prefix, table in (("mean", self.means), ("mean_se", self.mean_se), ("m1", self.m1),
+                              ("m1_se", self.m1_se)):
+            for k, v in (table or {}).items():
+                arrays[f"{prefix}:{k}"] = v
+        blocks, error = self.blocks, self.blocks_error
+        if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
+            try:
+                blocks = blocks.dense()
+            except DmftcError as err:      # e.g. a propagator too large for memory_limit: save the means
+                error = err
+        if error is not None:
+            meta["blocks_error"] = {"type": type(error).__name__, "message": str(error)}
+        elif blocks is not None:
+            b_arrays, meta["blocks"] = blocks.arrays()
+            arrays.update({f"blocks:{k}": v for k, v in b_arrays.items()})
+        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+        return atomic_savez(Path(path), arrays)
 
     @classmethod
     def load(cls, path) -> "Solution":
-        """Read a file written by :meth:`save`."""
+        """Read a file written by :meth:`save` (two-layer or deep)."""
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
-                means = {k: z[f"mean:{k}"] for k in meta["order"]}
-                extras = {k[6:]: z[k] for k in z.files if k.startswith("extra:")}
-                times, sigma = z["times"], z["sigma"]
+                tables = {}
+                for k in z.files:
+                    if ":" in k:
+                        prefix, name = k.split(":", 1)
+                        tables.setdefault(prefix, {})[name] = z[k]
+                times = z["times"]
         except (OSError, KeyError, ValueError) as err:
             raise DmftcError(f"{path}: not a dmftc results file ({err})") from None
+        if meta.get("format") != _FORMAT:
+            raise DmftcError(f"{path}: results file format {meta.get('format', 1)} is not {_FORMAT}; re-run the "
+                             "solve with this dmftc to write it again")
         params = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in meta["params"].items()}
         info = dict(meta["info"], versions=meta["versions"])
-        return cls(meta["model"], params, times, means, {k: tuple(v) for k, v in meta["shapes"].items()},
-                   meta["offsets"], meta["block"], sigma, info, extras)
+        blocks, error = None, None
+        if "blocks" in meta:
+            blocks = DenseBlocks.from_arrays(len(times), tables.get("blocks", {}), meta["blocks"])
+        if "blocks_error" in meta:
+            error = ParameterError(f"(saved) {meta['blocks_error']['type']}: {meta['blocks_error']['message']}")
+        means = {k: tables["mean"][k] for k in meta["order"]}
+        return cls(meta["model"], params, times, means, blocks, info, meta["kind"], tables.get("mean_se"),
+                   tables.get("m1"), tables.get("m1_se"), meta["error_signal"], error, meta["depth"])
 
+    def renamed(self, names: dict, **changes) -> "Solution":
+        """The same solution with ``names`` (new name -> current name) instead of the current names, in the
+        order of ``names``; ``changes``: other fields to replace (e.g. model, params)."""
+        from dmftc.runtime.blocks import LazyBlocks
+
+        table = lambda t: None if t is None else {k: t[v] for k, v in names.items() if v in t}  # noqa: E731
+        blocks = self.blocks
+        if isinstance(blocks, LazyBlocks):
+            blocks = LazyBlocks(blocks.T, blocks.get, {k: blocks._names[v] for k, v in names.items()
+                                                       if v in blocks._names}, self.info)
+        elif blocks is not None:
+            raise ParameterError("renamed() is for deep solutions with lazily computed blocks")
+        return replace(self, means=table(self.means), mean_se=table(self.mean_se), m1=table(self.m1),
+                       m1_se=table(self.m1_se), blocks=blocks, **changes)
+
+    # ------------------------------------------------------------ text and figures
     def summary(self) -> str:
-        backend = self.info.get("diagnostics", {}).get("backend", "mc")
-        how = "exact Gaussian moments" if backend == "exact" else f"samples = {self.info.get('samples')}"
-        if self.info.get("diagnostics", {}).get("sampler") == "sobol":
-            how += " (randomised QMC)"
-        lines = [f"model {self.model}: T = {len(self.times)} steps, t_max = {self.times[-1]:.3g}, {how}"]
-        lines.append(f"  {'order parameter':<16}{'shape':>10}{'final mean':>14}{'peak N Var':>14}{'at t':>8}")
+        """Final means with their standard errors and the peak of N Var of every observable, then timings,
+        the condition of U and every approximation the solve made."""
+        d = self.info.get("diagnostics", self.info)
+        backend = d.get("backend", "mc")
+        if backend == "exact" or self.info.get("samples") is None:
+            how = "exact"
+        else:
+            how = f"samples = {self.info.get('samples')}"
+            if d.get("sampler") == "sobol":
+                how += " (randomised QMC)"
+        shown = ", ".join(f"{k} = {float(v):g}" for k, v in self.params.items()
+                          if np.ndim(v) == 0 and not isinstance(v, str) and k != "dirac width")
+        head = f"model {self.model}"
+        if self.kind == "deep":
+            head += f" (deep, L = {self.depth} hidden layers"
+        else:
+            head += " (two-layer"
+        lines = [f"{head}, T = {self.T}, t_max = {self.times[-1]:.3g}; {how}): {shown}"]
+        lines.append(f"  {'name':<14}{'shape':>8}{'final mean':>13}{'mean se':>11}{'peak N Var':>13}{'at t':>8}")
+        missing = None
         for n in self.names:
-            m = self.mean(n)
-            v = self.var(n)
-            flat = v.reshape(-1, v.shape[-1])
-            i, t = np.unravel_index(int(np.argmax(flat)), flat.shape)
-            final = m[..., -1]
-            fm = f"{float(final):.5g}" if np.ndim(final) == 0 else f"|.|={np.linalg.norm(final):.4g}"
-            lines.append(f"  {n:<16}{str(self.shapes[n] or '()'):>10}{fm:>14}{flat[i, t]:>14.5g}"
-                         f"{self.times[t]:>8.3g}")
+            if self.blocks is not None and n not in self.blocks.names:
+                continue                          # a response function: mean only
+            m, se = self.mean(n), self.mean_stderr(n)
+            final, fse = (m[..., -1], se[..., -1]) if self.kind != "deep" or m.ndim == 1 else (m[-1, -1], se[-1, -1])
+            if np.ndim(final) == 0:
+                fm, fs = f"{float(final):13.5g}", f"{float(fse):11.2g}"
+            else:
+                fm, fs = f"{'|.|=' + format(np.linalg.norm(final), '.4g'):>13}", f"{float(np.max(fse)):11.2g}"
+            shape = "x".join(map(str, m.shape[:-1] if self.kind != "deep" else ())) or "()"
+            try:
+                v = self.var(n)
+                flat = v.reshape(-1, v.shape[-1])
+                i, t = np.unravel_index(int(np.argmax(flat)), flat.shape)
+                peak = f"{flat[i, t]:13.5g}{self.times[t]:8.3g}"
+            except DmftcError as err:
+                peak, missing = f"{'-':>13}{'':>8}", err
+            lines.append(f"  {n:<14}{shape:>8}{fm}{fs}{peak}")
+        if missing is not None:
+            lines.append(f"  N Var: {missing}")
         tm = self.info.get("timings", {})
-        cond = self.info.get("diagnostics", {}).get("u_condition")
         if tm:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
+        cond = d.get("u_condition")
         if cond is not None:
             lines.append(f"  U condition estimate: {cond:.3g}")
-        kink = self.info.get("diagnostics", {}).get("kink")
+        kink = d.get("kink")
         if kink and kink.get("exceeds_error_bar"):
             lines.append("  warning: " + kink["approximation"])
         elif self.info.get("singular"):
             w = self.info.get("dirac_width", 0.0)
             lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
                          + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
+        if self.kind == "deep" and self.info.get("approximation"):
+            lines.append("  note: " + self.info["approximation"])
         return "\n".join(lines)
+
+    def plot(self, path, width=None):
+        """Means (top) and N Var (bottom); see :func:`dmftc.runtime.plot.plot_solution`."""
+        from dmftc.runtime.plot import plot_solution
+        return plot_solution(self, path, width=width)
+
+    def __repr__(self) -> str:
+        deep = f", L={self.depth}" if self.kind == "deep" else ""
+        return f"Solution({self.model!r}, kind={self.kind!r}{deep}, T={self.T})"
 
 
 def _jsonable(v):
@@ -285,6 +367,8 @@ def _jsonable(v):
         return v.tolist()
     if isinstance(v, (np.floating, np.integer)):
         return v.item()
+    if isinstance(v, np.bool_):
+        return bool(v)
     return v
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time as _time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -230,15 +229,6 @@ def saddle_on_draws(mod, draws, *, dirac_width=0.1, **params):
             for k, _ in mod.ORDERS}
 
 
-@dataclass
-class RunInfo:
-    samples: int
-    seed: int
-    batch: int
-    timings: dict = field(default_factory=dict)
-    diagnostics: dict = field(default_factory=dict)
-
-
 def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
                  progress=False, correction=False, sampler=None, **kwargs):
     """Solve the saddle point and the propagator of a generated module; returns a Solution.
@@ -251,6 +241,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     ``progress``: draw a progress bar on stderr (saddle march, moments, propagator per group).
     """
     from dmftc.progress import Progress
+    from dmftc.runtime.blocks import DenseBlocks
     from dmftc.runtime.solution import Solution
 
     if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime.deep_spec
@@ -356,13 +347,18 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc", "sampler": None if exact else sampler}
     if not exact and kink_shift is not None:
         diagnostics["kink"] = _kink_report(kink_shift, var_se, np.diag(sigma), p["dirac width"], chatter)
-    sol = Solution.from_arrays(mod, geo, p, T, means, sigma, U, kappa, var_se,
-                               RunInfo(samples, seed, batch, timings, diagnostics))
-    sol.extras["mean_se"] = None if mean_se is None else mean_se.ravel()
+    blocks = DenseBlocks(T, geo.comp_shape, geo.offset, geo.m, sigma, var_se, kappa, U)
+    per_name = lambda flat: None if flat is None else {k: blocks.flat(np.ravel(flat), k) for k in means}  # noqa: E731
+    info = {"samples": samples, "seed": seed, "batch": batch, "timings": dict(timings),
+            "diagnostics": dict(diagnostics), "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION,
+            "singular": mod.SINGULAR, "dirac_width": float(p.get("dirac width", 0.0))}
+    m1_mean = m1_se = None
     if correction:
         m1 = np.asarray(m1)
-        sol.extras["m1"] = m1.mean(axis=0)
-        sol.extras["m1_se"] = m1.std(axis=0, ddof=1) / np.sqrt(len(m1)) if len(m1) > 1 else None
+        m1_mean, m1_se = m1.mean(axis=0), (m1.std(axis=0, ddof=1) / np.sqrt(len(m1)) if len(m1) > 1 else None)
+    sol = Solution(mod.MODEL, dict(p), float(p[mod.TIME["step"]]) * np.arange(T), means, blocks, info,
+                   mean_se=per_name(mean_se), m1=per_name(m1_mean), m1_se=per_name(m1_se))
+    if correction:
         sol.info["mean_correction"] = {"groups": len(m1), "paths": int(n_paths if exact else samples),
                                        "seed": int(seed_used if exact else seed)}
         if mod.SINGULAR:

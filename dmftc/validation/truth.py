@@ -80,13 +80,18 @@ def finite_width_truth(model: str, params: dict, *, N: int, E: int, seed: int = 
 class MeanShift:
     """N (E[q]_N - q_inf) measured with common random numbers: ``value[name]`` (shape of ``Solution.mean``),
     its standard error ``se[name]`` (spread over ``batches`` independent batches of members); ``value['loss']``
-    is N (E[sum_mu Delta_mu^2]_N - |Delta_inf|^2), to compare with 2 Delta_inf . m1 + tr Sigma(t, t)."""
+    is N (E[sum_mu Delta_mu^2]_N - |Delta_inf|^2), to compare with 2 Delta_inf . m1 + tr Sigma(t, t).
+
+    ``loss`` / ``loss_se``: the plain ensemble mean of the training loss sum_mu Delta_mu(t)^2 over the E members
+    and its standard error std / sqrt(E) (no common random numbers: what an experimenter measures at width N)."""
 
     value: dict
     se: dict
     N: int
     E: int
     batches: int
+    loss: np.ndarray | None = None
+    loss_se: np.ndarray | None = None
 
 
 def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 16, seed: int = 0,
@@ -133,4 +138,6 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
         diffs["loss"].append(N * (loss - ref_loss) / (1 - 1 / (b - a)))
     value = {k: np.mean(v, axis=0) for k, v in diffs.items()}
     se = {k: np.std(v, axis=0, ddof=1) / np.sqrt(batches) for k, v in diffs.items()}
-    return MeanShift(value, se, N, E, batches)
+    member_loss = (stats.samples["Delta"] ** 2).reshape(E, -1, stats.samples["Delta"].shape[-1]).sum(axis=1)
+    return MeanShift(value, se, N, E, batches, loss=member_loss.mean(axis=0),
+                     loss_se=member_loss.std(axis=0, ddof=1) / np.sqrt(E))
