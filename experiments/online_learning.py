@@ -14,7 +14,10 @@ loss at width N against theory for a small and a large D / N (where the leading 
 offline/online equivalence: one member's trajectories from the offline simulator on D whitened points and the
 online simulator (identical), and the theory of both specs (identical).
 
-Agreement (asserted): z <= 4 pointwise for N tr Var for every D and gamma, against the extrapolated ensembles;
+Agreement (asserted): z <= 4 pointwise for N tr Var for every D and gamma, against the extrapolated ensembles,
+up to the time where the extrapolation's estimated O(1/N^2) residual (common.richardson_residual: the width
+dependence of a decaying variance is a shifted rate, so its 1/N term grows with t) exceeds its standard error;
+z after that time is reported;
 the fitted slope in D (z of its difference from the theory's slope, reported with the fit's standard error);
 the O(1/N) term of the test loss, N (E|Delta|^2_N - |Delta_inf|^2) = 2 Delta_inf . m1 + tr Sigma, against the
 extrapolated ensembles within z <= 4 where D / N <= 1/16; the offline and online networks equal
@@ -72,7 +75,7 @@ def main():
     colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(Ds)))
     arrays, slopes, losses = {}, {}, {}
     for row, g in enumerate(gammas):
-        tr, tr_se, raw, theo = {}, {}, {}, {}
+        tr, tr_se, raw, theo, windows = {}, {}, {}, {}, {}
         for k, D in enumerate(Ds + (big_D,)):
             beta = unit_teacher(D, rng)
             sol = online.solve(D=D, beta_star=beta, gamma=g, T=T, eta=eta, backend="exact", correction=True,
@@ -98,7 +101,13 @@ def main():
             losses[label] = (times, inf + shift / N, ms[0][0], ms[0][2])
             if D == big_D:
                 continue
-            agree.add(f"{label} N tr Var(Delta)", theory, 0.0, ext, ext_se, raw=stats[0][0])
+            # late in training the O(1/N) term of the variance is a shifted convergence rate, 2 (V_N - V_2N) / V
+            # reaches 45% at N = 512 (gamma = 1.5, D = 16, t = 3): asserted where the extrapolation's estimated
+            # O(1/N^2) residual is below its standard error, reported after
+            window = common.richardson_residual(stats[0][0], stats[1][0]) <= np.maximum(ext_se, 1e-9 * ext.max())
+            window = np.cumprod(window).astype(bool)       # up to the first time it is not
+            agree.add(f"{label} N tr Var(Delta)", theory, 0.0, ext, ext_se, raw=stats[0][0], window=window)
+            windows[D] = window
             tr[D], tr_se[D], raw[D], theo[D] = ext, ext_se, stats[0][0], theory
             axes[row, 0].plot(times, stats[0][0], color=colors[k], lw=2, alpha=0.8, label=f"D = {D}")
             axes[row, 0].plot(times, theory, **common.THEORY)
@@ -118,8 +127,10 @@ def main():
             assert lin_res < 1e-8, f"theory not linear in D: {lin_res}"
             slopes[f"gamma={g:g} t={times[ti]:.3g}"] = {"fit": s_fit, "fit_se": s_se, "theory": s_th,
                                                          "z": abs(s_fit - s_th) / s_se}
+            inside = all(windows[D][ti] for D in Ds)
             agree.add(f"gamma={g:g} slope dN trVar/dD at t={times[ti]:.3g}", np.array([s_th]), 0.0,
-                      np.array([s_fit]), np.array([s_se]))
+                      np.array([s_fit]), np.array([s_se]), check=inside,
+                      note=None if inside else "extrapolation residual above its error bar: reported")
             ax = axes[row, 1]
             ax.errorbar(Ds, y, 2 * se, fmt="o", color=f"C{j}", label=f"networks (extrap.), t = {times[ti]:.2g}")
             xs = np.linspace(0, max(Ds), 50)
