@@ -105,8 +105,8 @@ class Agreement:
         # a difference at round-off level (1e-9 of the peak) where both sides are exact (se = 0) is not a miss
         z = np.where(d > max(1e-12, 1e-9 * peak), d / np.maximum(se, 1e-300), 0.0)
         inside = np.ones(z.shape[-1], bool) if window is None else np.asarray(window, bool)
-        row = {"z_max": float(z[..., inside].max(initial=0.0)), "rel_max": float(d[..., inside].max(initial=0.0) / peak),
-               "checked": bool(check)}
+        row = {"z_max": float(z[..., inside].max(initial=0.0)),
+               "rel_max": float(d[..., inside].max(initial=0.0) / peak), "checked": bool(check)}
         if window is not None:
             row["window_fraction"] = float(inside.mean())
             row["z_outside"] = float(z[..., ~inside].max(initial=0.0))
