@@ -65,8 +65,7 @@ def pooled_runs(n, seed, replicates, **kw):
 def replicate_chi2(per_n, per_2n, ti):
     """chi^2 / dof of the replicates' extrapolated N tr Var at time index ti about their mean (about 1 when the
     standard errors are right; None for one replicate)."""
-    ext = 2 * per_2n[0][:, ti] - per_n[0][:, ti]
-    se = np.sqrt(4 * per_2n[1][:, ti] ** 2 + per_n[1][:, ti] ** 2)
+    ext, se = common.richardson(per_n[0][:, ti], per_n[1][:, ti], per_2n[0][:, ti], per_2n[1][:, ti])
     if len(ext) < 2:
         return None
     w = 1 / se ** 2
@@ -110,9 +109,9 @@ def main():
     fig, axes = plt.subplots(len(gammas), 4, figsize=(18, 3.5 * len(gammas)), squeeze=False)
     colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(Ds)))
     arrays, slopes, losses = {}, {}, {}
+    chi2 = agree.meta["replicate_chi2_at_peak"] = {}
     for row, g in enumerate(gammas):
         tr, tr_se, raw, theo, windows = {}, {}, {}, {}, {}
-        chi2 = agree.meta.setdefault("replicate_chi2_at_peak", {})
         for k, D in enumerate(Ds + (big_D,)):
             beta = unit_teacher(D, rng)
             sol = online.solve(D=D, beta_star=beta, gamma=g, T=T, eta=eta, backend="exact", correction=True,
