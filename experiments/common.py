@@ -66,6 +66,12 @@ def richardson(x_n, se_n, x_2n, se_2n):
     return 2 * x_2n - x_n, np.sqrt(4 * se_2n ** 2 + se_n ** 2)
 
 
+def richardson3(x_n, se_n, x_2n, se_2n, x_4n, se_4n):
+    """Remove O(1/N) and O(1/N^2) corrections from widths N, 2N and 4N: (x(N) - 6 x(2N) + 8 x(4N)) / 3."""
+    return ((x_n - 6 * x_2n + 8 * x_4n) / 3,
+            np.sqrt(se_n ** 2 + 36 * se_2n ** 2 + 64 * se_4n ** 2) / 3)
+
+
 def richardson_residual(x_n, x_2n):
     """Estimated error of `richardson` when the width dependence is a rate, x_N = x_inf exp(c / N).
 

@@ -49,3 +49,56 @@ def test_online_spec_theory_equals_offline_spec():
 def test_bad_teacher_is_refused():
     with pytest.raises(ValueError, match="beta_star"):
         simulate_online_linear(beta_star=[], gamma=1.0, eta=0.1, T=3, N=4, E=2)
+
+
+def test_gram_simulator_is_the_network_member_by_member():
+    """The closed update of the Gram matrix [W, a]^T [W, a], started from the drawn networks' own G, gives
+    their trajectories to round-off (so the N-independent simulator simulates these networks, not a model)."""
+    from dmftc.validation.ensemble import draw_parameters
+    from dmftc.validation.online import gram_trajectories
+
+    beta = np.array([0.9, -0.3, 0.2, -0.5, 0.1])
+    kw = dict(beta_star=beta, gamma=1.3, eta=0.07, T=40, N=24)
+    direct = simulate_online_linear(E=5, seed=3, **kw)
+    W, a = draw_parameters(np.random.default_rng(3), 5, 24, 5)
+    X = np.concatenate([W, a[:, :, None]], axis=2)
+    G = np.swapaxes(X, 1, 2) @ X
+    np.testing.assert_allclose(gram_trajectories(G, **kw), direct.Delta, rtol=0, atol=1e-12)
+
+
+def test_bartlett_draws_are_wishart():
+    """E G = N I, Var G_ii = 2N, Var G_ij = N (i != j), Cov(G_ii, G_jj) = 0: pointwise z <= 4 over 40000 draws."""
+    from dmftc.validation.online import wishart_bartlett
+
+    N, p, n = 9, 4, 40000
+    G = wishart_bartlett(np.random.default_rng(11), n, N, p)
+    mean, se = G.mean(0), G.std(0, ddof=1) / np.sqrt(n)
+    assert np.all(np.abs(mean - N * np.eye(p)) <= 4 * se)
+    var = G.var(0, ddof=1)
+    c = G - G.mean(0)
+    var_se = np.sqrt(((c ** 2 - var) ** 2).mean(0) / n)
+    assert np.all(np.abs(var - N * (1 + np.eye(p))) <= 4 * var_se)
+    cov = (c[:, 0, 0] * c[:, 2, 2])
+    assert abs(cov.mean()) <= 4 * cov.std() / np.sqrt(n)
+    with pytest.raises(ValueError, match="N >= D \\+ 1"):
+        wishart_bartlett(np.random.default_rng(0), 2, 3, 4)
+
+
+def test_gram_ensemble_matches_direct_ensemble():
+    """Independent ensembles of the two simulators at small width (N = 12, so finite-width effects are large):
+    mean Delta and N tr Var(Delta) agree pointwise within z <= 4."""
+    from dmftc.validation.online import simulate_online_linear_gram
+
+    beta = np.array([0.8, -0.6, 0.0])
+    kw = dict(beta_star=beta, gamma=1.5, eta=0.1, T=25, N=12, E=6000)
+    runs = (simulate_online_linear(seed=1, **kw), simulate_online_linear_gram(seed=2, **kw))
+    m = [r.Delta.mean(0) for r in runs]
+    m_se = [r.Delta.std(0, ddof=1) / np.sqrt(r.E) for r in runs]
+    assert np.all(np.abs(m[0] - m[1]) <= 4 * np.hypot(*m_se))
+    stats = []
+    for r in runs:
+        d = ((r.Delta - r.Delta.mean(0)) ** 2).sum(1)
+        stats.append((d.mean(0), d.std(0, ddof=1) / np.sqrt(r.E)))
+    (v0, s0), (v1, s1) = stats
+    assert np.all(np.abs(v0 - v1) <= 4 * np.hypot(s0, s1))
+    assert v0.max() > 20 * s0.max()       # resolved

@@ -17,6 +17,15 @@ Randomness: member m uses the m-th block of N (D + 1) standard normals of np.ran
 offline ensemble ``simulate_two_layer(activation='linear', Kx_all=np.eye(D), y=beta_star)`` on the same seed
 (there x_mu = sqrt(D) e_mu, so h_i,mu = w_i[mu]): online learning in D dimensions and offline learning of D
 whitened points are the same dynamical system, which the experiment checks member by member.
+
+The same networks, at a cost independent of N (:func:`simulate_online_linear_gram`): the update keeps the Gram
+matrix G = X^T X of X = [W, a] (N x (D + 1)) closed, with M = W^T W, v = W^T a, s = a . a and c = eta gamma,
+
+    v += c (M e + s e) + c^2 (v . e) e,   M += c (v e^T + e v^T) + c^2 s e e^T,   s += 2 c v . e + c^2 e^T M e,
+
+and e = beta_star - (v - v(0)) / (gamma N) reads only v.  At initialisation G is Wishart(N, I_{D+1}), drawn by
+Bartlett's decomposition in O(D^2) numbers per network.  Run from the G of given weights
+(:func:`gram_trajectories`) it reproduces :func:`simulate_online_linear` member by member to round-off (tested).
 """
 from __future__ import annotations
 
@@ -26,7 +35,8 @@ import numpy as np
 
 from dmftc.validation.ensemble import _positive_int, draw_parameters
 
-__all__ = ["OnlineRun", "simulate_online_linear"]
+__all__ = ["OnlineRun", "gram_trajectories", "simulate_online_linear", "simulate_online_linear_gram",
+           "wishart_bartlett"]
 
 
 @dataclass(frozen=True)
@@ -61,4 +71,60 @@ def simulate_online_linear(*, beta_star, gamma: float, eta: float, T: int, N: in
             out[b0:b0 + len(a), :, t] = e
             c = eta * gamma
             a, W = a + c * np.einsum("bid,bd->bi", W, e), W + c * a[:, :, None] * e[:, None, :]
+    return OnlineRun(N=N, D=D, E=E, T=T, Delta=out, loss=(out ** 2).sum(axis=1))
+
+
+def wishart_bartlett(rng: np.random.Generator, n_members: int, N: int, p: int) -> np.ndarray:
+    """(n_members, p, p) draws of Wishart(N, I_p), the Gram matrix of an N x p standard normal matrix: A A^T
+    with A lower triangular, A_ii = sqrt(chi^2 with N - i degrees of freedom), A_ij ~ N(0, 1) below (Bartlett)."""
+    if N < p:
+        raise ValueError(f"Bartlett's decomposition needs N >= D + 1, got N={N}, D + 1={p}")
+    A = np.tril(rng.standard_normal((n_members, p, p)), -1)
+    idx = np.arange(p)
+    A[:, idx, idx] = np.sqrt(rng.chisquare(N - idx, size=(n_members, p)))
+    return A @ np.swapaxes(A, 1, 2)
+
+
+def gram_trajectories(G: np.ndarray, *, beta_star, gamma: float, eta: float, T: int, N: int) -> np.ndarray:
+    """Errors Delta (B, D, T) of the networks whose initial Gram matrices G = [W, a]^T [W, a] are given (B, D+1,
+    D+1), by the closed update of the module doc."""
+    beta_star = np.asarray(beta_star, dtype=np.float64).reshape(-1)
+    D = beta_star.size
+    G = np.asarray(G, dtype=np.float64)
+    M, v, s = G[:, :D, :D].copy(), G[:, :D, D].copy(), G[:, D, D].copy()
+    v0 = v.copy()
+    c = eta * gamma
+    out = np.empty((len(G), D, T))
+    for t in range(T):
+        e = beta_star - (v - v0) / (gamma * N)
+        out[:, :, t] = e
+        Me = np.einsum("bij,bj->bi", M, e)
+        ve = np.einsum("bi,bi->b", v, e)
+        eMe = np.einsum("bi,bi->b", e, Me)
+        v_new = v + c * (Me + s[:, None] * e) + c * c * ve[:, None] * e
+        M += c * (v[:, :, None] * e[:, None, :] + e[:, :, None] * v[:, None, :]) \
+            + c * c * s[:, None, None] * e[:, :, None] * e[:, None, :]
+        s = s + 2 * c * ve + c * c * eMe
+        v = v_new
+    return out
+
+
+def simulate_online_linear_gram(*, beta_star, gamma: float, eta: float, T: int, N: int, E: int, seed: int = 0,
+                                batch: int | None = None) -> OnlineRun:
+    """E width-N networks trained online as :func:`simulate_online_linear`, simulated through their Gram
+    matrices (module doc): the same distribution of trajectories at a cost independent of N (other draws of
+    the random numbers, so not the same members for a seed)."""
+    beta_star = np.asarray(beta_star, dtype=np.float64).reshape(-1)
+    if beta_star.size == 0 or not np.all(np.isfinite(beta_star)):
+        raise ValueError("beta_star must be a non-empty finite vector")
+    if not (np.isfinite(gamma) and gamma > 0 and np.isfinite(eta) and eta >= 0):
+        raise ValueError(f"need gamma > 0 and eta >= 0, got gamma={gamma!r}, eta={eta!r}")
+    D = beta_star.size
+    N, E, T = _positive_int("N", N), _positive_int("E", E), _positive_int("T", T)
+    batch = _positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 21) // (D + 1) ** 2)))
+    rng = np.random.default_rng(_positive_int("seed", seed, 0))
+    out = np.empty((E, D, T))
+    for b0 in range(0, E, batch):
+        G = wishart_bartlett(rng, min(batch, E - b0), N, D + 1)
+        out[b0:b0 + len(G)] = gram_trajectories(G, beta_star=beta_star, gamma=gamma, eta=eta, T=T, N=N)
     return OnlineRun(N=N, D=D, E=E, T=T, Delta=out, loss=(out ** 2).sum(axis=1))
