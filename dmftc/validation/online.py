@@ -50,16 +50,20 @@ class OnlineRun:
     loss: np.ndarray
 
 
-def simulate_online_linear(*, beta_star, gamma: float, eta: float, T: int, N: int, E: int, seed: int = 0,
-                           batch: int | None = None) -> OnlineRun:
-    """Train E width-N networks online for T recorded steps (module doc); ``beta_star`` (D,) sets D."""
+def _checked(beta_star, gamma, eta, N, E, T):
     beta_star = np.asarray(beta_star, dtype=np.float64).reshape(-1)
     if beta_star.size == 0 or not np.all(np.isfinite(beta_star)):
         raise ValueError("beta_star must be a non-empty finite vector")
     if not (np.isfinite(gamma) and gamma > 0 and np.isfinite(eta) and eta >= 0):
         raise ValueError(f"need gamma > 0 and eta >= 0, got gamma={gamma!r}, eta={eta!r}")
+    return beta_star, _positive_int("N", N), _positive_int("E", E), _positive_int("T", T)
+
+
+def simulate_online_linear(*, beta_star, gamma: float, eta: float, T: int, N: int, E: int, seed: int = 0,
+                           batch: int | None = None) -> OnlineRun:
+    """Train E width-N networks online for T recorded steps (module doc); ``beta_star`` (D,) sets D."""
+    beta_star, N, E, T = _checked(beta_star, gamma, eta, N, E, T)
     D = beta_star.size
-    N, E, T = _positive_int("N", N), _positive_int("E", E), _positive_int("T", T)
     batch = _positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 20) // (N * (D + 1)))))
     rng = np.random.default_rng(_positive_int("seed", seed, 0))
     out = np.empty((E, D, T))
@@ -114,13 +118,8 @@ def simulate_online_linear_gram(*, beta_star, gamma: float, eta: float, T: int, 
     """E width-N networks trained online as :func:`simulate_online_linear`, simulated through their Gram
     matrices (module doc): the same distribution of trajectories at a cost independent of N (other draws of
     the random numbers, so not the same members for a seed)."""
-    beta_star = np.asarray(beta_star, dtype=np.float64).reshape(-1)
-    if beta_star.size == 0 or not np.all(np.isfinite(beta_star)):
-        raise ValueError("beta_star must be a non-empty finite vector")
-    if not (np.isfinite(gamma) and gamma > 0 and np.isfinite(eta) and eta >= 0):
-        raise ValueError(f"need gamma > 0 and eta >= 0, got gamma={gamma!r}, eta={eta!r}")
+    beta_star, N, E, T = _checked(beta_star, gamma, eta, N, E, T)
     D = beta_star.size
-    N, E, T = _positive_int("N", N), _positive_int("E", E), _positive_int("T", T)
     batch = _positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 21) // (D + 1) ** 2)))
     rng = np.random.default_rng(_positive_int("seed", seed, 0))
     out = np.empty((E, D, T))
