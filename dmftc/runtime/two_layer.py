@@ -89,8 +89,9 @@ def _saddle_march(mod, geo, S, p, sz, T):
 _SEGMENTS = 8
 
 
-def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
-    """One batch: centred observables X (T, B, ...) and summed sensitivities dO/dq (T, ..., s).
+def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T, w):
+    """One batch: centred observables X (T, B, ...) and summed sensitivities dO/dq (T, ..., s); ``w`` (B,) is 1
+    on the batch's real rows and 0 on the rows that pad it to the common batch shape (one compilation).
 
     Causality: at step t only sensitivities to q(s < t) are non-zero, so time is cut
     into segments and during segment k the tangents carry only the source times
@@ -113,7 +114,7 @@ def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
             qt = {k: v[t] for k, v in q.items()}
             F = mod.fields(S, R, p, sz)
             O = mod.observables(F, S, p, sz)
-            X = {k: O[k] - avg[k][t] for k in O}
+            X = {k: _rows(w, O[k] - avg[k][t], B) for k in O}
             onehot = _k.onehot(t, width, mod.RANK)
             Dt, Tn = {}, {}
             for d in mod.DRIVERS:
@@ -121,7 +122,8 @@ def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
                 _, inc, dO = tangent(Ts[d], F, qt, p, sz, onehot)
                 Tn[d] = {k: Ts[d][k] + eta * inc[k] for k in Ts[d]}
                 for k, v in dO.items():
-                    Dt[(k, d)] = jnp.sum(jnp.broadcast_to(v, v.shape[:-1] + (width,)), axis=0, keepdims=True)
+                    Dt[(k, d)] = jnp.sum(_rows(w, jnp.broadcast_to(v, v.shape[:-1] + (width,)), B), axis=0,
+                                         keepdims=True)
             inc = mod.sample_increments(F, qt, p, sz)
             R = {k: R[k] + eta * inc[k] for k in R}
             return (R, Tn), (X, Dt)
@@ -135,10 +137,21 @@ def _fluctuation_pass(mod, geo, S, q, avg, p, sz, T):
     return X, D
 
 
+def _rows(w, x, B):
+    """x with its per-sample rows (leading axis of length B) weighted by w; other arrays unchanged."""
+    return x * w.reshape((B,) + (1,) * (x.ndim - 1)) if x.ndim and x.shape[0] == B else x
+
+
 def _pad_last(x, width):
     """Zero-pad the trailing source-time axis to ``width`` columns."""
     extra = width - x.shape[-1]
     return x if extra == 0 else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])
+
+
+def _pad_rows(x, n):
+    """x with its leading (sample) axis zero-padded to n rows."""
+    extra = n - x.shape[0]
+    return x if extra == 0 else jnp.pad(x, [(0, extra)] + [(0, 0)] * (x.ndim - 1))
 
 
 def _moments(mod, geo, S, q, avg, p, sz, T, batch):
@@ -146,15 +159,24 @@ def _moments(mod, geo, S, q, avg, p, sz, T, batch):
     obs = geo.single_site
     m_obs = sum(geo.size(n) for n in obs)
     run_all = _compiled("fluctuations", mod, geo, T,
-                        lambda Sb, q, avg, p: _fluctuation_pass(mod, geo, Sb, q, avg, p, geo.sz, T))
+                        lambda Sb, q, avg, p, w: _fluctuation_pass(mod, geo, Sb, q, avg, p, geo.sz, T, w))
     samples = next(iter(S.values())).shape[0]
-    batches = [{k: v[start:start + batch] for k, v in S.items()} for start in range(0, samples, batch)]
+    # equal batches (the last one padded with zero-weight rows), so that one compilation serves them all
+    n_batches = -(-samples // batch)
+    batch = -(-samples // n_batches)
+    starts = range(0, samples, batch)
+    batches = [({k: _pad_rows(v[a:a + batch], batch) for k, v in S.items()}, min(batch, samples - a)) for a in starts]
     xtx = np.zeros((T * m_obs, T * m_obs))
     dsum: dict = {}
+
+    def run(item):
+        Sb, n = item
+        return run_all(Sb, q, avg, p, jnp.asarray(np.arange(batch) < n, dtype=jnp.float64))
+
     # two batches in flight: XLA runs each on its own core while Python accumulates
     with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-        for Sb, (X, Dt) in zip(batches, pool.map(lambda Sb: run_all(Sb, q, avg, p), batches)):
-            Bn = next(iter(Sb.values())).shape[0]
+        for (_, Bn), (X, Dt) in zip(batches, pool.map(run, batches)):
+            X = {k: v[:, :Bn] for k, v in X.items()}
             cols = [_k.canonical(X[n], (1,) + tuple(a + 1 for a in mod.STORED_AXES[n])).reshape(T, Bn, -1)
                     for n in obs]
             Xm = np.concatenate(cols, axis=2) if cols else np.zeros((T, Bn, 0))
@@ -315,7 +337,7 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
             results.append((q, *propagator(U0, kappa_obs, D, geo, T)))
             if g == 0 and mod.SINGULAR and p["dirac width"] > 0:
                 # kink check: the same group's propagator with the delta functions at half the width
-                ph = {**pj, "dirac width": jnp.asarray(p["dirac width"] / 2)}
+                ph = {**pj, "dirac width": jnp.asarray(p["dirac width"] / 2, dtype=jnp.float64)}
                 _, Dh = _moments(mod, geo, Sg, {k: jnp.asarray(v) for k, v in q.items()}, avg, ph, sz, T, batch)
                 half = propagator(U0, kappa_obs, Dh, geo, T)[0]
                 kink_shift = np.diag(half) - np.diag(results[-1][1])
