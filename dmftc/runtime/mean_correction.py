@@ -125,29 +125,27 @@ def mean_correction_group(mod, geo, S, q, U, p, sz, T, batch: int = 2048):
     run, first, second, c2 = _kernels(mod, geo, sz, T)
     n = next(iter(S.values())).shape[0]
     qj = {k: jnp.asarray(v) for k, v in q.items()}
+    # equal batches, the last one zero-padded and its padding rows dropped: one compilation serves them all
+    batch = -(-n // -(-n // batch))
     starts = range(0, n, batch)
-
-    def drive(Sb):
-        B = next(iter(Sb.values())).shape[0]
-        return {k: jnp.broadcast_to(v, (T, B) + v.shape[2:]) for k, v in qj.items()}
+    pad = lambda x: x if x.shape[0] == batch else np.concatenate(                     # noqa: E731
+        [x, np.zeros((batch - x.shape[0],) + x.shape[1:])])
+    rows = lambda a: {k: jnp.asarray(pad(np.asarray(v[a:a + batch]))) for k, v in S.items()}  # noqa: E731
+    qb = {k: jnp.broadcast_to(v, (T, batch) + v.shape[2:]) for k, v in qj.items()}
 
     # pass 1: centred observables of every path -> directions v = U^-1 X
-    X = np.concatenate([_to_flat(mod, geo, run({k: v[a:a + batch] for k, v in S.items()},
-                                               drive({k: v[a:a + batch] for k, v in S.items()}), pj),
-                                 T, min(batch, n - a)) for a in starts])
+    X = np.concatenate([_to_flat(mod, geo, run(rows(a), qb, pj), T, batch)[:min(batch, n - a)] for a in starts])
     X -= X.mean(axis=0)
     V = solve_triangular(U, X.T, lower=True, check_finite=False).T            # (n, T * m)
     Vpair = np.roll(V, 1, axis=0)                                               # an independent path's direction
 
     total = np.zeros(V.shape[1])
     for a in starts:
-        Sb = {k: v[a:a + batch] for k, v in S.items()}
-        B = next(iter(Sb.values())).shape[0]
-        qb = drive(Sb)
-        v = _from_flat(mod, geo, V[a:a + B], T)
-        w = _from_flat(mod, geo, Vpair[a:a + B], T)
-        jv = _to_flat(mod, geo, first(Sb, qb, v, pj), T, B)
-        ow = _to_flat(mod, geo, second(Sb, qb, w, pj), T, B)
-        cv = _to_flat(mod, geo, c2(qb, v, pj), T, B)
+        Sb, B = rows(a), min(batch, n - a)
+        v = _from_flat(mod, geo, pad(V[a:a + B]), T)
+        w = _from_flat(mod, geo, pad(Vpair[a:a + B]), T)
+        jv = _to_flat(mod, geo, first(Sb, qb, v, pj), T, batch)[:B]
+        ow = _to_flat(mod, geo, second(Sb, qb, w, pj), T, batch)[:B]
+        cv = _to_flat(mod, geo, c2(qb, v, pj), T, batch)[:B]
         total += (jv + 0.5 * ow - 0.5 * cv).sum(axis=0)
     return solve_triangular(U, total / n, lower=True, check_finite=False)
