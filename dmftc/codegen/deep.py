@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc import __version__
-from dmftc.codegen.two_layer import ExprPrinter, default_code, prune_imports
+from dmftc.codegen.two_layer import ExprPrinter, default_code, emit_defaults, prune_imports
 from dmftc.derive.deep import DeepDerivation
 from dmftc.frontend import ast
 
@@ -91,13 +91,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w("# where in the spec each part comes from, (line, col, end line, end col): for the runtime's errors\n")
     w(f"SOURCE_POS = {pos!r}\n\n")
     # defaults
-    w("\ndef defaults(p):\n    \"\"\"Fill in the spec's default for every parameter not in ``p`` (in declaration order).\"\"\"\n")
-    w("    p = dict(p)\n")
-    for prm in spec.params:
-        w(f"    if {prm.name!r} not in p:\n        p[{prm.name!r}] = {default_code(prm.default)}\n")
-    w(f"    if {tm.steps_name!r} not in p:\n        p[{tm.steps_name!r}] = {tm.steps!r}\n")
-    w(f"    if {tm.step_name!r} not in p:\n        p[{tm.step_name!r}] = {default_code(tm.step)}\n")
-    w("    return p\n\n")
+    emit_defaults(w, spec)
     # activation
     x = d.act_arg
     pc = _Code({x: "x"} | {sp.Symbol(n): f"p[{n!r}]" for n in d.params})

@@ -197,6 +197,18 @@ Regenerate with `dmftc compile {path}`.  Layout of every array:
 '''
 
 
+def emit_defaults(w, spec) -> None:
+    """The generated ``defaults(p)`` of a spec (two-layer and deep modules alike)."""
+    tm = spec.time
+    w("\ndef defaults(p):\n    \"\"\"Fill in the spec's default for every parameter not in ``p`` (in declaration order).\"\"\"\n")
+    w("    p = dict(p)\n")
+    for prm in spec.params:
+        w(f"    if {prm.name!r} not in p:\n        p[{prm.name!r}] = {default_code(prm.default)}\n")
+    w(f"    if {tm.steps_name!r} not in p:\n        p[{tm.steps_name!r}] = {tm.steps!r}\n")
+    w(f"    if {tm.step_name!r} not in p:\n        p[{tm.step_name!r}] = {default_code(tm.step)}\n")
+    w("    return p\n\n")
+
+
 def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     spec = d.model.spec
     out: list[str] = []
@@ -236,13 +248,7 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     w("# None when the process is proven Gaussian (fields affine in the sources): exact moments apply\n")
     w(f"NONLINEAR = {d.nonlinear!r}\n\n")
     # defaults
-    w("\ndef defaults(p):\n    \"\"\"Fill in the spec's default for every parameter not in ``p`` (in declaration order).\"\"\"\n")
-    w("    p = dict(p)\n")
-    for prm in spec.params:
-        w(f"    if {prm.name!r} not in p:\n        p[{prm.name!r}] = {default_code(prm.default)}\n")
-    w(f"    if {tm.steps_name!r} not in p:\n        p[{tm.steps_name!r}] = {tm.steps!r}\n")
-    w(f"    if {tm.step_name!r} not in p:\n        p[{tm.step_name!r}] = {default_code(tm.step)}\n")
-    w("    return p\n\n")
+    emit_defaults(w, spec)
     w("\ndef source_covariances(p, sz):\n    \"\"\"Covariance of each jointly Gaussian source group.\"\"\"\n    return [\n")
     for g in d.sources:
         code = default_code(g.cov)

@@ -73,6 +73,16 @@ def _suggest(name: str, candidates) -> str | None:
 
 
 class _Checker:
+    def declare_time(self):
+        """The time variable, its number of steps and its step size (two-layer and deep specs alike)."""
+        tm = self.spec.time
+        self.declare("time", tm.var, (), tm.pos)
+        self.declare("param", tm.steps_name, (), tm.pos)
+        self.declare("param", tm.step_name, (), tm.pos)
+        if tm.steps <= 0:
+            raise self.err(SpecError, "the number of time steps must be positive",
+                           self.find_pos(r"=\s*(\d+)\s+steps", tm.pos, group=1))
+
     def __init__(self, spec: ast.Spec):
         self.spec = spec
         self.symbols: dict[str, Symbol] = {}
@@ -124,12 +134,7 @@ class _Checker:
         for p in s.params:
             self.declare("param", p.name, p.dims, p.pos)
         tm = s.time
-        self.declare("time", tm.var, (), tm.pos)
-        self.declare("param", tm.steps_name, (), tm.pos)
-        self.declare("param", tm.step_name, (), tm.pos)
-        if tm.steps <= 0:
-            raise self.err(SpecError, "the number of time steps must be positive",
-                           self.find_pos(r"=\s*(\d+)\s+steps", tm.pos, group=1))
+        self.declare_time()
         index_size: dict[str, str] = {}
         for ix in s.indices:
             if ix.start != 1:

@@ -84,12 +84,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                                self.word_pos(p.name, p.pos), hint="deep specs have scalar parameters only")
             self.declare("param", p.name, (), p.pos)
         tm = s.time
-        self.declare("time", tm.var, (), tm.pos)
-        self.declare("param", tm.steps_name, (), tm.pos)
-        self.declare("param", tm.step_name, (), tm.pos)
-        if tm.steps <= 0:
-            raise self.err(SpecError, "the number of time steps must be positive",
-                           self.find_pos(r"=\s*(\d+)\s+steps", tm.pos, group=1))
+        self.declare_time()
         self.depth_parameter(lay)
         self.declare("layer", lay.var, (), lay.pos)
         self.layer_var, self.depth = lay.var, lay.depth
