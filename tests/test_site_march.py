@@ -13,7 +13,7 @@ import pytest
 
 import dmftc
 from dmftc.compiler import front_end_ir
-from dmftc.runtime.deep_dmft import SpecKernels, march_paths
+from dmftc.runtime.deep_dmft import SpecKernels, _compiled, _traced, march_paths
 from dmftc.runtime.deep_spec import resolve_deep_params
 from dmftc.runtime.site_march import SiteProgram, schedule, site_march
 
@@ -30,7 +30,7 @@ VARIANTS = {
 }
 
 
-def _both(name, tmp_path, S=256, seed=0):
+def _both(name, tmp_path, S=256, seed=0, direct=True):
     text, given = VARIANTS[name]
     spec = tmp_path / f"{name}.dmft"
     spec.write_text(text)
@@ -38,17 +38,27 @@ def _both(name, tmp_path, S=256, seed=0):
     prog = SiteProgram.from_ir(front_end_ir(spec)[1])
     p, L, T = resolve_deep_params(mod, given)
     xiu, xir = np.random.default_rng(seed).standard_normal((2, L, S, T))
-    ref = march_paths(SpecKernels(mod), dict(p, **{"dirac width": 0.1}), xiu, xir)
+    prm = dict(p, **{"dirac width": 0.1})
+    if direct:
+        ref = march_paths(SpecKernels(mod), prm, xiu, xir)
+    else:                                       # the means march: the readout by Stein's lemma
+        out = _compiled(L, T, False, SpecKernels(mod))(jnp.asarray(xiu), jnp.asarray(xir), jnp.full(S, 1 / S),
+                                                        _traced(prm))
+        ref = {k: np.asarray(v) for k, v in out.items()}
     pj = {k: jnp.asarray(float(v)) for k, v in p.items()}
     act = [lambda x, k=k: mod.activation(x, pj, 0.1)[k] for k in range(3)]
     u, r = (n for n, _ in sorted(prog.sources.items(), key=lambda kv: kv[1][1]))     # offsets -1, +1
-    rows, q1, hist = site_march(prog, act, L, T, {u: jnp.asarray(xiu), r: jnp.asarray(xir)}, jnp.full(S, 1 / S), pj)
-    return mod, L, ref, rows, q1, hist
+    rows, q1, hist, avg, _ = site_march(prog, act, L, T, {u: jnp.asarray(xiu), r: jnp.asarray(xir)},
+                                        jnp.full(S, 1 / S), pj, direct=direct)
+    return mod, L, ref, rows, q1, hist, avg
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "stein"])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_site_march_equals_the_structured_march(name, tmp_path):
-    mod, L, ref, rows, q1, hist = _both(name, tmp_path)
+def test_site_march_equals_the_structured_march(name, direct, tmp_path):
+    """Kernels, responses, the error signal and (direct readout) every path; with the Stein readout the readout
+    average itself (the structured march's 'f', from its derived formula) and the direct one ('fdir')."""
+    mod, L, ref, rows, q1, hist, avg = _both(name, tmp_path, direct=direct)
     roles = mod.ROLES
     for mine, theirs in (("Phi", "Phi"), ("G", "G"), ("A", "Rphi"), ("B", "Rg")):
         for l in range(1, L + 1):
@@ -56,9 +66,15 @@ def test_site_march_equals_the_structured_march(name, tmp_path):
             assert np.abs(b).max() > 1e-3, (mine, l)                       # every quantity is exercised
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max(), err_msg=f"{mine}[{l}]")
     np.testing.assert_allclose(np.asarray(q1[mod.ERROR_SIGNAL]), ref["Delta"], rtol=0, atol=1e-9)
-    for f, key in ((roles["h"], "h"), (roles["z"], "z")):
-        for l in range(1, L + 1):
-            np.testing.assert_allclose(np.asarray(hist[(f, l)]), ref[key][l - 1], rtol=0, atol=1e-9)
+    (sym,) = [k[1] for k in avg if k[0] == "stein"]
+    np.testing.assert_allclose(np.asarray(avg[("direct", sym)]), ref["fdir"], rtol=0, atol=1e-9)
+    if direct:
+        for f, key in ((roles["h"], "h"), (roles["z"], "z")):
+            for l in range(1, L + 1):
+                np.testing.assert_allclose(np.asarray(hist[(f, l)]), ref[key][l - 1], rtol=0, atol=1e-9)
+    else:
+        np.testing.assert_allclose(np.asarray(avg[("stein", sym)]), ref["f"], rtol=0, atol=1e-9)
+        assert np.abs(ref["f"] - ref["fdir"]).max() > 1e-6           # the two estimators differ on these paths
 
 
 def test_schedule_orders_one_step_by_its_same_time_reads(tmp_path):

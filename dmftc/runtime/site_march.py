@@ -62,6 +62,8 @@ class SiteProgram:
     families: dict            # two-time average name -> observable expr (in t and s)
     responses: dict           # response name -> (observable expr at t, source name)
     readouts: tuple           # (name, coeff, rest, ((symbol, expr), ...)) constraints read in the march
+    stein: dict               # average symbol -> (field, source, Y): <X> by Stein's lemma (see _stein_plan)
+    at_fixed_time: dict       # average symbol -> (t-form symbol, time): <X(t)> taken at a fixed time
     boundaries: dict          # (name, layer text) -> value
     layer_var: str
     depth: str
@@ -83,8 +85,52 @@ class SiteProgram:
             (name, _), = s.targets
             srcs[name] = (s.depends_on[0], s.layer_offset)
         bnd = {(b.name, b.layer): b.value for b in ir.boundaries}
-        return cls(tuple((f.name, f.expr) for f in ir.fields), srcs, fams, resp, reads, bnd, lay.name, lay.size,
+        fields = tuple((f.name, f.expr) for f in ir.fields)
+        tsym = sp.Symbol(ir.time[0])
+        stein, fixed = {}, {}
+        for _, _, _, avgs in reads:
+            for sym, expr in avgs:
+                plan = _stein_plan(expr, dict(fields), srcs, {w for _, w in resp.values()}, tsym)
+                if plan is not None:
+                    stein[sym] = plan
+            for sym, expr in avgs:
+                if sym in stein or tsym in expr.free_symbols:
+                    continue
+                for other, oexpr in avgs:
+                    if other in stein:
+                        times = {int(a) for a in _times(expr)}
+                        if len(times) == 1 and sp.simplify(oexpr.subs(tsym, next(iter(times))) - expr) == 0:
+                            fixed[sym] = (other, next(iter(times)))
+        return cls(fields, srcs, fams, resp, reads, stein, fixed, bnd, lay.name, lay.size,
                    ir.activations[0][0], ir.time[0], ir.params)
+
+
+def _times(expr):
+    """The time arguments of the one-argument function applications (fields) in ``expr``."""
+    return [a.args[0] for a in expr.atoms(sp.core.function.AppliedUndef) if len(a.args) == 1]
+
+
+def _stein_plan(X, fields: dict, sources: dict, tangents: set, tsym):
+    """How to average X(t) (a readout average, fields at time t) with Stein's lemma: X is linear in a field
+    F(t) whose equation is F = x(t) + (terms without x(t)) for a gp source x whose tangents the march carries, so
+    E[X] = sum_{s<=t} Cov_x(t, s) E[dY / dx(s)] + E[X - x(t) Y] with Y = dX / dF(t) (the first term is the exact
+    Gaussian integration by parts of E[x(t) Y]; the second is averaged on the paths).  This is the estimator whose
+    Monte Carlo error does not grow like 1/gamma at small gamma.  Returns (F, x, Y) or None (then X is averaged
+    directly)."""
+    for app in sorted(X.atoms(sp.core.function.AppliedUndef), key=str):
+        base, _ = _split(type(app).__name__)
+        if base not in fields or app.args != (tsym,):
+            continue
+        if sp.diff(X, app, 2) != 0:
+            continue
+        for xname in sources:
+            if xname not in tangents:
+                continue
+            xs = [a for a in fields[base].atoms(sp.core.function.AppliedUndef)
+                  if _split(type(a).__name__)[0] == xname and a.args == (tsym,)]
+            if len(xs) == 1 and sp.diff(fields[base], xs[0]) == 1 and sp.diff(fields[base], xs[0], 2) == 0:
+                return base, xname, sp.diff(X, app)
+    return None
 
 
 class _Eval:
@@ -255,11 +301,13 @@ def schedule(prog: SiteProgram, L: int) -> list:
     return order
 
 
-def site_march(prog: SiteProgram, act, L: int, T: int, xi: dict, wts, p: dict):
+def site_march(prog: SiteProgram, act, L: int, T: int, xi: dict, wts, p: dict, direct: bool = False):
     """One march on given standard normals ``xi`` (source name -> (L, S, T)) with path weights ``wts`` (S,)
     summing to 1.  ``act``: functions (phi, phi', phi'', ...) of the activation; ``p``: parameter values.
-    Returns {(name, l): (T, T) causal rows} for kernels and responses, {name: (T,)} for the march's
-    constraints, and the fields' paths {(name, l): (S, T)}."""
+    ``direct``: the readout constraints read the plain path averages (the saddle of the Monte Carlo action of
+    these paths) instead of their Stein's-lemma form.  Returns {(name, l): (T, T) causal rows} for kernels and
+    responses, {name: (T,)} for the march's constraints, the fields' paths {(name, l): (S, T)}, the readout
+    averages {('stein' | 'direct', symbol): (T,)} and the sources' Cholesky factors {(name, l): (T, T)}."""
     S = next(iter(xi.values())).shape[1]
     order = schedule(prog, L)
     wrt = sorted({w for _, w in prog.responses.values()})
@@ -268,8 +316,8 @@ def site_march(prog: SiteProgram, act, L: int, T: int, xi: dict, wts, p: dict):
     idx = jnp.arange(T)
 
     def step(t, c):
-        hist, dhist, chol, rows, q1 = (dict(c[k]) for k in ("hist", "dhist", "chol", "rows", "q1"))
-        src, dsrc = {}, {}
+        hist, dhist, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "dhist", "chol", "rows", "q1", "avg"))
+        src = {}
         onehot = (idx == t).astype(jnp.float64)
         for kind, name, l in order:
             ev = _Eval(prog, L, t, l, hist, rows, q1, src, p, act, T)
@@ -316,21 +364,49 @@ def site_march(prog: SiteProgram, act, L: int, T: int, xi: dict, wts, p: dict):
                 rows[(name, l)] = rows[(name, l)].at[t].set(row)
         for qname, coeff, rest, avgs in prog.readouts:
             vals = {}
-            for sym, expr in avgs:
-                vals[sym] = wts @ _Eval(prog, L, t, L, hist, rows, q1, src, p, act, T)(expr)
             ev = _Eval(prog, L, t, L, hist, rows, q1, src, p, act, T)
-            r = _subs_eval(ev, rest, vals)
-            q1[qname] = q1[qname].at[t].set(-r / ev(coeff))
-        return {"hist": hist, "dhist": dhist, "chol": chol, "rows": rows, "q1": q1}
+            for sym, expr in avgs:
+                if sym in prog.at_fixed_time:
+                    continue
+                X = ev(expr)
+                direct_val = wts @ X
+                if sym in prog.stein:
+                    F, x, Y = prog.stein[sym]
+                    fam, off = prog.sources[x]
+                    layer_hist = {f: hist[(f, L)] for f in names}
+
+                    def yval(hs, Y=Y):
+                        h2 = dict(hist)
+                        h2.update({(f, L): v for f, v in hs.items()})
+                        return _Eval(prog, L, t, L, h2, rows, q1, src, p, act, T)(Y)
+
+                    tang = {f: dhist[(x, f, L)] for f in names}
+                    dY = jax.vmap(lambda th: jax.jvp(yval, (layer_hist,), (th,))[1], in_axes=2, out_axes=1)(tang)
+                    cov = rows[(fam, L + off)][t] if 1 <= L + off <= L else \
+                        jnp.full((T,), ev.boundary(fam, L + off))
+                    stein_val = jnp.sum(cov * (idx <= t) * (wts @ dY)) + wts @ (X - src[(x, L)] * ev(Y))
+                    avg[("stein", sym)] = avg[("stein", sym)].at[t].set(stein_val)
+                avg[("direct", sym)] = avg[("direct", sym)].at[t].set(direct_val)
+            kind = "direct" if direct else "stein"
+            for sym, _ in avgs:
+                if sym in prog.at_fixed_time:
+                    other, k = prog.at_fixed_time[sym]
+                    vals[sym] = avg[(kind if other in prog.stein else "direct", other)][k]
+                else:
+                    vals[sym] = avg[(kind if sym in prog.stein else "direct", sym)][t]
+            q1[qname] = q1[qname].at[t].set(-_subs_eval(ev, rest, vals) / ev(coeff))
+        return {"hist": hist, "dhist": dhist, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
 
     c0 = {"hist": {(f, l): jnp.zeros((S, T)) for f in names for l in range(1, L + 1)},
           "dhist": {(w, f, l): jnp.zeros((S, T, T)) for w in wrt for f in names for l in range(1, L + 1)},
           "chol": {(x, l): jnp.zeros((T, T)) for x in prog.sources for l in range(1, L + 1)},
           "rows": {(q, l): jnp.zeros((T, T)) for q in list(prog.families) + list(prog.responses)
                    for l in range(1, L + 1)},
-          "q1": {q: jnp.zeros(T) for q, *_ in prog.readouts}}
+          "q1": {q: jnp.zeros(T) for q, *_ in prog.readouts},
+          "avg": {(k, sym): jnp.zeros(T) for *_, avgs in prog.readouts for sym, _ in avgs
+                  for k in ("stein", "direct") if sym not in prog.at_fixed_time}}
     c = jax.lax.fori_loop(0, T, step, c0)
-    return c["rows"], c["q1"], c["hist"]
+    return c["rows"], c["q1"], c["hist"], c["avg"], c["chol"]
 
 
 def _subs_eval(ev: _Eval, expr, vals: dict):
