@@ -129,3 +129,74 @@ def readout(E_t, E_0, p):
 def scalar_K(diag, p):
     """K(t) = Sum(G(l + 1)*Phi(l), (l, 0, L)); diag(name, layer): the (T,) time diagonal of a kernel."""
     return sum((diag('G', l + 1) * diag('Phi', l)) for l in range(0, int(p['L']) + 1))
+
+
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer)
+SITE = {
+    'fields': ('h', 'z', 'g'),
+    'sources': (('u', 'Phi', -1), ('r', 'G', 1)),
+    'kernels': ('Phi', 'G'),
+    'responses': (('A', 'r'), ('B', 'u')),
+    'readouts': (('Delta', ('E_1', 'E_2')),),
+    'stein': (('E_1', 'z', 'r'),),
+    'fixed': (('E_2', 'E_1', 0),),
+    'reads': ((('field', 'h'), (('row', 'A', 'l-1'), ('row', 'Phi', 'l-1'), ('source', 'u', 'l'))), (('field', 'z'), (('field', 'h', 'l'), ('row', 'B', 'l+1'), ('row', 'G', 'l+1'), ('source', 'r', 'l'))), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('row', 'Phi'), (('field', 'h', 'l'),)), (('row', 'G'), (('field', 'g', 'l'),)), (('row', 'A'), (('field', 'h', 'l'),)), (('row', 'B'), (('field', 'g', 'l'),))),
+}
+
+
+def site_field_h(E):
+    """h[l](t) = gamma*Sum(eta*Delta(s)*Phi[l-1](t, s)*g[l](s), (s, 0, t - 1)) + u[l](t) + Sum(A[l-1](t, s)*g[l](s), (s, 0, t - 1))"""
+    return ((E.p['gamma'] * E.causal_sum((E.p['eta'] * E.q('Delta', 's') * E.row('Phi', 'l-1') * E.field('g', 'l', 's')), upto=False)) + E.source('u', 'l') + E.causal_sum((E.row('A', 'l-1') * E.field('g', 'l', 's')), upto=False))
+
+
+def site_field_z(E):
+    """z[l](t) = gamma*Sum(eta*Delta(s)*G[l+1](t, s)*phi(h[l](s)), (s, 0, t - 1)) + r[l](t) + Sum(B[l+1](t, s)*phi(h[l](s)), (s, 0, t))"""
+    return ((E.p['gamma'] * E.causal_sum((E.p['eta'] * E.q('Delta', 's') * E.row('G', 'l+1') * E.act(0, E.field('h', 'l', 's'))), upto=False)) + E.source('r', 'l') + E.causal_sum((E.row('B', 'l+1') * E.act(0, E.field('h', 'l', 's'))), upto=True))
+
+
+def site_field_g(E):
+    """g[l](t) = z[l](t)*phi'(h[l](t))"""
+    return (E.field('z', 'l', 't') * E.act(1, E.field('h', 'l', 't')))
+
+
+def site_kernel_Phi(E):
+    """Phi[l](t, s) = <phi(h[l](s))*phi(h[l](t))>: the observable over s <= t"""
+    return (E.act(0, E.field('h', 'l', 's')) * E.act(0, E.field('h', 'l', 't', vec=True)))
+
+
+def site_kernel_G(E):
+    """G[l](t, s) = <g[l](s)*g[l](t)>: the observable over s <= t"""
+    return (E.field('g', 'l', 's') * E.field('g', 'l', 't', vec=True))
+
+
+def site_response_A(E):
+    """A[l](t, s) = <d phi(h[l](t)) / d r[l](s)>: the observable at t (the runtime carries its tangents)"""
+    return E.act(0, E.field('h', 'l', 't'))
+
+
+def site_response_B(E):
+    """B[l](t, s) = <d g[l](t) / d u[l](s)>: the observable at t (the runtime carries its tangents)"""
+    return E.field('g', 'l', 't')
+
+
+def site_average_E_1(E):
+    """E_1 = <z[L](t)*phi(h[L](t))>: the paths"""
+    return (E.field('z', 'L', 't') * E.act(0, E.field('h', 'L', 't')))
+
+
+def site_stein_E_1(E):
+    """Y = d(z[L](t)*phi(h[L](t))) / d(field at t): E_1 by Stein's lemma"""
+    return E.act(0, E.field('h', 'L', 't'))
+
+
+def site_average_E_2(E):
+    """E_2 = <z[L](0)*phi(h[L](0))>: the paths"""
+    return (E.field('z', 'L', 0) * E.act(0, E.field('h', 'L', 0)))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = y - (E_1 - E_2)/gamma; v: the averages"""
+    return (((-1.0 * v['E_1']) + v['E_2'] + (E.p['gamma'] * E.p['y'])) / (E.p['gamma']))

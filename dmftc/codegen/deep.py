@@ -154,6 +154,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
         w(f"    \"\"\"{sc.name}(t) = {sp.sstr(sc.expr)}; diag(name, layer): the (T,) time diagonal of a "
           "kernel.\"\"\"\n")
         w(f"    return {_scalar_code(sc.expr, d)}\n\n")
+    if d.site is not None:
+        from dmftc.codegen.site import emit_site
+
+        emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params))
     text = "".join(out)
     return prune_imports(text.rstrip("\n") + "\n")
 

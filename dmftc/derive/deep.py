@@ -67,6 +67,7 @@ class DeepDerivation:
     readout_stein: sp.Expr      # E[z[L](t) phi(h[L](t))] reduced to order parameters (printing)
     params: tuple               # scalar parameter names (declaration order), then steps, step
     positions: tuple = ()       # ((what, Pos), ...): spec text of 'h', 'z', each scalar, each boundary 'Phi[0]'
+    site: object = None         # the single-site program (dmftc.derive.site.SiteProgram), printed for the site march
 
     @property
     def linear(self) -> bool:
@@ -193,8 +194,11 @@ class _Deriver(DeepLowering):
         positions = [("h", eqs[h].body.pos), ("z", eqs[z].body.pos)]
         positions += [(sc.name, m.definitions[sc.name].pos) for sc in scalars]
         positions += [(f"{name}[{ref.text()}]", eq.pos) for name, bs in m.boundaries.items() for ref, eq in bs]
+        from dmftc.derive.site import site_program
+
         return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,
-                              tuple(scalars), stein, params, tuple((k, p) for k, p in positions if p is not None))
+                              tuple(scalars), stein, params, tuple((k, p) for k, p in positions if p is not None),
+                              site_program(self.ir))
 
     def split(self, name, parsed, source, driver, eq):
         """expr = source + sum_{s<t} c_past * driver + sum_{s<=t} c_upto * driver: return (c_past, c_upto)."""

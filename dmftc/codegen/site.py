@@ -1,0 +1,139 @@
+"""Print a deep spec's single-site program (:mod:`dmftc.derive.site`) into its generated module.
+
+Every field, kernel observable, response observable, readout average and readout constraint becomes a function
+of an evaluator ``E`` (:class:`dmftc.runtime.site_march.Evaluator`), which supplies the values at the current
+step t of the layer being computed:
+
+    E.field(name, ref, time)    the field of layer ``ref`` ('' = this layer) at 't' (paths,), at 's' (paths, T:
+                                every earlier time, the last axis) or at a fixed time; inside a sum over s a
+                                field at 't' is (paths, 1)
+    E.source(name, ref)         the gp source at t            E.row(name, ref)   row t of a kernel or response
+    E.diag(name, ref)           its (t, t) entry              E.q(name, time)    a one-time order parameter
+    E.act(k, x)                 the k-th derivative of the activation
+    E.causal_sum(body, upto)    sum over s < t (s <= t with ``upto``) of a body over the last axis
+    E.p[name]                   a parameter value
+
+``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
+averages and the same-time reads of every quantity (which order one time step).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from dmftc.codegen.two_layer import ExprPrinter
+from dmftc.derive.site import SiteProgram, split_name
+
+
+class _SitePrinter(ExprPrinter):
+    """SymPy -> evaluator calls (module doc); ``vec``: printing a body over the earlier time s."""
+
+    dirac_width = "E.width"
+
+    def __init__(self, prog: SiteProgram, scalars: set, params: set):
+        self.prog, self.scalars, self.params = prog, scalars, params
+        self.fields = {n for n, _ in prog.fields}
+        self.sources = {n for n, _, _ in prog.sources}
+        self.two = {n for n, _ in prog.families} | {n for n, _, _ in prog.responses}
+        self.t, self.s = sp.Symbol(prog.time), sp.Symbol("s")
+        self.vec = False
+
+    def time(self, a) -> str:
+        if a == self.t:
+            return "'t'"
+        if a == self.s:
+            return "'s'"
+        if a.is_Integer:
+            return str(int(a))
+        raise NotImplementedError(f"time argument {a}")
+
+    def atom(self, e):
+        if isinstance(e, sp.Symbol):
+            if e.name in self.params:
+                return f"E.p[{e.name!r}]"
+            raise NotImplementedError(f"no value for the symbol {e}")
+        if isinstance(e, sp.Sum):
+            (_, _, hi), = e.limits
+            outer, self.vec = self.vec, True
+            body = self.p(e.function)
+            self.vec = outer
+            return f"E.causal_sum({body}, upto={hi == self.t})"
+        name = type(e).__name__
+        if name.rstrip("'") == self.prog.activation and len(e.args) == 1:
+            return f"E.act({len(name) - len(name.rstrip(chr(39)))}, {self.p(e.args[0])})"
+        if not isinstance(e, sp.core.function.AppliedUndef):
+            return None
+        base, ref = split_name(name)
+        ref = ref or ""
+        if base in self.fields:
+            (a,) = e.args
+            vec = ", vec=True" if self.vec and a != self.s else ""
+            return f"E.field({base!r}, {ref!r}, {self.time(a)}{vec})"
+        if base in self.sources:
+            return f"E.source({base!r}, {ref!r})"
+        if base in self.two:
+            if tuple(e.args) == (self.t, self.s):
+                return f"E.row({base!r}, {ref!r})"
+            if tuple(e.args) == (self.t, self.t):
+                return f"E.diag({base!r}, {ref!r})"
+        if base in self.scalars and len(e.args) == 1:
+            return f"E.q({base!r}, {self.time(e.args[0])})"
+        raise NotImplementedError(f"the site program cannot read {e}")
+
+    def vector(self, e) -> str:
+        self.vec = True
+        try:
+            return self.p(e)
+        finally:
+            self.vec = False
+
+
+def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
+    """Append ``SITE`` and the program's functions to a generated deep module (``w`` writes text)."""
+    pr = _SitePrinter(prog, set(scalars), set(params))
+    lv, tv = prog.layer, prog.time
+    site = {
+        "fields": tuple(n for n, _ in prog.fields),
+        "sources": prog.sources,
+        "kernels": tuple(n for n, _ in prog.families),
+        "responses": tuple((n, x) for n, _, x in prog.responses),
+        "readouts": tuple((n, tuple(str(s) for s, _ in avgs)) for n, _, _, avgs in prog.readouts),
+        "stein": tuple((str(sym), f, x) for sym, f, x, _ in prog.stein),
+        "fixed": tuple((str(sym), str(o), k) for sym, o, k in prog.fixed),
+        "reads": prog.reads,
+    }
+    w("\n# ---------------------------------------------------------------- the single-site program\n"
+      "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
+      "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
+      "# references relative to its own layer ('' = the same layer)\n")
+    w("SITE = {\n")
+    for k, v in site.items():
+        w(f"    {k!r}: {v!r},\n")
+    w("}\n\n")
+    for n, e in prog.fields:
+        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}) = {sp.sstr(e)}\"\"\"\n    return {pr.p(e)}\n\n")
+    for n, e in prog.families:
+        w(f"\ndef site_kernel_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <{sp.sstr(e)}>: the observable over s <= {tv}\"\"\"\n"
+          f"    return {pr.vector(e)}\n\n")
+    for n, e, x in prog.responses:
+        w(f"\ndef site_response_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <d {sp.sstr(e)} / d {x}[{lv}](s)>: the observable "
+          f"at {tv} (the runtime carries its tangents)\"\"\"\n    return {pr.p(e)}\n\n")
+    stein = {sym: y for sym, _, _, y in prog.stein}
+    for name, coeff, rest, avgs in prog.readouts:
+        for sym, e in avgs:
+            w(f"\ndef site_average_{sym}(E):\n    \"\"\"{sym} = <{sp.sstr(e)}>: the paths\"\"\"\n    return {pr.p(e)}\n\n")
+            if sym in stein:
+                w(f"\ndef site_stein_{sym}(E):\n    \"\"\"Y = d({sp.sstr(e)}) / d(field at t): {sym} by Stein's lemma\"\"\"\n"
+                  f"    return {pr.p(stein[sym])}\n\n")
+        sol = sp.sstr(-rest / coeff)
+        v = _SitePrinter(prog, set(scalars), set(params))
+        v.atom = _with_averages(v.atom, {sym for sym, _ in avgs})
+        w(f"\ndef site_constraint_{name}(E, v):\n    \"\"\"{name}(t) = {sol}; v: the averages\"\"\"\n"
+          f"    return {v.p(sp.simplify(-rest / coeff))}\n\n")
+
+
+def _with_averages(atom, syms: set):
+    def inner(e):
+        if isinstance(e, sp.Symbol) and e in syms:
+            return f"v[{e.name!r}]"
+        return atom(e)
+    return inner

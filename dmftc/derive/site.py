@@ -1,0 +1,142 @@
+"""What the site march needs from a deep spec's IR (issue 12): its single-site program, analysed in SymPy.
+
+From :class:`dmftc.ir.ModelIR` (kind 'deep') this stage collects the fields in dependency order, the gp sources
+with the kernel and layer offset of their covariance, the two-time averages (kernels) and responses, the
+constraints that read single-site averages (the readout) and the boundaries, and derives
+
+* the **same-time reads** of every quantity, in layer references relative to its own layer: a field reads its
+  layer's fields at t (not those at s inside a strictly causal sum), its source, and the rows t of kernels and
+  responses (row t of a kernel needs that layer's fields at t, whatever s it is read at); a kernel or response
+  row reads the fields of its observable.  :mod:`dmftc.runtime.site_march` orders one time step by them;
+* for each readout average X(t), whether **Stein's lemma** applies: X linear in a field F(t) whose equation is
+  F = x(t) + (terms without x(t)) for a gp source x with a response (so the march carries tangents in x), then
+  E[X] = sum_{s<=t} Cov_x(t, s) E[dY / dx(s)] + E[X - x(t) Y] with Y = dX/dF(t): exact Gaussian integration by
+  parts for the x(t) Y part, whose Monte Carlo error would otherwise grow like 1/gamma;
+* averages at a fixed time that are a t-form average at that time (E[z(0) phi(h(0))]), read from its history.
+
+:mod:`dmftc.codegen.site` prints the result into the generated module.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sympy as sp
+
+from dmftc.errors import StructureSpecError
+from dmftc.ir.nodes import ModelIR
+
+__all__ = ["SiteProgram", "split_name", "site_program"]
+
+_NAME = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\[([^\]]+)\])?$")
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """'Phi[l-1]' -> ('Phi', 'l-1'); 'Delta' -> ('Delta', None)."""
+    m = _NAME.match(name.rstrip("'"))
+    return m.group(1), m.group(2)
+
+
+def _apps(expr):
+    return sorted(expr.atoms(sp.core.function.AppliedUndef), key=str)
+
+
+@dataclass(frozen=True)
+class SiteProgram:
+    """A deep spec's single-site program (names as the spec writes them; layer references as text)."""
+    fields: tuple            # ((name, expr), ...) in dependency order
+    sources: tuple           # ((name, covariance kernel, layer offset), ...)
+    families: tuple          # ((name, observable in t and s), ...)
+    responses: tuple         # ((name, observable at t, source), ...)
+    readouts: tuple          # ((name, coeff, rest, ((symbol, expr), ...)), ...)
+    stein: tuple             # ((symbol, field F, source x, Y = dX/dF(t)), ...)
+    fixed: tuple             # ((symbol, t-form symbol, time), ...)
+    reads: tuple             # ((('field' | 'row', name), ((kind, name, layer ref), ...)), ...)
+    time: str
+    activation: str
+    layer: str               # the layer variable ('l')
+
+    @property
+    def tangent_sources(self) -> tuple:
+        """The sources whose tangents the march carries (those of the responses), sorted."""
+        return tuple(sorted({x for _, _, x in self.responses}))
+
+
+def _reads(expr, fields: set, sources: set, two_time: set, tsym, own: str | None):
+    """Same-time reads of ``expr`` as ((kind, name, layer ref), ...), sorted (see the module doc)."""
+    out = set()
+
+    def walk(e, strict):
+        if isinstance(e, sp.Sum):
+            (_, _, hi), = e.limits
+            walk(e.function, hi != tsym)
+            return
+        if isinstance(e, sp.core.function.AppliedUndef):
+            base, ref = split_name(type(e).__name__)
+            if base in fields:
+                same = e.args[0] == tsym or (not strict and e.args[0] == sp.Symbol("s"))
+                if same and base != own:
+                    out.add(("field", base, ref or ""))
+            elif base in sources:
+                out.add(("source", base, ref or ""))
+            elif base in two_time:
+                out.add(("row", base, ref or ""))
+        for a in e.args:
+            if isinstance(a, sp.Basic):
+                walk(a, strict)
+
+    walk(expr, False)
+    return tuple(sorted(out))
+
+
+def _stein_plan(X, fields: dict, sources: tuple, tangents: set, tsym):
+    """(F, x, Y) when Stein's lemma applies to the average of X (module doc), else None."""
+    for app in _apps(X):
+        base, _ = split_name(type(app).__name__)
+        if base not in fields or app.args != (tsym,) or sp.diff(X, app, 2) != 0:
+            continue
+        for xname, _, _ in sources:
+            if xname not in tangents:
+                continue
+            xs = [a for a in _apps(fields[base]) if split_name(type(a).__name__)[0] == xname and a.args == (tsym,)]
+            if len(xs) == 1 and sp.diff(fields[base], xs[0]) == 1 and sp.diff(fields[base], xs[0], 2) == 0:
+                return base, xname, sp.diff(X, app)
+    return None
+
+
+def site_program(ir: ModelIR) -> SiteProgram:
+    """The single-site program of a deep spec's IR."""
+    if ir.kind != "deep":
+        raise StructureSpecError("the site program is that of a deep spec (a layer axis); this spec has none")
+    tsym = sp.Symbol(ir.time[0])
+    fields = tuple((f.name, f.expr) for f in ir.fields)
+    fams = tuple((o.name, o.observable) for o in ir.orders if o.kind == "average" and o.times == 2)
+    resp = tuple((o.name, o.observable, o.wrt) for o in ir.orders if o.kind == "response")
+    reads = tuple((o.name, o.coeff, o.rest, tuple((a.symbol, a.expr) for a in o.averages))
+                  for o in ir.orders if o.kind == "constraint" and o.averages)
+    srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
+    names, two = {n for n, _ in fields}, {n for n, _ in fams} | {n for n, _, _ in resp}
+    src_names = {n for n, _, _ in srcs}
+    tangents = {x for _, _, x in resp}
+    stein, fixed = [], []
+    for _, _, _, avgs in reads:
+        plans = {}
+        for sym, expr in avgs:
+            plan = _stein_plan(expr, dict(fields), srcs, tangents, tsym)
+            if plan is not None:
+                plans[sym] = expr
+                stein.append((sym,) + plan)
+        for sym, expr in avgs:
+            if sym in plans or tsym in expr.free_symbols:
+                continue
+            times = {a.args[0] for a in _apps(expr) if len(a.args) == 1}
+            for other, oexpr in plans.items():
+                if len(times) == 1 and sp.simplify(oexpr.subs(tsym, next(iter(times))) - expr) == 0:
+                    fixed.append((sym, other, int(next(iter(times)))))
+                    break
+    node_reads = [(("field", n), _reads(e, names, src_names, two, tsym, n)) for n, e in fields]
+    for n, obs in list(fams) + [(n, of) for n, of, _ in resp]:
+        node_reads.append((("row", n), tuple(r for r in _reads(obs, names, set(), set(), tsym, None)
+                                            if r[0] == "field")))
+    return SiteProgram(fields, srcs, fams, resp, reads, tuple(stein), tuple(fixed), tuple(node_reads),
+                       ir.time[0], ir.activations[0][0], next(a.name for a in ir.axes if a.kind == "layer"))
