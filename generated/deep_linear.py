@@ -148,13 +148,13 @@ SITE = {
 
 
 def site_field_h(E):
-    """h[l](t) = gamma*Sum(eta*Delta(s)*Phi[l-1](t, s)*g[l](s), (s, 0, t - 1)) + u[l](t) + Sum(A[l-1](t, s)*g[l](s), (s, 0, t - 1))"""
-    return ((E.p['gamma'] * E.causal_sum((E.p['eta'] * E.q('Delta', 's') * E.row('Phi', 'l-1') * E.field('g', 'l', 's')), upto=False)) + E.source('u', 'l') + E.causal_sum((E.row('A', 'l-1') * E.field('g', 'l', 's')), upto=False))
+    """h[l](t) = u[l](t) + Sum((eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s))*g[l](s), (s, 0, t - 1))"""
+    return (E.source('u', 'l') + E.causal_sum((((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')) * E.field('g', 'l', 's')), upto=False))
 
 
 def site_field_z(E):
-    """z[l](t) = gamma*Sum(eta*Delta(s)*G[l+1](t, s)*phi(h[l](s)), (s, 0, t - 1)) + r[l](t) + Sum(B[l+1](t, s)*phi(h[l](s)), (s, 0, t))"""
-    return ((E.p['gamma'] * E.causal_sum((E.p['eta'] * E.q('Delta', 's') * E.row('G', 'l+1') * E.act(0, E.field('h', 'l', 's'))), upto=False)) + E.source('r', 'l') + E.causal_sum((E.row('B', 'l+1') * E.act(0, E.field('h', 'l', 's'))), upto=True))
+    """z[l](t) = r[l](t) + Sum((eta*gamma*past_mask*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
+    return (E.source('r', 'l') + E.causal_sum((((E.p['eta'] * E.p['gamma'] * E.past * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')) * E.act(0, E.field('h', 'l', 's'))), upto=True))
 
 
 def site_field_g(E):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.codegen.two_layer import ExprPrinter
-from dmftc.derive.site import SiteProgram, split_name
+from dmftc.derive.site import PAST, SiteProgram, split_name
 
 
 class _SitePrinter(ExprPrinter):
@@ -47,6 +47,8 @@ class _SitePrinter(ExprPrinter):
         raise NotImplementedError(f"time argument {a}")
 
     def atom(self, e):
+        if e == PAST:
+            return "E.past"
         if isinstance(e, sp.Symbol):
             if e.name in self.params:
                 return f"E.p[{e.name!r}]"

@@ -104,18 +104,64 @@ def _stein_plan(X, fields: dict, sources: tuple, tangents: set, tsym):
     return None
 
 
+PAST = sp.Symbol("past_mask")     # [s < t] inside a sum over s <= t (printed as E.past)
+
+
+def _path_dependent(e, fields: set) -> bool:
+    return any(split_name(type(a).__name__)[0] in fields for a in e.atoms(sp.core.function.AppliedUndef))
+
+
+def merge_sums(expr, fields: set, tsym):
+    """The causal sums of a field equation as one sum whose body is grouped by its path-dependent factors,
+    sum_{s<=t} sum_k P_k(s) C_k(t, s) (C_k path-independent: kernel and response rows, one-time order
+    parameters, parameters), so that the march makes one pass over the paths' histories per distinct P_k
+    instead of one per term (each pass over the tangents costs paths x T^2).  A term of a strict sum (s < t)
+    carries the factor PAST.  Equal to the input as a function of the values (tested through the march)."""
+    s = sp.Symbol("s")
+    rest, bodies, strict_only = [], [], True
+    for term in sp.Add.make_args(expr):
+        sums = [f for f in sp.Mul.make_args(term) if isinstance(f, sp.Sum)]
+        if len(sums) != 1:
+            rest.append(term)
+            continue
+        (sm,) = sums
+        coeff = term / sm
+        if _path_dependent(coeff, fields) or s in coeff.free_symbols:
+            rest.append(term)
+            continue
+        (_, lo, hi), = sm.limits
+        if lo != 0 or hi not in (tsym, tsym - 1):
+            rest.append(term)
+            continue
+        strict_only &= hi != tsym
+        bodies.append((coeff * sm.function, hi != tsym))
+    if len(bodies) < 2:
+        return expr
+    hi = tsym - 1 if strict_only else tsym
+    groups: dict = {}
+    for body, strict in bodies:
+        for t in sp.Add.make_args(sp.expand(body)):
+            path = sp.Mul(*[f for f in sp.Mul.make_args(t) if _path_dependent(f, fields)])
+            coef = t / path
+            groups[path] = groups.get(path, 0) + (coef * PAST if strict and not strict_only else coef)
+    body = sp.Add(*[path * sp.factor_terms(coef) for path, coef in groups.items()])
+    return sp.Add(*rest) + sp.Sum(body, (s, 0, hi))
+
+
 def site_program(ir: ModelIR) -> SiteProgram:
     """The single-site program of a deep spec's IR."""
     if ir.kind != "deep":
         raise StructureSpecError("the site program is that of a deep spec (a layer axis); this spec has none")
     tsym = sp.Symbol(ir.time[0])
-    fields = tuple((f.name, f.expr) for f in ir.fields)
+    tsym = sp.Symbol(ir.time[0])
+    names = {f.name for f in ir.fields}
+    fields = tuple((f.name, merge_sums(f.expr, names, tsym)) for f in ir.fields)
     fams = tuple((o.name, o.observable) for o in ir.orders if o.kind == "average" and o.times == 2)
     resp = tuple((o.name, o.observable, o.wrt) for o in ir.orders if o.kind == "response")
     reads = tuple((o.name, o.coeff, o.rest, tuple((a.symbol, a.expr) for a in o.averages))
                   for o in ir.orders if o.kind == "constraint" and o.averages)
     srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
-    names, two = {n for n, _ in fields}, {n for n, _ in fams} | {n for n, _, _ in resp}
+    two = {n for n, _ in fams} | {n for n, _, _ in resp}
     src_names = {n for n, _, _ in srcs}
     tangents = {x for _, _, x in resp}
     stein, fixed = [], []

@@ -56,6 +56,7 @@ class Evaluator:
         self.hist, self.rows, self.q1, self.src, self.p, self._act = hist, rows, q1, src, p, act
         self.width, self.bounds = width, bounds
         self.idx = jnp.arange(T)
+        self.past = (self.idx < t).astype(jnp.float64)          # [s < t] (dmftc.derive.site.PAST)
 
     def at(self, l):
         """The same step seen from layer l."""
@@ -174,12 +175,12 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
         def tangent(value, l, x, srcs=None):
             """d value / d x[l](s) for every s: (S, T)."""
             layer_hist = {f: hist[(f, l)] for f in names}
-            th = {f: dhist[(x, f, l)] for f in names}
+            th = {f: dhist[(x, f, l)] for f in names}          # (S, direction s, field time)
             if srcs is None:
-                return jax.vmap(lambda a: jax.jvp(value, (layer_hist,), (a,))[1], in_axes=2, out_axes=1)(th)
+                return jax.vmap(lambda a: jax.jvp(value, (layer_hist,), (a,))[1], in_axes=1, out_axes=1)(th)
             ts = {k: (jnp.ones((S, 1)) * onehot if k[0] == x else jnp.zeros((S, T))) for k in srcs}
             return jax.vmap(lambda a, b: jax.jvp(value, (layer_hist, srcs), (a, b))[1],
-                            in_axes=(2, 1), out_axes=1)(th, ts)
+                            in_axes=(1, 1), out_axes=1)(th, ts)
 
         for kind, name, l in order:
             if kind == "source":
@@ -193,7 +194,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 v = value({f: hist[(f, l)] for f in names}, srcs)
                 hist[(name, l)] = hist[(name, l)].at[:, t].set(v)
                 for x in wrt:
-                    dhist[(x, name, l)] = dhist[(x, name, l)].at[:, t, :].set(tangent(value, l, x, srcs))
+                    dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(tangent(value, l, x, srcs))
             elif name in resp:
                 d = tangent(layer_fn(getattr(mod, f"site_response_{name}"), l), l, resp[name])
                 rows[(name, l)] = rows[(name, l)].at[t].set(wts @ d)
