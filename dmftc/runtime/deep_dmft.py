@@ -350,11 +350,41 @@ _JIT: dict = {}
 
 
 def _compiled(L, T, exact, spec, direct=False, keep=False):
+    """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
+    generated module carries one, else the structured ``_march`` of ``spec``'s kernels."""
     key = (spec.key, L, T, exact, direct, keep)
     if key not in _JIT:
-        _JIT[key] = jax.jit(lambda xiu, xir, wts, prm: _march(xiu, xir, wts, prm, L=L, T=T, exact=exact, spec=spec,
-                                                             direct=direct, keep=keep))
+        if getattr(spec, "module", None) is not None and hasattr(spec.module, "SITE"):
+            fn = lambda xiu, xir, wts, prm: _site(xiu, xir, wts, prm, L=L, T=T, mod=spec.module,  # noqa: E731
+                                                  direct=direct, keep=keep, exact=exact)
+        else:
+            fn = lambda xiu, xir, wts, prm: _march(xiu, xir, wts, prm, L=L, T=T, exact=exact,  # noqa: E731
+                                                   spec=spec, direct=direct, keep=keep)
+        _JIT[key] = jax.jit(fn)
     return _JIT[key]
+
+
+def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact):
+    """The site march of a generated deep module, in ``_march``'s output names (roles)."""
+    from dmftc.runtime.site_march import site_march
+
+    width = prm["dirac width"]
+    act = [lambda x, k=k: mod.activation(x, prm, width)[k] for k in range(3)]
+    (u, _, _), (r, _, _) = sorted(mod.SITE["sources"], key=lambda src: src[2])       # offsets -1 (u), +1 (r)
+    rows, q1, hist, avg, chol = site_march(mod, act, L, T, {u: xiu, r: xir}, wts, prm, width=width, direct=direct,
+                                           pivot_tol=_PIVOT_TOL_EXACT if exact else _PIVOT_TOL,
+                                           tangent_wts=jnp.full(xiu.shape[1], 1.0 / xiu.shape[1]) if exact else None)
+    R, layers = mod.ROLES, range(1, L + 1)
+    stack = lambda d, name: jnp.stack([d[(name, l)] for l in layers])  # noqa: E731
+    fixed = {sym for sym, _, _ in mod.SITE["fixed"]}
+    e_t = next(sym for sym in mod.SITE["readouts"][0][1] if sym not in fixed)
+    stein = any(sym == e_t for sym, _, _ in mod.SITE["stein"])
+    out = {"Phi": stack(rows, R["Phi"]), "G": stack(rows, R["G"]), "Rphi": stack(rows, R["A"]),
+           "Rg": stack(rows, R["B"]), "Delta": q1[mod.ERROR_SIGNAL],
+           "f": avg[("stein" if stein else "direct", e_t)], "fdir": avg[("direct", e_t)]}
+    if keep:
+        out.update(h=stack(hist, R["h"]), z=stack(hist, R["z"]), Cu=stack(chol, u), Cr=stack(chol, r))
+    return out
 
 
 def _traced(prm: dict) -> dict:
@@ -540,4 +570,6 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     diag["f_direct"] = arrays.pop("f_direct")
     diag["f_direct_stderr"] = stderr.pop("f_direct")
     diag["wall_time"] = _time.perf_counter() - t0
+    diag["march"] = ("the spec's single-site program (dmftc.runtime.site_march)"
+                     if hasattr(getattr(spec, "module", None), "SITE") else "structured (dmftc.runtime.deep_dmft)")
     return DeepSaddle(L=L, T=T, params=params, arrays=arrays, stderr=stderr, diagnostics=diag)

@@ -136,16 +136,22 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
     return order
 
 
-def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False):
+def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
+               pivot_tol: float = _PIVOT_TOL, tangent_wts=None):
     """One march of the generated module ``mod`` on standard normals ``xi`` (source name -> (L, S, T)) with path
     weights ``wts`` (S,) summing to 1 (or 1 per row of an exact basis).  ``act``: (phi, phi', phi'', ...) as
     functions of x; ``p``: parameter values; ``width``: the delta functions' width (where the generated code
     has any).  ``direct``: the readout reads the plain path averages (the saddle of the Monte Carlo action of
     these paths) instead of their Stein's-lemma form.  Returns (rows {(name, l): (T, T) causal rows of kernels
     and responses}, q1 {name: (T,)}, hist {(field, l): (S, T)}, avg {('stein' | 'direct', symbol): (T,)},
-    chol {(source, l): (T, T)})."""
+    chol {(source, l): (T, T)}).  ``pivot_tol``: residual variance below this fraction of the diagonal counts as
+    zero in the sources' Cholesky factors (an exact basis needs the tighter ``deep_dmft._PIVOT_TOL_EXACT``).
+    ``tangent_wts``: the weights of the averages of tangents (responses, the Stein term); default ``wts``.  On an
+    exact basis (rows = basis directions of the sources, ``wts`` = 1 each, exact for the quadratic averages of
+    linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows."""
     site = mod.SITE
     S = next(iter(xi.values())).shape[1]
+    twts = wts if tangent_wts is None else tangent_wts
     order = schedule(site, L, mod.LAYER, mod.DEPTH)
     names = site["fields"]
     wrt = tuple(sorted({x for _, x in site["responses"]}))
@@ -186,7 +192,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
             if kind == "source":
                 fam, off = covs[name]
                 row = rows[(fam, l + off)][t] if 1 <= l + off <= L else E0.at(l).boundary(fam, l + off) * jnp.ones(T)
-                chol[(name, l)] = C = _extend_cholesky(chol[(name, l)], row * (idx <= t), t, _PIVOT_TOL)
+                chol[(name, l)] = C = _extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
                 src[(name, l)] = xi[name][l - 1] @ C[t]
             elif kind == "field":
                 srcs = {k: v for k, v in src.items() if k[1] == l}
@@ -197,7 +203,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                     dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(tangent(value, l, x, srcs))
             elif name in resp:
                 d = tangent(layer_fn(getattr(mod, f"site_response_{name}"), l), l, resp[name])
-                rows[(name, l)] = rows[(name, l)].at[t].set(wts @ d)
+                rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
                 rows[(name, l)] = rows[(name, l)].at[t].set((wts @ jnp.broadcast_to(obs, (S, T))) * (idx <= t))
@@ -214,7 +220,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                     Yf = getattr(mod, f"site_stein_{sym}")
                     dY = tangent(layer_fn(Yf, L), L, x)
                     cov = rows[(fam, L + off)][t] if 1 <= L + off <= L else EL.boundary(fam, L + off) * jnp.ones(T)
-                    val = jnp.sum(cov * (idx <= t) * (wts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
+                    val = jnp.sum(cov * (idx <= t) * (twts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
                     avg[("stein", sym)] = avg[("stein", sym)].at[t].set(val)
             vals = {}
             for sym in syms:
