@@ -51,8 +51,8 @@ def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
 class Evaluator:
     """The values the generated ``site_*`` functions read at step t in layer l (see dmftc.codegen.site)."""
 
-    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds):
-        self.mod, self.L, self.T, self.t, self.l = mod, L, T, t, l
+    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None):
+        self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
         self.hist, self.rows, self.q1, self.src, self.p, self._act = hist, rows, q1, src, p, act
         self.width, self.bounds = width, bounds
         self.idx = jnp.arange(T)
@@ -67,7 +67,10 @@ class Evaluator:
         return layer_number(ref, self.l, self.L, self.mod.LAYER, self.mod.DEPTH)
 
     def field(self, name, ref, time, vec=False):
-        h = self.hist[(name, self.layer(ref))]
+        key = (name, self.layer(ref))
+        if time == "t" and key in self.cur:                      # a value at t given separately (tangents)
+            return self.cur[key][:, None] if vec else self.cur[key]
+        h = self.hist[key]
         if time == "s":
             return h
         v = h[:, self.t] if time == "t" else h[:, time]
@@ -178,6 +181,17 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 return fn(Evaluator(mod, L, T, t, l, h2, rows, q1, s2, p, act, width, bounds))
             return value
 
+        def tangent_at_t(fn, l, x):
+            """d fn / d x[l](s) for every s, (S, T), for an observable of layer l's fields at t only (a response's,
+            the Stein term's): the jvp in the fields' values at t, whose tangents are the columns t."""
+            cur = {(f, l): hist[(f, l)][:, t] for f in names}
+            dcur = {(f, l): dhist[(x, f, l)][:, :, t] for f in names}
+
+            def value(c):
+                return fn(Evaluator(mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=c))
+
+            return jax.vmap(lambda a: jax.jvp(value, (cur,), (a,))[1], in_axes=1, out_axes=1)(dcur)
+
         def tangent(value, l, x, srcs=None):
             """d value / d x[l](s) for every s: (S, T)."""
             layer_hist = {f: hist[(f, l)] for f in names}
@@ -202,7 +216,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 for x in wrt:
                     dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(tangent(value, l, x, srcs))
             elif name in resp:
-                d = tangent(layer_fn(getattr(mod, f"site_response_{name}"), l), l, resp[name])
+                d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name])
                 rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
@@ -218,7 +232,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                     f, x = stein[sym]
                     fam, off = covs[x]
                     Yf = getattr(mod, f"site_stein_{sym}")
-                    dY = tangent(layer_fn(Yf, L), L, x)
+                    dY = tangent_at_t(Yf, L, x)
                     cov = rows[(fam, L + off)][t] if 1 <= L + off <= L else EL.boundary(fam, L + off) * jnp.ones(T)
                     val = jnp.sum(cov * (idx <= t) * (twts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
                     avg[("stein", sym)] = avg[("stein", sym)].at[t].set(val)
