@@ -151,12 +151,12 @@ SITE = {
 
 def site_field_h(E):
     """h[l](t) = u[l](t) + Sum((eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s))*g[l](s), (s, 0, t - 1))"""
-    return (E.source('u', 'l') + E.causal_sum((((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')) * E.field('g', 'l', 's')), upto=False))
+    return (E.source('u', 'l') + E.causal_dot(E.field('g', 'l', 's'), ((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')), upto=False))
 
 
 def site_field_z(E):
     """z[l](t) = r[l](t) + Sum((eta*gamma*past_mask*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
-    return (E.source('r', 'l') + E.causal_sum((((E.p['eta'] * E.p['gamma'] * E.past * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')) * E.act(0, E.field('h', 'l', 's'))), upto=True))
+    return (E.source('r', 'l') + E.causal_dot(E.act(0, E.field('h', 'l', 's')), ((E.p['eta'] * E.p['gamma'] * E.past * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
 
 
 def site_field_g(E):

@@ -10,7 +10,8 @@ step t of the layer being computed:
     E.source(name, ref)         the gp source at t            E.row(name, ref)   row t of a kernel or response
     E.diag(name, ref)           its (t, t) entry              E.q(name, time)    a one-time order parameter
     E.act(k, x)                 the k-th derivative of the activation
-    E.causal_sum(body, upto)    sum over s < t (s <= t with ``upto``) of a body over the last axis
+    E.causal_dot(P, C, upto)    sum over s < t (s <= t with ``upto``) of P(s) C(t, s): the paths' factor P (paths,
+                                T) times a row C (T,), a matrix-vector product (None: no path factor)
     E.p[name]                   a parameter value
 
 ``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
@@ -56,9 +57,14 @@ class _SitePrinter(ExprPrinter):
         if isinstance(e, sp.Sum):
             (_, _, hi), = e.limits
             outer, self.vec = self.vec, True
-            body = self.p(e.function)
+            parts = []
+            for term in sp.Add.make_args(e.function):       # sum_s P(s) C(t, s): the paths' factor P times a row C
+                path = [f for f in sp.Mul.make_args(term) if self.path_dependent(f)]
+                coef = sp.Mul(*[f for f in sp.Mul.make_args(term) if not self.path_dependent(f)])
+                parts.append(f"E.causal_dot({self.p(sp.Mul(*path)) if path else 'None'}, {self.p(coef)}, "
+                             f"upto={hi == self.t})")
             self.vec = outer
-            return f"E.causal_sum({body}, upto={hi == self.t})"
+            return parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
         name = type(e).__name__
         if name.rstrip("'") == self.prog.activation and len(e.args) == 1:
             return f"E.act({len(name) - len(name.rstrip(chr(39)))}, {self.p(e.args[0])})"
@@ -80,6 +86,9 @@ class _SitePrinter(ExprPrinter):
         if base in self.scalars and len(e.args) == 1:
             return f"E.q({base!r}, {self.time(e.args[0])})"
         raise NotImplementedError(f"the site program cannot read {e}")
+
+    def path_dependent(self, e) -> bool:
+        return any(split_name(type(a).__name__)[0] in self.fields for a in e.atoms(sp.core.function.AppliedUndef))
 
     def vector(self, e) -> str:
         self.vec = True

@@ -100,11 +100,14 @@ class Evaluator:
     def act(self, k, x):
         return self._act[k](x)
 
-    def causal_sum(self, body, upto):
-        mask = (self.idx <= self.t) if upto else (self.idx < self.t)
-        body = jnp.broadcast_to(body, jnp.shape(body)[:-1] + (self.T,)) if jnp.ndim(body) else \
-            jnp.full((self.T,), body)
-        return jnp.sum(jnp.where(mask, body, 0.0), axis=-1)
+    def causal_dot(self, P, C, upto):
+        mask = ((self.idx <= self.t) if upto else (self.idx < self.t)).astype(jnp.float64)
+        row = C * mask if jnp.ndim(C) else jnp.full((self.T,), C) * mask
+        if P is None:
+            return jnp.sum(row)
+        if jnp.shape(P)[-1] != self.T:                        # a factor constant in s (a field at t)
+            return P[..., 0] * jnp.sum(row)
+        return P @ row
 
 
 def schedule(site: dict, L: int, var: str, depth: str) -> list:
