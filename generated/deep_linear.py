@@ -136,7 +136,8 @@ def scalar_K(diag, p):
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
 # evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
-# references relative to its own layer ('' = the same layer)
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times
+# (the march keeps their tangents over time, the others' at the current step only)
 SITE = {
     'fields': ('h', 'z', 'g'),
     'sources': (('u', 'Phi', -1), ('r', 'G', 1)),
@@ -146,6 +147,7 @@ SITE = {
     'stein': (('E_1', 'z', 'r'),),
     'fixed': (('E_2', 'E_1', 0),),
     'reads': ((('field', 'h'), (('row', 'A', 'l-1'), ('row', 'Phi', 'l-1'), ('source', 'u', 'l'))), (('field', 'z'), (('field', 'h', 'l'), ('row', 'B', 'l+1'), ('row', 'G', 'l+1'), ('source', 'r', 'l'))), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('row', 'Phi'), (('field', 'h', 'l'),)), (('row', 'G'), (('field', 'g', 'l'),)), (('row', 'A'), (('field', 'h', 'l'),)), (('row', 'B'), (('field', 'g', 'l'),))),
+    'history': ('h', 'g'),
 }
 
 

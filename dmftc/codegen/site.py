@@ -111,11 +111,13 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "stein": tuple((str(sym), f, x) for sym, f, x, _ in prog.stein),
         "fixed": tuple((str(sym), str(o), k) for sym, o, k in prog.fixed),
         "reads": prog.reads,
+        "history": prog.history,
     }
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
-      "# references relative to its own layer ('' = the same layer)\n")
+      "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times\n"
+      "# (the march keeps their tangents over time, the others' at the current step only)\n")
     w("SITE = {\n")
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")

@@ -55,6 +55,7 @@ class SiteProgram:
     time: str
     activation: str
     layer: str               # the layer variable ('l')
+    history: tuple = ()      # fields read at an earlier time s by some field (their tangents are kept over time)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -184,5 +185,10 @@ def site_program(ir: ModelIR) -> SiteProgram:
     for n, obs in list(fams) + [(n, of) for n, of, _ in resp]:
         node_reads.append((("row", n), tuple(r for r in _reads(obs, names, set(), set(), tsym, None)
                                             if r[0] == "field")))
+    s_sym = sp.Symbol("s")
+    history = tuple(n for n, _ in fields if any(
+        split_name(type(a).__name__)[0] == n and a.args == (s_sym,) for _, e in fields
+        for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(fields, srcs, fams, resp, reads, tuple(stein), tuple(fixed), tuple(node_reads),
-                       ir.time[0], ir.activations[0][0], next(a.name for a in ir.axes if a.kind == "layer"))
+                       ir.time[0], ir.activations[0][0], next(a.name for a in ir.axes if a.kind == "layer"),
+                       history)

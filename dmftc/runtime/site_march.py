@@ -160,6 +160,8 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     twts = wts if tangent_wts is None else tangent_wts
     order = schedule(site, L, mod.LAYER, mod.DEPTH)
     names = site["fields"]
+    keep = tuple(f for f in names if f in site.get("history", names))    # tangents kept over time
+    col = tuple(f for f in names if f not in keep)                       # tangents of the current step only
     wrt = tuple(sorted({x for _, x in site["responses"]}))
     resp = dict(site["responses"])
     covs = {x: (fam, off) for x, fam, off in site["sources"]}
@@ -170,40 +172,45 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
 
     def step(t, c):
         hist, dhist, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "dhist", "chol", "rows", "q1", "avg"))
-        src = {}
+        src, dcol = {}, {}
         onehot = (idx == t).astype(jnp.float64)
         E0 = Evaluator(mod, L, T, t, 1, hist, rows, q1, src, p, act, width, bounds)
 
-        def layer_fn(fn, l, with_src=False):
-            """fn(E) as a function of layer l's field histories (and sources), the rest fixed."""
-            def value(hs, ss=None):
+        def layer_fn(fn, l):
+            """fn(E) as a function of layer l's history fields, its current-step fields and its sources."""
+            def value(hs, ss, cs):
                 h2 = dict(hist)
                 h2.update({(f, l): v for f, v in hs.items()})
                 s2 = dict(src)
-                s2.update(ss or {})
-                return fn(Evaluator(mod, L, T, t, l, h2, rows, q1, s2, p, act, width, bounds))
+                s2.update(ss)
+                return fn(Evaluator(mod, L, T, t, l, h2, rows, q1, s2, p, act, width, bounds,
+                                    cur={(f, l): v for f, v in cs.items()}))
             return value
+
+        def current(l, x):
+            """Layer l's current-step fields at t and their tangents in x[l] (zeros before they are computed)."""
+            return ({f: hist[(f, l)][:, t] for f in col}, {f: dcol.get((x, f, l), jnp.zeros((T, S))) for f in col})
 
         def tangent_at_t(fn, l, x):
             """d fn / d x[l](s) for every s, (S, T), for an observable of layer l's fields at t only (a response's,
             the Stein term's): the jvp in the fields' values at t, whose tangents are the columns t."""
             cur = {(f, l): hist[(f, l)][:, t] for f in names}
-            dcur = {(f, l): dhist[(x, f, l)][:, :, t] for f in names}
+            dcur = {(f, l): dhist[(x, f, l)][:, :, t] if f in keep else dcol.get((x, f, l), jnp.zeros((T, S)))
+                    for f in names}
 
             def value(c):
                 return fn(Evaluator(mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=c))
 
-            return jax.vmap(lambda a: jax.jvp(value, (cur,), (a,))[1], in_axes=1, out_axes=1)(dcur)
+            return jax.vmap(lambda a: jax.jvp(value, (cur,), (a,))[1], in_axes=0, out_axes=1)(dcur)
 
-        def tangent(value, l, x, srcs=None):
-            """d value / d x[l](s) for every s: (S, T)."""
-            layer_hist = {f: hist[(f, l)] for f in names}
-            th = {f: dhist[(x, f, l)] for f in names}          # (S, direction s, field time)
-            if srcs is None:
-                return jax.vmap(lambda a: jax.jvp(value, (layer_hist,), (a,))[1], in_axes=1, out_axes=1)(th)
-            ts = {k: (jnp.ones((S, 1)) * onehot if k[0] == x else jnp.zeros((S, T))) for k in srcs}
-            return jax.vmap(lambda a, b: jax.jvp(value, (layer_hist, srcs), (a, b))[1],
-                            in_axes=(1, 1), out_axes=1)(th, ts)
+        def tangent(value, l, x, srcs):
+            """d value / d x[l](s) for every s: (direction s, S)."""
+            hs = {f: hist[(f, l)] for f in keep}
+            th = {f: dhist[(x, f, l)] for f in keep}           # (direction s, S, field time): batch axis leading
+            cs, tc = current(l, x)
+            ts = {k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S))) for k in srcs}
+            return jax.vmap(lambda a, b, c: jax.jvp(value, (hs, srcs, cs), (a, b, c))[1],
+                            in_axes=(0, 0, 0), out_axes=0)(th, ts, tc)
 
         for kind, name, l in order:
             if kind == "source":
@@ -214,10 +221,14 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
             elif kind == "field":
                 srcs = {k: v for k, v in src.items() if k[1] == l}
                 value = layer_fn(getattr(mod, f"site_field_{name}"), l)
-                v = value({f: hist[(f, l)] for f in names}, srcs)
+                v = value({f: hist[(f, l)] for f in keep}, srcs, current(l, wrt[0] if wrt else None)[0])
                 hist[(name, l)] = hist[(name, l)].at[:, t].set(v)
                 for x in wrt:
-                    dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(tangent(value, l, x, srcs))
+                    d = tangent(value, l, x, srcs)
+                    if name in keep:
+                        dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(d)
+                    else:
+                        dcol[(x, name, l)] = d
             elif name in resp:
                 d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name])
                 rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)
@@ -249,7 +260,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
 
     layers = range(1, L + 1)
     c0 = {"hist": {(f, l): jnp.zeros((S, T)) for f in names for l in layers},
-          "dhist": {(x, f, l): jnp.zeros((S, T, T)) for x in wrt for f in names for l in layers},
+          "dhist": {(x, f, l): jnp.zeros((T, S, T)) for x in wrt for f in keep for l in layers},
           "chol": {(x, l): jnp.zeros((T, T)) for x, _, _ in site["sources"] for l in layers},
           "rows": {(q, l): jnp.zeros((T, T)) for q in site["kernels"] + tuple(resp) for l in layers},
           "q1": {q: jnp.zeros(T) for q, _ in site["readouts"]},
