@@ -157,8 +157,8 @@ def site_field_h(E):
 
 
 def site_field_z(E):
-    """z[l](t) = r[l](t) + Sum((eta*gamma*past_mask*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
-    return (E.source('r', 'l') + E.causal_dot(E.act(0, E.field('h', 'l', 's')), ((E.p['eta'] * E.p['gamma'] * E.past * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
+    """z[l](t) = r[l](t) + Sum(([s<t]*eta*gamma*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
+    return (E.source('r', 'l') + E.causal_dot(E.act(0, E.field('h', 'l', 's')), ((E.past * E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
 
 
 def site_field_g(E):

@@ -89,3 +89,20 @@ def test_schedule_orders_one_step_by_its_same_time_reads(tmp_path):
         assert at[("row", "G", l + 1)] < at[("source", "r", l)] < at[("field", "z", l)]
         assert at[("row", "B", l + 1)] < at[("field", "z", l)]
     assert all(at[("field", "h", l)] < at[("field", "g", l)] for l in (1, 2, 3))
+
+
+def test_derive_prints_what_the_march_runs():
+    """`dmftc derive` on a deep spec shows the merged field equations, their same-time reads and the readout's
+    Stein plan, which the generated module carries (SITE)."""
+    from dmftc.compiler import front_end
+    from dmftc.derive.report import format_derivation
+
+    text = format_derivation(front_end(ROOT / "specs" / "deep_tanh.dmft")[1])
+    march = text[text.index("the saddle-point march"):]
+    assert "tangents over time for h, g" in march
+    z = march[march.index("z[l](t) ="):]
+    assert "[s<t]*eta*gamma*Delta(s)*G[l+1](t, s) + B[l+1](t, s)" in z.splitlines()[0]
+    assert {"B[l+1]", "G[l+1]", "r[l]", "h[l]"} <= set(z.splitlines()[1].split("after:")[1].replace(",", " ").split())
+    assert "E_1 by Stein's lemma" in march and "Y = dX/dz(t) = phi(h[L](t))" in march and "E_2 = E_1 at t = 0" in march
+    mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
+    assert mod.SITE["history"] == ("h", "g") and mod.SITE["stein"] == (("E_1", "z", "r"),)

@@ -186,6 +186,24 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     return w
 
 
+def site_text(site, f=sp.sstr) -> list[str]:
+    """What the saddle-point march runs (the single-site program of :mod:`dmftc.derive.site`)."""
+    lv = site.layer
+    out = [f"the saddle-point march, one step t (dmftc.runtime.site_march; tangents over time for "
+           f"{', '.join(site.history) or 'no field'}, the others' at the current step):"]
+    reads = dict(site.reads)
+    for name, expr in site.fields:
+        same = ", ".join(f"{n}[{ref}]" if ref else n for _, n, ref in reads[("field", name)])
+        out.append(f"  {name}[{lv}](t) = {f(expr)}")
+        out.append(f"      after: {same or 'nothing of this step'}")
+    for sym, field, x, y in site.stein:
+        out.append(f"  {sym} by Stein's lemma: E[X] = sum_(s<=t) Cov_{x}(t, s) E[d Y / d {x}(s)] + E[X - {x}(t) Y],"
+                   f"  Y = dX/d{field}(t) = {f(y)}")
+    for sym, other, k in site.fixed:
+        out.append(f"  {sym} = {other} at t = {k}")
+    return out
+
+
 def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     m, r = d.model, d.roles
     lv, tv = m.layer_var, m.time_var
@@ -236,6 +254,9 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
             w(f"      {ph} = E[{r['z']}[{m.depth}]({when}) {m.activation.name}({r['h']}[{m.depth}]({when}))]")
     w(f"  readout by Stein's lemma for {r['r']}[{m.depth}]: E[{r['z']}[{m.depth}](t) {m.activation.name}("
       f"{r['h']}[{m.depth}](t))] = {f(d.readout_stein)}")
+    if d.site is not None:
+        w("")
+        out.extend(site_text(d.site, f))
     w("")
     out.extend(blocks_text(d))
     return "\n".join(out)

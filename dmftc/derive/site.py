@@ -105,7 +105,7 @@ def _stein_plan(X, fields: dict, sources: tuple, tangents: set, tsym):
     return None
 
 
-PAST = sp.Symbol("past_mask")     # [s < t] inside a sum over s <= t (printed as E.past)
+PAST = sp.Symbol("[s<t]")     # the indicator of s < t inside a sum over s <= t (E.past in the generated code)
 
 
 def _path_dependent(e, fields: set) -> bool:
