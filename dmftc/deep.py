@@ -169,7 +169,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                           sampler=check_sampler(propagator_sampler))
     info = {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
             "propagator_groups": propagator_groups, "propagator_sampler": propagator_sampler,
-            "activation": act.label, "kink_order": act.kink_order}
+            "activation": act.label, "kink_order": act.kink_order, "march": sad.diagnostics.get("march")}
     if act.kink_order is not None:
         info["approximation"] = (
             f"the activation's derivative of order {act.kink_order} holds a delta function (a kink), replaced by a "

@@ -106,3 +106,12 @@ def test_derive_prints_what_the_march_runs():
     assert "E_1 by Stein's lemma" in march and "Y = dX/dz(t) = phi(h[L](t))" in march and "E_2 = E_1 at t = 0" in march
     mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
     assert mod.SITE["history"] == ("h", "g") and mod.SITE["stein"] == (("E_1", "z", "r"),)
+
+
+def test_solution_says_which_march_gave_its_means():
+    """A compiled deep spec's Monte Carlo means come from its own program; without a spec, the structured march."""
+    from dmftc.deep import solve_deep
+
+    kw = dict(L=1, T=4, samples=64, groups=2)
+    assert "site_march" in dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(**kw).info["march"]
+    assert "structured" in solve_deep(activation="tanh", gamma=1.0, y=1.0, eta=0.05, **kw).info["march"]

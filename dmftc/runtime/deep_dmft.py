@@ -62,6 +62,7 @@ average is an exact Gaussian covariance: no sampling, stderr = 0.
 from __future__ import annotations
 
 import math
+import re
 import numbers
 import time as _time
 from dataclasses import dataclass, field
@@ -235,7 +236,7 @@ class SpecKernels:
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""
         mod, name = self.module, self.names[role]
         for (fam, ref), value in mod.boundaries(p).items():
-            if fam == name and _layer_number(ref, mod.DEPTH, depth) == layer:
+            if fam == name and layer_number(ref, 0, depth, mod.LAYER, mod.DEPTH) == layer:
                 return jnp.full((T,), value, dtype=jnp.float64)
         raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
 
@@ -339,11 +340,14 @@ class ModelKernels(SpecKernels):
         return -self._m(p).readout[1] * e
 
 
-def _layer_number(ref: str, depth_name: str, depth: int) -> int:
-    if ref.isdigit():
-        return int(ref)
-    off = ref[len(depth_name):]
-    return depth + (int(off) if off else 0)
+def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
+    """The layer of a reference such as 'l-1', 'L+1', '0' or '' (this layer) seen from layer l of L (``var``:
+    the spec's layer variable, ``depth``: its depth parameter)."""
+    if not ref:
+        return l
+    m = re.match(r"^([A-Za-z_][A-Za-z_0-9]*)?([+-]?[0-9]+)?$", ref.replace(" ", ""))
+    base = {var: l, depth: L}[m.group(1)] if m.group(1) else 0
+    return base + int(m.group(2) or 0)
 
 
 _JIT: dict = {}

@@ -26,26 +26,15 @@ round-off on the same paths for several specs, both readouts).
 """
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky
+from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, layer_number
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["Evaluator", "schedule", "site_march"]
-
-
-def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
-    """The layer of a reference such as 'l-1', 'L+1', '0' or '' (this layer) seen from layer l of L."""
-    m = re.match(r"^([A-Za-z_][A-Za-z_0-9]*)?([+-]?[0-9]+)?$", ref.replace(" ", ""))
-    if not ref:
-        return l
-    base = {var: l, depth: L}[m.group(1)] if m.group(1) else 0
-    return base + int(m.group(2) or 0)
+__all__ = ["Evaluator", "layer_number", "schedule", "site_march"]
 
 
 class Evaluator:
