@@ -115,3 +115,33 @@ def test_solution_says_which_march_gave_its_means():
     kw = dict(L=1, T=4, samples=64, groups=2)
     assert "site_march" in dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(**kw).info["march"]
     assert "structured" in solve_deep(activation="tanh", gamma=1.0, y=1.0, eta=0.05, **kw).info["march"]
+
+
+@pytest.mark.parametrize("name", ["deep_tanh", "other_action"])
+def test_propagator_groups_march_the_spec_program(name, tmp_path):
+    """A compiled spec's propagator groups take their saddle (and the paths ln Z_l is estimated on) from the
+    spec's own program; on the same paths the propagator equals the one built on the structured march (the
+    saddle is stationary in both: the Monte Carlo action's gradient vanishes to round-off)."""
+    import dataclasses
+
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_propagator import group_propagator
+
+    text, given = VARIANTS[name]
+    spec = tmp_path / f"{name}.dmft"
+    spec.write_text(text)
+    mod = dmftc.load(spec, tmp_path / "gen").module
+    p, L, T = resolve_deep_params(mod, dict(given, T=5))
+    model = from_spec(mod, p)
+    act = SpecKernels(mod).site_activation(p, 0.1)
+    xiu, xir = np.random.default_rng(3).standard_normal((2, L, 128, T))
+    site = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, model=model)
+    ref = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, model=dataclasses.replace(model, module=None))
+    assert site.diagnostics["march"] == "site program" and ref.diagnostics["march"] == "structured"
+    assert site.diagnostics["stationarity"] < 1e-12
+    for a in site.sigma:
+        x, y = np.diag(site.sigma[a][a]), np.diag(ref.sigma[a][a])
+        assert np.max(np.abs(x - y)) <= 1e-9 * np.max(np.abs(y)), a
+    # another activation than the spec's is not the spec's program: the structured march runs
+    other = group_propagator(activation="tanh", L=L, T=T, xiu=xiu, xir=xir, model=model)
+    assert other.diagnostics["march"] == "structured"

@@ -58,6 +58,7 @@ class DeepModel:
     family: tuple | None = None           # identifies bind (None: compiled per key)
     values: tuple = ()                    # (name, value) pairs that bind takes
     bind: Callable | None = field(default=None, repr=False, compare=False)
+    module: object = field(default=None, repr=False, compare=False)   # the compiled spec's generated module
 
     @property
     def standard_params(self) -> dict | None:
@@ -261,7 +262,7 @@ def from_spec(mod, p: dict) -> DeepModel:
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
                      family=("spec", mod.SPEC_SHA256, tuple(depth.items()), tuple(k for k, _ in free)),
-                     values=free, bind=lambda vals: _spec_bound(mod, vals | depth))
+                     values=free, bind=lambda vals: _spec_bound(mod, vals | depth), module=mod)
 
 
 def _rows(mod):

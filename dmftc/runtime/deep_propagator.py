@@ -94,7 +94,7 @@ from scipy import sparse
 
 from dmftc.runtime.deep_linear import (Layout, _gather_local, saddle_of_march, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import ModelKernels, _integer, march_paths
+from dmftc.runtime.deep_dmft import ModelKernels, SpecKernels, _integer, march_paths
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
@@ -105,7 +105,7 @@ from dmftc.derive.activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "march_kernels", "LocalEstimator", "group_propagator"]
 
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.deep_dmft) with the direct readout, paths kept
@@ -115,21 +115,40 @@ class _Fields:
     """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
     w: list
     x: list
+    march: str = "structured"             # which march made them: 'site program' or 'structured'
 
 
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally): the march of
-    :func:`dmftc.runtime.deep_dmft.march_paths` with the model's kernels.  Returns (deep_linear.Saddle, _Fields).
+    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_linear.Saddle, _Fields).
     All averages are (weighted) means over these S paths, the readout's included:
-    Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
+    Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
+    A compiled spec's model (``model.module``) marches the spec's own single-site program
+    (:mod:`dmftc.runtime.site_march`) when ``activation`` is that spec's; otherwise the model's structured kernels."""
     model = as_model(model, gamma, y, eta)
-    kern = ModelKernels(as_activation(activation), model)
-    out = march_paths(kern, kern.params(L), xiu, xir, weights)
+    activation = as_activation(activation)
+    kern, prm = march_kernels(activation, model, L)
+    out = march_paths(kern, prm, xiu, xir, weights)
     sad = saddle_of_march(model, out, L, T)
     fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
-                     [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)])
+                     [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
+                     "site program" if isinstance(kern, SpecKernels) and not isinstance(kern, ModelKernels)
+                     else "structured")
     return sad, fields
+
+
+def march_kernels(activation, model: DeepModel, L: int):
+    """(kernels, parameter values) of the march of ``model`` with ``activation``: the spec's generated program
+    (:class:`~dmftc.runtime.deep_dmft.SpecKernels`) when the model was read from a compiled spec whose
+    activation this is, else the structured :class:`~dmftc.runtime.deep_dmft.ModelKernels`."""
+    mod = model.module
+    if mod is not None and hasattr(mod, "SITE"):
+        spec = SpecKernels(mod)
+        if tuple(activation.key[:len(spec.key)]) == spec.key:
+            return spec, dict(model.values) | {mod.DEPTH: L, "dirac width": activation.width}
+    kern = ModelKernels(activation, model)
+    return kern, kern.params(L)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -425,7 +444,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         H = action_hessian(x0, L=L, T=T, model=model, local_hessians=kept)
         del kept[:]
         P = propagator_from_hessian(sad, H)
-    diag = dict(P.diagnostics, stationarity=stat, time_saddle=t1 - t0, time_hessian=t2 - t1,
+    diag = dict(P.diagnostics, stationarity=stat, march=fields.march, time_saddle=t1 - t0, time_hessian=t2 - t1,
                 time_hessian_layers=tl, time_total=_time.perf_counter() - t0)
     P.diagnostics = diag
     if not all(np.all(np.isfinite(P.sigma[a][b])) for a in P.sigma for b in P.sigma[a]):
@@ -529,7 +548,8 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             "eig_noise": noise, "psd_within_mc": bool(ev.min() >= -4 * noise),
             "group_min_eig": [x["min_eig"] for x in d],
             "time_saddle": sum(x["time_saddle"] for x in d), "time_hessian": sum(x["time_hessian"] for x in d),
-            "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0}
+            "time_solve": sum(x["time_solve"] for x in d), "time_total": _time.perf_counter() - t0,
+            "march": d[0]["march"]}
     diag.update(activation=activation.label, kink_order=activation.kink_order,
                 dirac_width=activation.width if activation.kink_order is not None else None,
                 dirac_extrapolated=half is not None)
