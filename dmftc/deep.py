@@ -154,8 +154,14 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
         raise ParameterError(_NO_NONLINEAR_CORRECTION)
     from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
 
-    sad = mc_saddle(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, samples=samples, seed=seed,
-                    spec=spec, spec_params=spec_params, model=model if spec is None else None, **march_options)
+    march_act = act
+    if spec is None and model is None and isinstance(activation, str):
+        from dmftc.runtime.standard_spec import standard
+
+        spec, spec_params, model, march_act = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=width)
+    sad = mc_saddle(activation=act.label if spec is not None else act, L=L, gamma=gamma, y=y, eta=eta, T=T,
+                    samples=samples, seed=seed, spec=spec, spec_params=spec_params,
+                    model=model if spec is None else None, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
     _count("propagator_samples", propagator_samples)
@@ -164,7 +170,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                              f"group, got {propagator_groups} groups and {propagator_samples} paths")
     from dmftc.runtime.sampling import check_sampler
 
-    prop = LazyPropagator(memory_limit, activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, model=model,
+    prop = LazyPropagator(memory_limit, activation=march_act, L=L, gamma=gamma, y=y, eta=eta, T=T, model=model,
                           samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress,
                           sampler=check_sampler(propagator_sampler))
     info = {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,

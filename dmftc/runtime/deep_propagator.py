@@ -479,8 +479,10 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
-    standard error over groups.  The action is the standard network's with (gamma, y, eta), or ``model``'s (a
-    :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec).  ``activation``: an
+    standard error over groups.  The action is ``model``'s (a
+    :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec), or without one the standard
+    network's with (gamma, y, eta): for an ``activation`` string the compiled spec of
+    :mod:`dmftc.runtime.standard_spec`, whose own single-site program marches the groups' saddles.  ``activation``: an
     expression in h ('sin(h)'), a shorthand ('tanh'), or a :class:`dmftc.derive.activation.SiteActivation` (a
     compiled spec's); delta functions in its derivatives (kinks) are Gaussians of width ``dirac_width``.
     ``sampler``: the groups' standard normals, 'sobol' (randomised quasi-Monte Carlo, each group an independent
@@ -493,6 +495,12 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     come from the spread of the extrapolated groups; ``diagnostics['dirac_shift']`` reports, per observable,
     max_t |Sigma(w/2) - Sigma(w)| relative to the curve's peak, the size of the bias that was removed (the
     residual bias is not estimated), and ``'dirac_shift_vs_se'`` the same shift over the standard error."""
+    std = None
+    if model is None and isinstance(activation, str):     # the standard network: its compiled spec's program
+        from dmftc.runtime.standard_spec import standard
+
+        std = dict(gamma=gamma, eta=eta, y=y)
+        _, _, model, activation = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=dirac_width)
     activation = as_activation(activation, dirac_width)
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
@@ -564,5 +572,5 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
     params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,
                   seed=seed, groups=groups, sampler=sampler)
-    params.update(model.standard_params or {})
+    params.update(model.standard_params or std or {})
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

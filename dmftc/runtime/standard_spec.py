@@ -1,0 +1,85 @@
+"""The standard deep network of the Python API (:func:`dmftc.deep.solve_deep` without a spec) as a compiled spec.
+
+The network is the one ``specs/deep_tanh.dmft`` writes down (L hidden layers, one training point, mean-field
+parameterisation, gradient descent); for another activation its ``activation`` line is replaced, and its
+``model`` line names the result ``standard_deep``.  That text is compiled like any spec (into a directory of
+this process, removed at exit), so the API runs the same generated single-site program, the same march and the
+same propagator as a user's spec: there is one definition of the network (the spec file) and one march
+(:mod:`dmftc.runtime.site_march`).  Compiling takes about 2 s per activation and process; the module is kept.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from dmftc.errors import ParameterError, SpecError
+
+__all__ = ["STANDARD_SPEC", "standard_text", "standard_module", "standard"]
+
+STANDARD_SPEC = Path(__file__).resolve().parents[2] / "specs" / "deep_tanh.dmft"      # the repository's specs/
+_ACTIVATION = re.compile(r"^activation phi\(h\) = .*$", re.M)
+_MODEL = re.compile(r"^model \S+ \".*\"$", re.M)
+_MODULES: dict = {}
+_DIR: list = []
+
+
+def standard_text(expression: str) -> str:
+    """The spec text of the standard deep network with activation phi(h) = ``expression`` (DSL syntax)."""
+    text = STANDARD_SPEC.read_text()
+    if len(_ACTIVATION.findall(text)) != 1 or len(_MODEL.findall(text)) != 1:  # pragma: no cover - shipped spec
+        raise RuntimeError(f"{STANDARD_SPEC} no longer has one 'model' and one 'activation phi(h) = ...' line")
+    expression = " ".join(expression.split())
+    text = _MODEL.sub(f'model standard_deep "standard deep network, L hidden layers, one training point, '
+                      f'phi(h) = {expression}"'.replace("\\", "\\\\"), text)
+    return _ACTIVATION.sub(f"activation phi(h) = {expression}".replace("\\", "\\\\"), text)
+
+
+def dsl_expression(text: str) -> str:
+    """An activation given to the Python API (an expression in h, Python or DSL syntax, or a shorthand) as the
+    DSL writes it."""
+    from dmftc.derive.activation import SHORTHANDS
+
+    src = SHORTHANDS.get(text.strip(), text)
+    return re.sub(r"\bx\b", "h", src.replace("**", "^"))
+
+
+def standard_module(activation: str):
+    """The generated module of the standard deep network with ``activation`` (a string as
+    :func:`dmftc.derive.activation.as_activation` takes it), compiled once per process."""
+    expression = dsl_expression(activation)
+    if expression not in _MODULES:
+        if not _DIR:
+            _DIR.append(Path(tempfile.mkdtemp(prefix="dmftc-standard-")))
+            atexit.register(shutil.rmtree, _DIR[0], True)
+        name = "standard_deep_" + hashlib.sha256(expression.encode()).hexdigest()[:12]
+        path = _DIR[0] / f"{name}.dmft"
+        path.write_text(standard_text(expression))
+        from dmftc.compiler import load
+
+        try:
+            _MODULES[expression] = load(path, _DIR[0] / "generated").module
+        except SpecError as err:
+            raise ParameterError(f"the activation {activation!r} does not compile as phi(h) = {expression} of the "
+                                 f"standard deep network ({STANDARD_SPEC.name}): {err}") from None
+    return _MODULES[expression]
+
+
+def standard(activation: str, *, L, T, gamma, y, eta, width):
+    """The standard network with ``activation`` as its compiled spec (:func:`standard_module`):
+    (SpecKernels, parameter values, DeepModel, the spec's activation) for the march and the propagator."""
+    from dmftc.runtime.deep_dmft import SpecKernels, _integer, _number
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_spec import resolve_deep_params
+
+    given = {"L": _integer("L (number of hidden layers)", L, 1), "T": _integer("T (number of steps)", T, 1),
+             "gamma": _number("gamma", gamma, low=0.0, strict=True), "y": _number("y", y),
+             "eta": _number("eta", eta, low=0.0)}
+    width = _number("dirac_width", width, low=0.0)
+    mod = standard_module(activation)
+    p, _, _ = resolve_deep_params(mod, given)
+    spec = SpecKernels(mod)
+    return spec, p, from_spec(mod, p), spec.site_activation(p, width)
