@@ -141,6 +141,10 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                 "or L, or raise memory_limit")
         from dmftc.runtime.deep_linear import observable_names
 
+        if model is None and isinstance(activation, str):      # the standard network: its compiled spec
+            from dmftc.runtime.standard_spec import standard
+
+            model = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=width)[2]
         prop = deep_linear_propagator(L=L, T=T, model=as_model(model, gamma, y, eta), correction=correction)
         sad = prop.saddle
         means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}

@@ -1,10 +1,12 @@
 """The deep march read from the spec's IR (dmftc.runtime.site_march) against the structured march of
-dmftc.runtime.deep_dmft (the spec's couplings in a fixed h / z / g template), on the same source paths.
+dmftc.reference.structured_march (the spec's couplings in a fixed h / z / g template), on the same source paths.
 
 Both are the exact saddle of the Monte Carlo action of the paths (direct readout), so they agree to round-off.
 The march amplifies round-off exponentially once the kernels become nearly singular (a relative change of
 1e-15 in the sources moves the template's own responses by 4e-5 at T = 30, L = 2, 4000 paths), so the
-comparison is at T <= 8 (measured differences 0.7-3e-11 of each peak, asserted 1e-9; single paths 1e-9, asserted 1e-8)."""
+comparison is at T <= 8 (measured differences 4e-12 to 4e-11 of each peak, asserted 1e-9; single paths 1e-9,
+asserted 1e-8).  The oracle is called explicitly: the solve path's own march (deep_dmft._compiled) is the site
+march for every compiled spec."""
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -12,7 +14,8 @@ import numpy as np
 import pytest
 
 import dmftc
-from dmftc.runtime.deep_dmft import SpecKernels, _compiled, _traced, march_paths
+from dmftc.reference.structured_march import TemplateKernels, structured_paths
+from dmftc.runtime.deep_dmft import SpecKernels
 from dmftc.runtime.deep_spec import resolve_deep_params
 from dmftc.runtime.site_march import schedule, site_march
 
@@ -37,12 +40,9 @@ def _both(name, tmp_path, S=256, seed=0, direct=True):
     p, L, T = resolve_deep_params(mod, given)
     xiu, xir = np.random.default_rng(seed).standard_normal((2, L, S, T))
     prm = dict(p, **{"dirac width": 0.1})
-    if direct:
-        ref = march_paths(SpecKernels(mod), prm, xiu, xir)
-    else:                                       # the means march: the readout by Stein's lemma
-        out = _compiled(L, T, False, SpecKernels(mod))(jnp.asarray(xiu), jnp.asarray(xir), jnp.full(S, 1 / S),
-                                                        _traced(prm))
-        ref = {k: np.asarray(v) for k, v in out.items()}
+    # the oracle: the structured march of the spec's h / z / g template (direct: the readout as a plain mean over
+    # the paths, as each propagator group's saddle; else by Stein's lemma, as the means)
+    ref = structured_paths(TemplateKernels(mod), prm, xiu, xir, direct=direct)
     pj = {k: jnp.asarray(float(v)) for k, v in p.items()}
     act = [lambda x, k=k: mod.activation(x, pj, 0.1)[k] for k in range(3)]
     u, r = (n for n, _, _ in sorted(mod.SITE["sources"], key=lambda x: x[2]))     # offsets -1, +1
@@ -109,12 +109,16 @@ def test_derive_prints_what_the_march_runs():
 
 
 def test_solution_says_which_march_gave_its_means():
-    """A compiled deep spec's Monte Carlo means come from its own program; without a spec, the structured march."""
+    """A compiled deep spec's Monte Carlo means come from its own program, and so do the Python API's (the standard
+    network is a compiled spec); only a DeepModel given without a spec runs the reference structured march."""
     from dmftc.deep import solve_deep
+    from dmftc.runtime.deep_model import standard
 
     kw = dict(L=1, T=4, samples=64, groups=2)
     assert "site_march" in dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(**kw).info["march"]
-    assert "structured" in solve_deep(activation="tanh", gamma=1.0, y=1.0, eta=0.05, **kw).info["march"]
+    assert "site_march" in solve_deep(activation="sin(h)", gamma=1.0, y=1.0, eta=0.05, **kw).info["march"]
+    model = standard(gamma=1.0, y=1.0, eta=0.05)
+    assert "structured" in solve_deep(activation="tanh", model=model, **kw).info["march"]
 
 
 @pytest.mark.parametrize("name", ["deep_tanh", "other_action"])

@@ -23,10 +23,15 @@ which equals <z^L phi(h^L)>/gamma in expectation but has O(1) instead of O(1/gam
 noise (the direct average is kept in ``diagnostics['f_direct']``; both agree exactly on the
 exact backend).
 
-One march serves every deep network: its couplings, boundary rows, readout and scalars come from a kernels
-object, :class:`SpecKernels` (a compiled deep spec's generated functions) or :class:`ModelKernels` (a
-:class:`dmftc.runtime.deep_model.DeepModel` with any activation, by default the network above; used by
-:func:`dmftc.deep.solve_deep` without a spec).
+The march: a compiled deep spec carries its own single-site program (:mod:`dmftc.derive.site`, printed into
+the generated module), and :mod:`dmftc.runtime.site_march` marches it: every compiled spec, and the standard
+network above, which the Python API (:func:`dmftc.deep.solve_deep`) compiles from ``specs/deep_tanh.dmft``
+(:mod:`dmftc.runtime.standard_spec`).  :func:`solve_deep` (means), :func:`march_exact` (the exact basis) and
+:func:`march_paths` (each Monte Carlo propagator group's saddle with its paths kept,
+:func:`dmftc.runtime.deep_propagator.mc_saddle`) run it through :func:`_compiled`.  A model given as a
+:class:`dmftc.runtime.deep_model.DeepModel` without a spec runs the structured march of
+:mod:`dmftc.reference.structured_march` (the fixed h / z / g template above, kept as the oracle the site march is
+checked against).
 
 The equations are causal, so there is no fixed-point iteration: one forward march in time.  Inside
 step t: forward sweep l = 1..L (u^l(t) from Phi[l-1](t, s<=t), h^l(t), Phi[l](t, s<=t), Rphi[l](t, s<t)),
@@ -38,14 +43,10 @@ Sources are generated causally with common random numbers: u(t) = sum_{s<=t} C(t
 Cholesky factor C of the kernel being extended by one row per step (negative residual variance
 clamped to 0, pivots below a relative threshold treated as zero, as for the rank-deficient kernels
 of linear / lazy networks).  Responses are forward-mode tangents carried along the march, per
-sample: dg^l(t)/d eps_z(s), phi'(h^l(t)) dh^l(t)/d eps_z(s) for an additive perturbation of z^l(s)
-(-> Rphi[l]) and the same for a perturbation of h^l(s) (-> Rg[l]), all s at once: O(S T^3 L) work.
+sample: the derivatives of g^l(t) and phi(h^l(t)) with respect to additive perturbations of the fields at
+earlier times, all s at once: O(S T^3 L) work.
 For a non-smooth activation (ReLU) phi'' contains a Dirac delta that pathwise tangents cannot sample; it
 is replaced by a Gaussian of width ``dirac_width`` (bias O(width^2)), as in :mod:`dmftc.derive.activation`.
-
-This is the only deep march: :func:`solve_deep` (means), :func:`march_exact` (the linear propagator's saddle,
-:func:`dmftc.runtime.deep_linear.deep_linear_saddle`) and :func:`march_paths` (each Monte Carlo propagator
-group's saddle with its paths kept, :func:`dmftc.runtime.deep_propagator.mc_saddle`) all run ``_march``.
 
 Validation: linear networks agree with the numpy march of :mod:`dmftc.reference.deep_marches` to round-off; tanh,
 L = 2, gamma = 1, eta = 0.05, T = 40 (320k samples) agrees with finite-width networks
@@ -106,101 +107,6 @@ def _set_col(X, v, t):
     return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
 
 
-def _march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, keep=False):
-    """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
-
-    ``spec`` (a :class:`SpecKernels` of a compiled deep spec, or :class:`ModelKernels`, e.g. the network of the
-    module doc) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
-    the readout of the error signal; ``prm`` is the dict of its parameter values (traced: one compilation
-    serves every value).  ``wts`` (S,): the weight of each row in the averages (1/S for plain sample means,
-    cubature weights summing to 1, or 1 per basis row on the exact backend).
-
-    ``direct``: the error signal reads the readout average E[z[L] phi(h[L])](t) as the weighted mean over the
-    rows themselves ('fdir') instead of its Stein's-lemma form: then every average of the march is a
-    plain weighted mean over the same paths, and the result is the exact saddle of the Monte Carlo action
-    built on those paths (what :mod:`dmftc.runtime.deep_propagator` differentiates).  ``keep``: also return
-    the per-path fields h, z and the causal Cholesky factors Cu, Cr of the sources (u = xiu Cu^T).
-
-    Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
-    fields h, phi(h), z, g (S, T); tangents Dgz, Pz, Dgh, Ph stored flat as (S*T_s, T_t'): entry
-    (n*T + s, t') is the derivative of g(t') [Dg] or phi'(h(t')) h(t') [P] of sample n w.r.t. an
-    additive perturbation of z(s) [..z] or h(s) [..h].  Contracting the last axis with a kernel row
-    makes every tangent update one (S*T, T) @ (T,) product and one column write, in place.  (Written
-    as batched 2-D products rather than a jax.vmap of per-sample (T, T) products: XLA duplicated the
-    vmapped 3-D buffers every step, 5x slower.)  On the exact backend phi' = 1 and phi'' = 0, so the
-    tangents are the same for every basis row and are carried for one row only.
-    """
-    act = spec.activation(prm)
-    width = prm["dirac width"]
-    S = xiu.shape[1]
-    tol = _PIVOT_TOL_EXACT if exact else _PIVOT_TOL
-    St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
-    avg = (lambda X: X[0]) if exact else (lambda X: wts @ X)   # weighted mean of a tangent over the rows
-    per_layer = ("h", "ph", "z", "g", "Dgz", "Pz", "Dgh", "Ph", "Cu", "Cr", "Phi", "G", "Rphi", "Rg")
-    shapes = dict(h=(S, T), ph=(S, T), z=(S, T), g=(S, T), Dgz=(St * T, T), Pz=(St * T, T), Dgh=(St * T, T),
-                  Ph=(St * T, T), Cu=(T, T), Cr=(T, T), Phi=(T, T), G=(T, T), Rphi=(T, T), Rg=(T, T))
-    carry0 = {k: [jnp.zeros(shapes[k]) for _ in range(L)] for k in per_layer}
-    carry0.update(Delta=jnp.zeros(T), f=jnp.zeros(T), fdir=jnp.zeros(T))
-    idx = jnp.arange(T)
-
-    def step(t, c):
-        c = {k: (list(v) if k in per_layer else v) for k, v in c.items()}
-        onehot = (idx == t).astype(jnp.float64)
-        past, upto = idx < t, (idx <= t).astype(jnp.float64)
-        Dm = jnp.where(past, c["Delta"], 0.0)
-        local = []
-        for l in range(L):                                          # forward sweep, layer l+1
-            rows = spec.forward_rows(c, l, t, T, prm)                # the layer below (a boundary at l = 0)
-            krow = rows["Phi"] * upto
-            M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
-            c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t, tol)
-            h = xiu[l] @ Cu[t] + c["g"][l] @ M
-            dhz = (c["Dgz"][l] @ M).reshape(St, T)                   # d h(t) / d z(s)
-            dhh = (c["Dgh"][l] @ M).reshape(St, T) + onehot          # d h(t) / d h(s)
-            p0, p1, p2 = act(h, width)
-            if exact:
-                p1, p2 = jnp.ones(1), jnp.zeros(1)
-            Pzt, Pht = p1[:, None] * dhz, p1[:, None] * dhh
-            c["h"][l], c["ph"][l] = _set_col(c["h"][l], h, t), _set_col(c["ph"][l], p0, t)
-            c["Pz"][l], c["Ph"][l] = _set_col(c["Pz"][l], Pzt, t), _set_col(c["Ph"][l], Pht, t)
-            c["Phi"][l] = c["Phi"][l].at[t].set(((wts * p0) @ c["ph"][l]) * upto)
-            c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, avg(Pzt), 0.0))
-            local.append((dhz, dhh, p1, p2))
-        # the readout: its averages E[z[L] phi(h[L])] reduced by Stein's lemma (f: E at t)
-        last = {"Phi": c["Phi"][L - 1][t], "A": c["Rphi"][L - 1][t]}
-        e_t = spec.readout_average(last, spec.backward_rows(c, L - 1, t, T, prm), Dm, past, upto, prm)
-        c["f"] = c["f"].at[t].set(e_t)
-        if not direct:                                             # (Delta(t) is read at later steps only)
-            c["Delta"] = c["Delta"].at[t].set(spec.readout(e_t, c["f"][0], prm))
-        for l in reversed(range(L)):                                 # backward sweep, layer l+1
-            rows = spec.backward_rows(c, l, t, T, prm)               # the layer above (a boundary at l = L-1)
-            krow = rows["G"] * upto
-            c0, c1 = spec.z_coupling(rows, Dm, prm)
-            N = upto * c0 + jnp.where(past, c1, 0.0)
-            c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t, tol)
-            z = xir[l] @ Cr[t] + c["ph"][l] @ N                      # includes Rg[l+1](t,t) phi(h(t))
-            dzz = (c["Pz"][l] @ N).reshape(St, T) + onehot
-            dzh = (c["Ph"][l] @ N).reshape(St, T)
-            dhz, dhh, p1, p2 = local[l]
-            g = z if exact else p1 * z
-            p2z = p2 if exact else p2 * z
-            dgz = p2z[:, None] * dhz + p1[:, None] * dzz
-            dgh = p2z[:, None] * dhh + p1[:, None] * dzh
-            c["z"][l], c["g"][l] = _set_col(c["z"][l], z, t), _set_col(c["g"][l], g, t)
-            c["Dgz"][l], c["Dgh"][l] = _set_col(c["Dgz"][l], dgz, t), _set_col(c["Dgh"][l], dgh, t)
-            c["G"][l] = c["G"][l].at[t].set(((wts * g) @ c["g"][l]) * upto)
-            c["Rg"][l] = c["Rg"][l].at[t].set(avg(dgh) * upto)
-        zphi = (wts * c["z"][L - 1][:, t]) @ c["ph"][L - 1][:, t]
-        c["fdir"] = c["fdir"].at[t].set(zphi)
-        if direct:
-            c["Delta"] = c["Delta"].at[t].set(spec.readout(zphi, c["fdir"][0], prm))
-        return c
-
-    c = jax.lax.fori_loop(0, T, step, carry0)
-    names = ("Phi", "G", "Rphi", "Rg", "Delta", "f", "fdir") + (("h", "z", "Cu", "Cr") if keep else ())
-    return {k: (jnp.stack(c[k]) if k in per_layer else c[k]) for k in names}
-
-
 class SpecKernels:
     """The numerics a compiled deep spec determines (its generated module), in the march's terms.
 
@@ -215,10 +121,6 @@ class SpecKernels:
         r = module.ROLES
         self.names = {"Phi": r["Phi"], "A": r["A"], "G": r["G"], "B": r["B"]}
         self.scalars = tuple(module.SCALARS)
-
-    def activation(self, p):
-        mod = self.module
-        return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
 
     def site_activation(self, params: dict, width: float):
         """The spec's activation with its four derivatives (generated functions) at fixed parameter values."""
@@ -240,37 +142,6 @@ class SpecKernels:
                 return jnp.full((T,), value, dtype=jnp.float64)
         raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
 
-    def forward_rows(self, c, l, t, T, p):
-        """Rows t of the layer below hidden layer l+1 (0-based l): {'Phi', 'A'} keyed by spec names too."""
-        if l == 0:
-            L = len(c["Phi"])
-            rows = {"Phi": self._boundary("Phi", 0, T, p, L), "A": self._boundary("A", 0, T, p, L)}
-        else:
-            rows = {"Phi": c["Phi"][l - 1][t], "A": c["Rphi"][l - 1][t]}
-        return rows | {self.names[k]: v for k, v in rows.items()}
-
-    def backward_rows(self, c, l, t, T, p):
-        """Rows t of the layer above hidden layer l+1: {'G', 'B'} (boundary layer L+1 for the last one)."""
-        L = len(c["G"])
-        if l == L - 1:
-            rows = {"G": self._boundary("G", L + 1, T, p, L), "B": self._boundary("B", L + 1, T, p, L)}
-        else:
-            rows = {"G": c["G"][l + 1][t], "B": c["Rg"][l + 1][t]}
-        return rows | {self.names[k]: v for k, v in rows.items()}
-
-    def h_coupling(self, rows, Delta, p):
-        return self.module.h_coupling(rows, Delta, p)
-
-    def z_coupling(self, rows, Delta, p):
-        return self.module.z_coupling(rows, Delta, p)
-
-    def readout_average(self, last, nxt, Delta, past, upto, p):
-        last = last | {self.names[k]: v for k, v in last.items()}
-        return self.module.readout_average(last, nxt, Delta, past, upto, p)
-
-    def readout(self, e_t, e_0, p):
-        return self.module.readout(e_t, e_0, p)
-
     @property
     def linear(self) -> bool:
         return bool(self.module.LINEAR)
@@ -282,62 +153,6 @@ class SpecKernels:
     def report_f(self, e, p):
         """What the solution reports as 'f': the readout average E_t itself."""
         return e
-
-
-class ModelKernels(SpecKernels):
-    """A :class:`dmftc.runtime.deep_model.DeepModel`'s action with an activation, in the march's terms: couplings
-    A + k_h(Phi, Delta) and (B, k_z(G, Delta)), boundary kernels phi0 and g_top (responses 0), the readout
-    Delta = y0 + c_t E_t + c_0 E_0 with E by Stein's lemma, and the model's K.  Used by :func:`solve_deep` without
-    a spec (default: the standard network of the module doc, :func:`dmftc.runtime.deep_model.standard`).  The
-    model's numeric values are the march's traced parameters: one compilation serves its whole family."""
-
-    def __init__(self, activation, model):
-        self.module = None
-        self.site, self.model = activation, model
-        self.key = ("model", activation, model.family if model.bind is not None else model.key)
-        self.names = {"Phi": "Phi", "A": "A", "G": "G", "B": "B"}
-        self.scalars = ("K",)
-
-    def params(self, L: int) -> dict:
-        """The march's parameter values for depth L: the model's values (traced), L and the activation's width."""
-        return dict(self.model.values) | {"L": L, "dirac width": self.site.width}
-
-    def _m(self, p):
-        return self.model.bind(p) if self.model.bind is not None else self.model
-
-    @property
-    def linear(self) -> bool:
-        return bool(self.site.linear)
-
-    def activation(self, p):
-        return lambda h, w: self.site.fn(h)[:3]           # the width is part of the SiteActivation
-
-    def _boundary(self, role, layer, T, p, depth):
-        m = self._m(p)
-        value = {"Phi": m.phi0, "G": m.g_top, "A": 0.0, "B": 0.0}[role]
-        return jnp.full((T,), value, dtype=jnp.float64)
-
-    def h_coupling(self, rows, Delta, p):
-        return self._m(p).k_h(rows["Phi"], Delta) + rows["A"]
-
-    def z_coupling(self, rows, Delta, p):
-        return rows["B"], self._m(p).k_z(rows["G"], Delta)
-
-    def readout_average(self, last, nxt, Delta, past, upto, p):
-        c0, c = self.z_coupling(nxt, Delta, p)                # Stein's lemma for r[L] ~ GP(0, G[L+1])
-        return (jnp.sum(past * nxt["G"] * last["A"]) + jnp.sum(upto * c0 * last["Phi"])
-                + jnp.sum(past * c * last["Phi"]))
-
-    def readout(self, e_t, e_0, p):
-        return self._m(p).error_signal(e_t, e_0)
-
-    def scalar_values(self, diag, p):
-        L = int(p["L"])
-        return {"K": self._m(p).k_of([diag("Phi", l) for l in range(L + 1)], [diag("G", l) for l in range(1, L + 2)])}
-
-    def report_f(self, e, p):
-        """-c_t E_t: the output change f(t) - f(0) of the network (E_t / gamma for the standard network)."""
-        return -self._m(p).readout[1] * e
 
 
 def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
@@ -355,21 +170,24 @@ _JIT: dict = {}
 
 def _compiled(L, T, exact, spec, direct=False, keep=False):
     """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
-    generated module carries one, else the structured ``_march`` of ``spec``'s kernels."""
+    generated module carries one, else (a DeepModel without a spec) the reference structured march
+    (:mod:`dmftc.reference.structured_march`) of ``spec``'s kernels."""
     key = (spec.key, L, T, exact, direct, keep)
     if key not in _JIT:
         if getattr(spec, "module", None) is not None and hasattr(spec.module, "SITE"):
             fn = lambda xiu, xir, wts, prm: _site(xiu, xir, wts, prm, L=L, T=T, mod=spec.module,  # noqa: E731
                                                   direct=direct, keep=keep, exact=exact)
         else:
-            fn = lambda xiu, xir, wts, prm: _march(xiu, xir, wts, prm, L=L, T=T, exact=exact,  # noqa: E731
+            from dmftc.reference.structured_march import structured_march
+
+            fn = lambda xiu, xir, wts, prm: structured_march(xiu, xir, wts, prm, L=L, T=T, exact=exact,  # noqa: E731
                                                    spec=spec, direct=direct, keep=keep)
         _JIT[key] = jax.jit(fn)
     return _JIT[key]
 
 
 def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact):
-    """The site march of a generated deep module, in ``_march``'s output names (roles)."""
+    """The site march of a generated deep module, in the structured march's output names (roles)."""
     from dmftc.runtime.site_march import site_march
 
     width = prm["dirac width"]
@@ -415,7 +233,7 @@ def march_exact(spec, prm: dict, L: int, T: int) -> dict:
 
 def march_paths(spec, prm: dict, xiu, xir, weights=None):
     """The march with the direct readout on given standard normals xiu, xir (L, S, T), keeping every path
-    (``_march`` with direct=True, keep=True): the saddle of the Monte Carlo action of these paths, and the
+    (direct=True, keep=True): the saddle of the Monte Carlo action of these paths, and the
     paths themselves.  ``prm``: the march's parameter values (the kernels' own and 'dirac width').
     ``weights`` (S,): row weights (default equal), normalised to sum to 1.  Returns numpy
     arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}."""
@@ -528,7 +346,9 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
     label = activation if spec is not None else None
-    if spec is None:                      # the built-in network is one more set of kernels (ModelKernels)
+    if spec is None:                      # a DeepModel without a spec: the reference structured march
+        from dmftc.reference.structured_march import ModelKernels
+
         from dmftc.runtime.deep_model import as_model
 
         spec = ModelKernels(as_activation(activation, dirac_width), as_model(model, gamma, y, eta))

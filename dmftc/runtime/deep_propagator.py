@@ -94,7 +94,7 @@ from scipy import sparse
 
 from dmftc.runtime.deep_linear import (Layout, _gather_local, saddle_of_march, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import ModelKernels, SpecKernels, _integer, march_paths
+from dmftc.runtime.deep_dmft import SpecKernels, _integer, march_paths
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
@@ -133,20 +133,22 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     sad = saddle_of_march(model, out, L, T)
     fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
-                     "site program" if isinstance(kern, SpecKernels) and not isinstance(kern, ModelKernels)
-                     else "structured")
+                     "site program" if hasattr(getattr(kern, "module", None), "SITE") else "structured")
     return sad, fields
 
 
 def march_kernels(activation, model: DeepModel, L: int):
     """(kernels, parameter values) of the march of ``model`` with ``activation``: the spec's generated program
     (:class:`~dmftc.runtime.deep_dmft.SpecKernels`) when the model was read from a compiled spec whose
-    activation this is, else the structured :class:`~dmftc.runtime.deep_dmft.ModelKernels`."""
+    activation this is, else the model's kernels for the reference structured march
+    (:class:`dmftc.reference.structured_march.ModelKernels`)."""
     mod = model.module
     if mod is not None and hasattr(mod, "SITE"):
         spec = SpecKernels(mod)
         if tuple(activation.key[:len(spec.key)]) == spec.key:
             return spec, dict(model.values) | {mod.DEPTH: L, "dirac width": activation.width}
+    from dmftc.reference.structured_march import ModelKernels
+
     kern = ModelKernels(activation, model)
     return kern, kern.params(L)
 
