@@ -188,3 +188,30 @@ def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compi
             ref = np.asarray(deep_linear._local_hessian(T, alone)(v, 1.0))
             np.testing.assert_allclose(h, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
         assert sizes[1] == sizes[0] + 1                  # the second value compiled only the 'alone' reference
+
+
+def test_linear_spec_action_must_be_stationary_at_its_programs_saddle(monkeypatch):
+    """A linear spec's saddle is its own program marched on the exact basis; the propagator differentiates the
+    closed-form action read from the spec (deep_model.from_spec).  That action is stationary there to round-off,
+    a model with a coupling 5% off is not, and a spec whose action were not gets its means without a propagator."""
+    import dataclasses
+
+    import dmftc
+    from dmftc.errors import StructureSpecError
+    from dmftc.runtime import deep_linear
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_spec import resolve_deep_params
+
+    m = dmftc.load(ROOT / "specs" / "deep_linear.dmft")
+    p, L, T = resolve_deep_params(m.module, dict(L=2, T=6, gamma=1.3, y=-0.4))
+    model = from_spec(m.module, p)
+    sad = deep_linear.deep_linear_saddle(L=L, T=T, model=model)
+    assert deep_linear.stationarity(sad, model) < 1e-12
+    k_h = model.k_h
+    wrong = dataclasses.replace(model, k_h=lambda q, d: 1.05 * k_h(q, d), key=("wrong",), family=None, bind=None)
+    assert deep_linear.stationarity(sad, wrong) > 1e-4
+    monkeypatch.setattr(deep_linear, "stationarity", lambda sad, model: 1e-3)
+    sol = m.solve(L=2, T=6)
+    assert np.all(np.isfinite(sol.mean("K")))
+    with pytest.raises(StructureSpecError, match="different saddle points"):
+        sol.var("K")

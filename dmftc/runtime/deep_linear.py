@@ -485,9 +485,18 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
     H = action_hessian(x0, L=L, T=T, model=model, method=method)
     t2 = _time.perf_counter()
     P = propagator_from_hessian(sad, H, x0=x0 if correction else None)
-    P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1,
+    P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1, "stationarity": stationarity(sad, model),
                           "time_total": _time.perf_counter() - t0, "method": method})
     return P
+
+
+def stationarity(sad: Saddle, model) -> float:
+    """max |dS/dq| of ``model``'s closed-form action at the saddle ``sad`` relative to max(1, |q|): round-off when
+    the saddle (marched from a spec's own program) is the stationary point of the action the propagator
+    differentiates (the spec's couplings, readout, boundaries and K as :mod:`dmftc.runtime.deep_model` reads them)."""
+    x0 = saddle_point_vector(sad)
+    grad = jax.grad(lambda x: deep_linear_action(x, L=sad.L, T=sad.T, model=model))(jnp.asarray(x0))
+    return float(np.max(np.abs(np.asarray(grad))) / max(1.0, float(np.max(np.abs(x0)))))
 
 
 def observable_map(sad: Saddle, lay: "Layout", model=None):
