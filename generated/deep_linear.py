@@ -4,10 +4,10 @@ Model: deep_linear (deep linear network, L hidden layers, one training point)
 Spec sha256: 45f410d827cd80bd8c3513e0f998d63a5eceb459e7277fb7cc3df7f28741c7d6
 
 Regenerate with `dmftc compile specs/deep_linear.dmft`.  A deep network: the single-site process of hidden
-layer l = 1..L, solved by dmftc.runtime.deep_spec: the Monte Carlo means march the single-site
-program at the end of this module (dmftc.runtime.site_march); the finite-width propagator (its saddles
-included) reads the coupling, readout and boundary functions (rows: every coupling function gets row t, a
-vector over s, of the adjacent layer's kernels).
+layer l = 1..L, solved by dmftc.runtime.deep_spec: the means and the saddles of the finite-width
+propagator march the single-site program at the end of this module (dmftc.runtime.site_march); the
+propagator's per-path derivatives read the coupling, readout and boundary functions (rows: every coupling
+function gets row t, a vector over s, of the adjacent layer's kernels).
 """
 import jax.numpy as jnp
 

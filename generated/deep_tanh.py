@@ -4,10 +4,10 @@ Model: deep_tanh (deep tanh network, L hidden layers, one training point)
 Spec sha256: 2315b2455becbaf203efc518286b119decc13c9a0f058e484a72a3837a8a02dc
 
 Regenerate with `dmftc compile specs/deep_tanh.dmft`.  A deep network: the single-site process of hidden
-layer l = 1..L, solved by dmftc.runtime.deep_spec: the Monte Carlo means march the single-site
-program at the end of this module (dmftc.runtime.site_march); the finite-width propagator (its saddles
-included) reads the coupling, readout and boundary functions (rows: every coupling function gets row t, a
-vector over s, of the adjacent layer's kernels).
+layer l = 1..L, solved by dmftc.runtime.deep_spec: the means and the saddles of the finite-width
+propagator march the single-site program at the end of this module (dmftc.runtime.site_march); the
+propagator's per-path derivatives read the coupling, readout and boundary functions (rows: every coupling
+function gets row t, a vector over s, of the adjacent layer's kernels).
 """
 import jax.numpy as jnp
 

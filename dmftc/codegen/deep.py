@@ -37,10 +37,10 @@ Model: {model}{desc}
 Spec sha256: {sha}
 
 Regenerate with `dmftc compile {path}`.  A deep network: the single-site process of hidden
-layer {lv} = 1..{depth}, solved by dmftc.runtime.deep_spec: the Monte Carlo means march the single-site
-program at the end of this module (dmftc.runtime.site_march); the finite-width propagator (its saddles
-included) reads the coupling, readout and boundary functions (rows: every coupling function gets row t, a
-vector over s, of the adjacent layer's kernels).
+layer {lv} = 1..{depth}, solved by dmftc.runtime.deep_spec: the means and the saddles of the finite-width
+propagator march the single-site program at the end of this module (dmftc.runtime.site_march); the
+propagator's per-path derivatives read the coupling, readout and boundary functions (rows: every coupling
+function gets row t, a vector over s, of the adjacent layer's kernels).
 """
 '''
 
