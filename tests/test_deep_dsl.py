@@ -443,3 +443,26 @@ def test_action_form_derives_the_direct_form(tmp_path):
                  "A[l](t, s) = E[d phi(h[l](t)) / d r[l](s)]", "K(t) = sum(l = 0..L: G[l+1](t, t) Phi[l](t, t))",
                  "Delta(t) = y - (E[z[L](t) phi(h[L](t))] - E[z[L](0) phi(h[L](0))]) / gamma"):
         assert line in out, out
+
+
+def test_propagator_reads_the_action_at_any_parameter_scale(tmp_path):
+    """deep_model.from_spec checks that the responses enter the couplings additively by derivatives (the coupling's
+    Jacobian in the response rows is the identity), which holds at any scale of the other terms: at eta = 1e50 a
+    difference quotient lost the response against terms of 1e51 and refused the standard network.  A spec that
+    scales the response is refused earlier, at compile time, with its location (the action then pairs the
+    responses differently)."""
+    from dmftc.errors import StructureSpecError
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_spec import resolve_deep_params
+
+    mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
+    model = from_spec(mod, resolve_deep_params(mod, dict(gamma=10.0, eta=1e50))[0])
+    assert model.k_h(np.ones((2, 2)), np.ones((1, 2))).max() > 1e50
+    text = (ROOT / "specs" / "deep_tanh.dmft").read_text()
+    old = "sum(s < t: A[l-1](t, s) g[l](s))"
+    assert old in text
+    spec = tmp_path / "scaled_response.dmft"
+    spec.write_text(text.replace(old, "sum(s < t: 2 * A[l-1](t, s) g[l](s))"))
+    with pytest.raises(StructureSpecError, match="response 'B' must be") as err:
+        dmftc.load(spec, tmp_path / "gen")
+    assert "scaled_response.dmft:" in str(err.value) and "^" in str(err.value)

@@ -217,10 +217,15 @@ def from_spec(mod, p: dict) -> DeepModel:
     zero = np.zeros((T, T))
     k_h, k_z = _spec_couplings(mod, q)
 
-    base = np.asarray(mod.h_coupling(prev(X, zero), D[None, :], q), float)
-    if not close(np.asarray(mod.h_coupling(prev(X, R), D[None, :], q), float) - base, R):
-        raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms free "
-                               f"of {r['A']}", "h")
+    # additive responses, checked by derivatives (exact whatever the scale of the other terms): the coupling's
+    # Jacobian in the response rows is the identity, at two points
+    eye = np.eye(T * T)
+    for point in (zero, R):
+        jac = jax.jacfwd(lambda a: jnp.asarray(mod.h_coupling(prev(X, a), D[None, :], q), jnp.float64))(
+            jnp.asarray(point))
+        if not close(np.asarray(jac).reshape(T * T, T * T), eye):
+            raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms "
+                                   f"free of {r['A']}", "h")
     c0, _ = mod.z_coupling(nxt(X, R), D[None, :], q)
     if not close(np.broadcast_to(np.asarray(c0, float), (T, T)), R):
         raise _spec_error(mod, f"the same-time coefficient of phi(h[l](s)) in z[l](t) must be {r['B']}[l+1](t, s)",
