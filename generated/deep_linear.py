@@ -136,8 +136,9 @@ def scalar_K(diag, p):
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
 # evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
-# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times
-# (the march keeps their tangents over time, the others' at the current step only)
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only)
 SITE = {
     'fields': ('h', 'z', 'g'),
     'sources': (('u', 'Phi', -1), ('r', 'G', 1)),
@@ -146,19 +147,20 @@ SITE = {
     'readouts': (('Delta', ('E_1', 'E_2')),),
     'stein': (('E_1', 'z', 'r'),),
     'fixed': (('E_2', 'E_1', 0),),
-    'reads': ((('field', 'h'), (('row', 'A', 'l-1'), ('row', 'Phi', 'l-1'), ('source', 'u', 'l'))), (('field', 'z'), (('field', 'h', 'l'), ('row', 'B', 'l+1'), ('row', 'G', 'l+1'), ('source', 'r', 'l'))), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('row', 'Phi'), (('field', 'h', 'l'),)), (('row', 'G'), (('field', 'g', 'l'),)), (('row', 'A'), (('field', 'h', 'l'),)), (('row', 'B'), (('field', 'g', 'l'),))),
+    'reads': ((('field', 'h'), (('row', 'A', 'l-1'), ('row', 'Phi', 'l-1'), ('source', 'u', 'l'))), (('field', 'z'), (('field', 'h', 'l'), ('row', 'B', 'l+1'), ('row', 'G', 'l+1'), ('source', 'r', 'l'), ('term', 'phi(h[l](s))', 'l'))), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('term', 'g[l](s)'), (('field', 'g', 'l'),)), (('term', 'phi(h[l](s))'), (('field', 'h', 'l'),)), (('row', 'Phi'), (('field', 'h', 'l'), ('term', 'phi(h[l](s))', 'l'))), (('row', 'G'), (('field', 'g', 'l'), ('term', 'g[l](s)', 'l'))), (('row', 'A'), (('field', 'h', 'l'),)), (('row', 'B'), (('field', 'g', 'l'),))),
     'history': ('h', 'g'),
+    'terms': ('g[l](s)', 'phi(h[l](s))'),
 }
 
 
 def site_field_h(E):
     """h[l](t) = u[l](t) + Sum((eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s))*g[l](s), (s, 0, t - 1))"""
-    return (E.source('u', 'l') + E.causal_dot(E.field('g', 'l', 's'), ((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')), upto=False))
+    return (E.source('u', 'l') + E.causal_dot(E.term('g[l](s)'), ((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')), upto=False))
 
 
 def site_field_z(E):
     """z[l](t) = r[l](t) + Sum(([s<t]*eta*gamma*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
-    return (E.source('r', 'l') + E.causal_dot(E.act(0, E.field('h', 'l', 's')), ((E.past * E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
+    return (E.source('r', 'l') + E.causal_dot(E.term('phi(h[l](s))'), ((E.past * E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
 
 
 def site_field_g(E):
@@ -166,14 +168,24 @@ def site_field_g(E):
     return (E.field('z', 'l', 't') * E.act(1, E.field('h', 'l', 't')))
 
 
+def site_term_0(E):
+    """g[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('g', 'l', 't')
+
+
+def site_term_1(E):
+    """phi(h[l](s)) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.act(0, E.field('h', 'l', 't'))
+
+
 def site_kernel_Phi(E):
     """Phi[l](t, s) = <phi(h[l](s))*phi(h[l](t))>: the observable over s <= t"""
-    return (E.act(0, E.field('h', 'l', 's')) * E.act(0, E.field('h', 'l', 't', vec=True)))
+    return (E.term('phi(h[l](s))') * E.act(0, E.field('h', 'l', 't', vec=True)))
 
 
 def site_kernel_G(E):
     """G[l](t, s) = <g[l](s)*g[l](t)>: the observable over s <= t"""
-    return (E.field('g', 'l', 's') * E.field('g', 'l', 't', vec=True))
+    return (E.term('g[l](s)') * E.field('g', 'l', 't', vec=True))
 
 
 def site_response_A(E):

@@ -149,3 +149,22 @@ def test_propagator_groups_march_the_spec_program(name, tmp_path):
     # another activation than the spec's is not the spec's program: the structured march runs
     other = group_propagator(activation="tanh", L=L, T=T, xiu=xiu, xir=xir, model=model)
     assert other.diagnostics["march"] == "structured"
+
+
+def test_sums_read_path_factors_kept_once_per_step():
+    """A field's causal sums read their path factors at s (phi(h[l](s)), g[l](s)) as quantities of their own,
+    computed once per step with their tangents, not re-evaluated over the fields' histories; each factor is
+    computed after the fields it reads and before a field that reads it at the same time."""
+    import inspect
+
+    mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
+    assert mod.SITE["terms"] == ("g[l](s)", "phi(h[l](s))")
+    for name in ("h", "z"):
+        code = inspect.getsource(getattr(mod, f"site_field_{name}"))
+        body = code.split("\n", 2)[2]                          # after the def line and the one-line docstring
+        assert "E.term(" in body and "E.field(" not in body, code   # (h and z read no field at t either)
+    order = schedule(mod.SITE, 2, mod.LAYER, mod.DEPTH)
+    at = {n: k for k, n in enumerate(order)}
+    for l in (1, 2):
+        assert at[("field", "h", l)] < at[("term", "phi(h[l](s))", l)] < at[("field", "z", l)]
+        assert at[("field", "g", l)] < at[("term", "g[l](s)", l)]

@@ -12,17 +12,20 @@ step t of the layer being computed:
     E.act(k, x)                 the k-th derivative of the activation
     E.causal_dot(P, C, upto)    sum over s < t (s <= t with ``upto``) of P(s) C(t, s): the paths' factor P (paths,
                                 T) times a row C (T,), a matrix-vector product (None: no path factor)
+    E.term(name)                a path factor of the field equations' sums at every earlier time s (paths, T), as
+                                ``site_term_<k>`` computed it at each step (``SITE['terms'][k]`` = name)
     E.p[name]                   a parameter value
 
 ``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
-averages and the same-time reads of every quantity (which order one time step).
+averages, the path factors of the fields' sums and the same-time reads of every quantity (which order one time
+step).
 """
 from __future__ import annotations
 
 import sympy as sp
 
 from dmftc.codegen.two_layer import ExprPrinter
-from dmftc.derive.site import PAST, SiteProgram, split_name
+from dmftc.derive.site import PAST, SiteProgram, split_name, split_path
 
 
 class _SitePrinter(ExprPrinter):
@@ -30,8 +33,9 @@ class _SitePrinter(ExprPrinter):
 
     dirac_width = "E.width"
 
-    def __init__(self, prog: SiteProgram, scalars: set, params: set):
+    def __init__(self, prog: SiteProgram, scalars: set, params: set, terms: bool = False):
         self.prog, self.scalars, self.params = prog, scalars, params
+        self.terms = {f: sp.sstr(f) for f in prog.terms} if terms else {}      # read the kept path factors at s
         self.fields = {n for n, _ in prog.fields}
         self.sources = {n for n, _, _ in prog.sources}
         self.two = {n for n, _ in prog.families} | {n for n, _, _ in prog.responses}
@@ -48,6 +52,8 @@ class _SitePrinter(ExprPrinter):
         raise NotImplementedError(f"time argument {a}")
 
     def atom(self, e):
+        if self.vec and e in self.terms:                       # a kept path factor at s (inside a sum, a kernel)
+            return f"E.term({self.terms[e]!r})"
         if e == PAST:
             return "E.past"
         if isinstance(e, sp.Symbol):
@@ -61,8 +67,11 @@ class _SitePrinter(ExprPrinter):
             for term in sp.Add.make_args(e.function):       # sum_s P(s) C(t, s): the paths' factor P times a row C
                 path = [f for f in sp.Mul.make_args(term) if self.path_dependent(f)]
                 coef = sp.Mul(*[f for f in sp.Mul.make_args(term) if not self.path_dependent(f)])
-                parts.append(f"E.causal_dot({self.p(sp.Mul(*path)) if path else 'None'}, {self.p(coef)}, "
-                             f"upto={hi == self.t})")
+                P = self.p(sp.Mul(*path)) if path else "None"
+                own, others, _ = split_path(term, self.fields, self.t, self.prog.layer, self.prog.activation)
+                if self.terms and own is not None:                 # the kept path factor at s (and the rest)
+                    P = " * ".join([f"E.term({self.terms[own]!r})"] + [self.p(f) for f in others])
+                parts.append(f"E.causal_dot({P}, {self.p(coef)}, upto={hi == self.t})")
             self.vec = outer
             return parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
         name = type(e).__name__
@@ -112,21 +121,28 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "fixed": tuple((str(sym), str(o), k) for sym, o, k in prog.fixed),
         "reads": prog.reads,
         "history": prog.history,
+        "terms": tuple(sp.sstr(f) for f in prog.terms),
     }
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
-      "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times\n"
-      "# (the march keeps their tangents over time, the others' at the current step only)\n")
+      "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,\n"
+      "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
+      "# time (the fields' tangents live for the current step only)\n")
     w("SITE = {\n")
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")
     w("}\n\n")
+    fp = _SitePrinter(prog, set(scalars), set(params), terms=True)
     for n, e in prog.fields:
-        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}) = {sp.sstr(e)}\"\"\"\n    return {pr.p(e)}\n\n")
+        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}) = {sp.sstr(e)}\"\"\"\n    return {fp.p(e)}\n\n")
+    s, t = sp.Symbol("s"), sp.Symbol(tv)
+    for k, f in enumerate(prog.terms):
+        w(f"\ndef site_term_{k}(E):\n    \"\"\"{sp.sstr(f)} at s = {tv}: a path factor of the sums (the runtime keeps "
+          f"its values and tangents)\"\"\"\n    return {pr.p(f.xreplace({s: t}))}\n\n")
     for n, e in prog.families:
         w(f"\ndef site_kernel_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <{sp.sstr(e)}>: the observable over s <= {tv}\"\"\"\n"
-          f"    return {pr.vector(e)}\n\n")
+          f"    return {fp.vector(e)}\n\n")
     for n, e, x in prog.responses:
         w(f"\ndef site_response_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <d {sp.sstr(e)} / d {x}[{lv}](s)>: the observable "
           f"at {tv} (the runtime carries its tangents)\"\"\"\n    return {pr.p(e)}\n\n")

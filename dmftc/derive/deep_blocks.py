@@ -189,13 +189,19 @@ def blocks_text(d: DeepDerivation) -> list[str]:
 def site_text(site, f=sp.sstr) -> list[str]:
     """What the saddle-point march runs (the single-site program of :mod:`dmftc.derive.site`)."""
     lv = site.layer
+    terms = getattr(site, "terms", ())
     out = [f"the saddle-point march, one step t (dmftc.runtime.site_march; tangents over time for "
-           f"{', '.join(site.history) or 'no field'}, the others' at the current step):"]
+           f"{', '.join(site.history) or 'no field'}"
+           + (f" as the sums' path factors {', '.join(f(p) for p in terms)}, each computed once per step"
+              if terms else "") + "; the fields' tangents at the current step only):"]
     reads = dict(site.reads)
-    for name, expr in site.fields:
-        same = ", ".join(f"{n}[{ref}]" if ref else n for _, n, ref in reads[("field", name)])
-        out.append(f"  {name}[{lv}](t) = {f(expr)}")
+    name = lambda k, n, ref: n if k == "term" or not ref else f"{n}[{ref}]"      # noqa: E731
+    for fname, expr in site.fields:
+        same = ", ".join(name(*r) for r in reads[("field", fname)])
+        out.append(f"  {fname}[{lv}](t) = {f(expr)}")
         out.append(f"      after: {same or 'nothing of this step'}")
+    for p in terms:
+        out.append(f"  {f(p)} at s = t, after: {', '.join(name(*r) for r in reads[('term', sp.sstr(p))])}")
     for sym, field, x, y in site.stein:
         out.append(f"  {sym} by Stein's lemma: E[X] = sum_(s<=t) Cov_{x}(t, s) E[d Y / d {x}(s)] + E[X - {x}(t) Y],"
                    f"  Y = dX/d{field}(t) = {f(y)}")

@@ -12,7 +12,11 @@ constraints that read single-site averages (the readout) and the boundaries, and
   F = x(t) + (terms without x(t)) for a gp source x with a response (so the march carries tangents in x), then
   E[X] = sum_{s<=t} Cov_x(t, s) E[dY / dx(s)] + E[X - x(t) Y] with Y = dX/dF(t): exact Gaussian integration by
   parts for the x(t) Y part, whose Monte Carlo error would otherwise grow like 1/gamma;
-* averages at a fixed time that are a t-form average at that time (E[z(0) phi(h(0))]), read from its history.
+* averages at a fixed time that are a t-form average at that time (E[z(0) phi(h(0))]), read from its history;
+* the **path factors** of the fields' causal sums (:func:`path_factors`): each function of the layer's fields at the
+  earlier time s alone (phi(h[l](s)), g[l](s)) is a quantity of its own, computed once per step with its tangents,
+  so that a sum reads the kept values and tangents instead of re-evaluating the factor (and differentiating it)
+  over the whole history at every step.
 
 :mod:`dmftc.codegen.site` prints the result into the generated module.
 """
@@ -26,7 +30,7 @@ import sympy as sp
 from dmftc.errors import StructureSpecError
 from dmftc.ir.nodes import ModelIR
 
-__all__ = ["SiteProgram", "split_name", "site_program"]
+__all__ = ["SiteProgram", "path_factors", "split_name", "site_program", "split_path"]
 
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\[([^\]]+)\])?$")
 
@@ -55,7 +59,8 @@ class SiteProgram:
     time: str
     activation: str
     layer: str               # the layer variable ('l')
-    history: tuple = ()      # fields read at an earlier time s by some field (their tangents are kept over time)
+    history: tuple = ()      # fields read at an earlier time s by some field (through the path factors)
+    terms: tuple = ()        # the path factors of the fields' sums, at s (values and tangents kept over time)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -108,6 +113,50 @@ def _stein_plan(X, fields: dict, sources: tuple, tangents: set, tsym):
 PAST = sp.Symbol("[s<t]")     # the indicator of s < t inside a sum over s <= t (E.past in the generated code)
 
 
+def _own_past(f, fields: set, tsym, layer: str, activation: str) -> bool:
+    """Whether the factor ``f`` is a function of fields of its own layer at s alone (parameters and the
+    activation aside): its value at s is known from step s on."""
+    s = sp.Symbol("s")
+    if f.has(sp.Sum) or f.has(PAST) or tsym in f.free_symbols:
+        return False
+    apps = f.atoms(sp.core.function.AppliedUndef)
+    own = [a for a in apps if split_name(type(a).__name__)[0] in fields]
+    other = [a for a in apps if a not in own and type(a).__name__.rstrip("'") != activation]
+    return bool(own) and not other and all(a.args == (s,) and split_name(type(a).__name__)[1] == layer
+                                            for a in own)
+
+
+def split_path(term, fields: set, tsym, layer: str, activation: str):
+    """One term of a causal sum's body -> (its path factors at s alone, as one product (None if none); the other
+    path-dependent factors; the other factors).  A field of this layer at s inside an 'other' path factor
+    (one that reads a time t quantity as well) is a path factor of its own (:func:`path_factors`)."""
+    path = [f for f in sp.Mul.make_args(term) if _path_dependent(f, fields)]
+    own = [f for f in path if _own_past(f, fields, tsym, layer, activation)]
+    rest = [f for f in sp.Mul.make_args(term) if not _path_dependent(f, fields)]
+    return (sp.Mul(*own) if own else None), [f for f in path if f not in own], rest
+
+
+def path_factors(expr, fields: set, tsym, layer: str, activation: str):
+    """The path factors at s of the causal sums in a field equation (module doc), in order of appearance, and
+    those read at the same time (the sums over s <= t): (factors, same-time factors)."""
+    s = sp.Symbol("s")
+    out, same = [], []
+    for sm in sp.preorder_traversal(expr):
+        if not isinstance(sm, sp.Sum):
+            continue
+        (_, _, hi), = sm.limits
+        for term in sp.Add.make_args(sm.function):
+            own, others, _ = split_path(term, fields, tsym, layer, activation)
+            found = [own] if own is not None else []
+            for f in others:
+                found += [a for a in _apps(f) if split_name(type(a).__name__)[0] in fields and a.args == (s,)
+                          and split_name(type(a).__name__)[1] == layer]
+            out += found
+            if hi == tsym:
+                same += found
+    return tuple(dict.fromkeys(out)), tuple(dict.fromkeys(same))
+
+
 def _path_dependent(e, fields: set) -> bool:
     return any(split_name(type(a).__name__)[0] in fields for a in e.atoms(sp.core.function.AppliedUndef))
 
@@ -154,7 +203,6 @@ def site_program(ir: ModelIR) -> SiteProgram:
     if ir.kind != "deep":
         raise StructureSpecError("the site program is that of a deep spec (a layer axis); this spec has none")
     tsym = sp.Symbol(ir.time[0])
-    tsym = sp.Symbol(ir.time[0])
     names = {f.name for f in ir.fields}
     fields = tuple((f.name, merge_sums(f.expr, names, tsym)) for f in ir.fields)
     fams = tuple((o.name, o.observable) for o in ir.orders if o.kind == "average" and o.times == 2)
@@ -181,14 +229,22 @@ def site_program(ir: ModelIR) -> SiteProgram:
                 if len(times) == 1 and sp.simplify(oexpr.subs(tsym, next(iter(times))) - expr) == 0:
                     fixed.append((sym, other, int(next(iter(times)))))
                     break
-    node_reads = [(("field", n), _reads(e, names, src_names, two, tsym, n)) for n, e in fields]
+    layer, act, s_sym = next(a.name for a in ir.axes if a.kind == "layer"), ir.activations[0][0], sp.Symbol("s")
+    terms, node_reads = {}, []
+    for n, e in fields:
+        found, same = path_factors(e, names, tsym, layer, act)
+        terms.update(dict.fromkeys(found))
+        node_reads.append((("field", n), tuple(sorted(set(_reads(e, names, src_names, two, tsym, n))
+                                                      | {("term", sp.sstr(f), layer) for f in same}))))
+    for f in terms:
+        node_reads.append((("term", sp.sstr(f)), _reads(f.xreplace({s_sym: tsym}), names, set(), set(), tsym, None)))
     for n, obs in list(fams) + [(n, of) for n, of, _ in resp]:
-        node_reads.append((("row", n), tuple(r for r in _reads(obs, names, set(), set(), tsym, None)
-                                            if r[0] == "field")))
-    s_sym = sp.Symbol("s")
+        parts = set(sp.preorder_traversal(obs)) if n in dict(fams) else set()     # a kernel reads kept path factors
+        kept = {("term", sp.sstr(f), layer) for f in terms if f in parts}
+        node_reads.append((("row", n), tuple(sorted({r for r in _reads(obs, names, set(), set(), tsym, None)
+                                                     if r[0] == "field"} | kept))))
     history = tuple(n for n, _ in fields if any(
         split_name(type(a).__name__)[0] == n and a.args == (s_sym,) for _, e in fields
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(fields, srcs, fams, resp, reads, tuple(stein), tuple(fixed), tuple(node_reads),
-                       ir.time[0], ir.activations[0][0], next(a.name for a in ir.axes if a.kind == "layer"),
-                       history)
+                       ir.time[0], act, layer, history, tuple(terms))

@@ -15,6 +15,11 @@ every layer's quantities in the order of their same-time reads (``SITE['reads']`
 * a response ``R[l](t, s) = <d X(t) / d x[l](s)>`` is the path average of forward-mode tangents: every field of
   the layer carries its derivative with respect to an additive perturbation of the source x[l] at each time s
   (``jax.jvp`` of the same generated functions, vectorised over s, the order parameters held fixed);
+* a path factor of the fields' sums (``SITE['terms']``: phi(h[l](s)), g[l](s)) is computed once, at its time, with
+  its tangents; a sum reads the kept values and tangents (paths x T^2 per factor and step, as for one
+  matrix-vector product), so that no step re-evaluates a factor, or differentiates it, over the whole history.
+  The fields' own tangents live for the current step only.  Tangent histories are stored flat, (direction s *
+  paths, time), and written as columns in place (a 3-D buffer read through a reshape made XLA copy it each step);
 * last, the readout constraints: each average X(t) on the paths ('direct') and, where
   :mod:`dmftc.derive.site` found Stein's lemma to apply, sum_{s<=t} Cov_x(t, s) <dY / dx(s)> + <X - x(t) Y>
   ('stein', the default, whose Monte Carlo error does not grow like 1/gamma); an average at a fixed time reads
@@ -30,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, layer_number
+from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, layer_number
 
 jax.config.update("jax_enable_x64", True)
 
@@ -40,17 +45,17 @@ __all__ = ["Evaluator", "layer_number", "schedule", "site_march"]
 class Evaluator:
     """The values the generated ``site_*`` functions read at step t in layer l (see dmftc.codegen.site)."""
 
-    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None):
+    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
         self.hist, self.rows, self.q1, self.src, self.p, self._act = hist, rows, q1, src, p, act
-        self.width, self.bounds = width, bounds
+        self.width, self.bounds, self.terms = width, bounds, terms or {}
         self.idx = jnp.arange(T)
         self.past = (self.idx < t).astype(jnp.float64)          # [s < t] (dmftc.derive.site.PAST)
 
     def at(self, l):
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self.p,
-                         self._act, self.width, self.bounds)
+                         self._act, self.width, self.bounds, terms=self.terms)
 
     def layer(self, ref):
         return layer_number(ref, self.l, self.L, self.mod.LAYER, self.mod.DEPTH)
@@ -64,6 +69,11 @@ class Evaluator:
             return h
         v = h[:, self.t] if time == "t" else h[:, time]
         return v[:, None] if vec else v
+
+    def term(self, name):
+        """A path factor of this layer at every time s (paths, T): its values so far (zero from t on, or at t
+        once this step computed it)."""
+        return self.terms[(name, self.l)]
 
     def source(self, name, ref):
         return self.src[(name, self.layer(ref))]
@@ -100,21 +110,22 @@ class Evaluator:
 
 
 def schedule(site: dict, L: int, var: str, depth: str) -> list:
-    """One time step's order: nodes ('source', x, l), ('field', f, l), ('row', Q, l) for l = 1..L, each after
-    what it reads at the same time (``site['reads']``); deterministic (the earliest-declared ready node first)."""
+    """One time step's order: nodes ('source', x, l), ('field', f, l), ('term', P, l) (a path factor), ('row', Q, l)
+    for l = 1..L, each after what it reads at the same time (``site['reads']``); deterministic (the
+    earliest-declared ready node first)."""
     reads = dict(site["reads"])
     deps = {}
     for l in range(1, L + 1):
         for x, fam, off in site["sources"]:
             deps[("source", x, l)] = {("row", fam, l + off)} if 1 <= l + off <= L else set()
-        for kind, names in (("field", site["fields"]), ("row", site["kernels"] + tuple(n for n, _ in
-                                                                                      site["responses"]))):
+        for kind, names in (("field", site["fields"]), ("term", site["terms"]),
+                            ("row", site["kernels"] + tuple(n for n, _ in site["responses"]))):
             for n in names:
                 need = set()
                 for rk, rn, ref in reads[(kind, n)]:
                     tgt = layer_number(ref, l, L, var, depth)
-                    if rk == "field" and tgt != l:
-                        raise StructureSpecError(f"{n} reads the field {rn} of another layer; layers are coupled "
+                    if rk in ("field", "term") and tgt != l:
+                        raise StructureSpecError(f"{n} reads the {rk} {rn} of another layer; layers are coupled "
                                                  "only through order parameters")
                     if 1 <= tgt <= L:
                         need.add((rk, rn, tgt))
@@ -145,12 +156,13 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     exact basis (rows = basis directions of the sources, ``wts`` = 1 each, exact for the quadratic averages of
     linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows."""
     site = mod.SITE
+    if "terms" not in site:
+        raise StructureSpecError(f"{mod.SPEC_PATH}: its generated module predates the site march's path factors; "
+                                 "recompile it (dmftc compile)")
     S = next(iter(xi.values())).shape[1]
     twts = wts if tangent_wts is None else tangent_wts
     order = schedule(site, L, mod.LAYER, mod.DEPTH)
-    names = site["fields"]
-    keep = tuple(f for f in names if f in site.get("history", names))    # tangents kept over time
-    col = tuple(f for f in names if f not in keep)                       # tangents of the current step only
+    names, terms = site["fields"], site["terms"]
     wrt = tuple(sorted({x for _, x in site["responses"]}))
     resp = dict(site["responses"])
     covs = {x: (fam, off) for x, fam, off in site["sources"]}
@@ -160,46 +172,30 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     idx = jnp.arange(T)
 
     def step(t, c):
-        hist, dhist, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "dhist", "chol", "rows", "q1", "avg"))
+        hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
+                                                                        "q1", "avg"))
         src, dcol = {}, {}
         onehot = (idx == t).astype(jnp.float64)
-        E0 = Evaluator(mod, L, T, t, 1, hist, rows, q1, src, p, act, width, bounds)
 
-        def layer_fn(fn, l):
-            """fn(E) as a function of layer l's history fields, its current-step fields and its sources."""
-            def value(hs, ss, cs):
-                h2 = dict(hist)
-                h2.update({(f, l): v for f, v in hs.items()})
-                s2 = dict(src)
-                s2.update(ss)
-                return fn(Evaluator(mod, L, T, t, l, h2, rows, q1, s2, p, act, width, bounds,
-                                    cur={(f, l): v for f, v in cs.items()}))
-            return value
+        def ev(l, srcs=src, cur=None, tv=tval):
+            return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv)
 
-        def current(l, x):
-            """Layer l's current-step fields at t and their tangents in x[l] (zeros before they are computed)."""
-            return ({f: hist[(f, l)][:, t] for f in col}, {f: dcol.get((x, f, l), jnp.zeros((T, S))) for f in col})
+        E0 = ev(1)
 
-        def tangent_at_t(fn, l, x):
-            """d fn / d x[l](s) for every s, (S, T), for an observable of layer l's fields at t only (a response's,
-            the Stein term's): the jvp in the fields' values at t, whose tangents are the columns t."""
-            cur = {(f, l): hist[(f, l)][:, t] for f in names}
-            dcur = {(f, l): dhist[(x, f, l)][:, :, t] if f in keep else dcol.get((x, f, l), jnp.zeros((T, S)))
-                    for f in names}
+        def now(l):
+            """Layer l's fields at t (zero for those not yet computed at this step)."""
+            return {(f, l): hist[(f, l)][:, t] for f in names}
 
-            def value(c):
-                return fn(Evaluator(mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=c))
+        def dnow(l, x):
+            """Their tangents in x[l](s), (direction s, paths) each (zero for those not yet computed)."""
+            return {(f, l): dcol.get((x, f, l), jnp.zeros((T, S))) for f in names}
 
-            return jax.vmap(lambda a: jax.jvp(value, (cur,), (a,))[1], in_axes=0, out_axes=1)(dcur)
-
-        def tangent(value, l, x, srcs):
-            """d value / d x[l](s) for every s: (direction s, S)."""
-            hs = {f: hist[(f, l)] for f in keep}
-            th = {f: dhist[(x, f, l)] for f in keep}           # (direction s, S, field time): batch axis leading
-            cs, tc = current(l, x)
-            ts = {k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S))) for k in srcs}
-            return jax.vmap(lambda a, b, c: jax.jvp(value, (hs, srcs, cs), (a, b, c))[1],
-                            in_axes=(0, 0, 0), out_axes=0)(th, ts, tc)
+        def tangent_at_t(fn, l, x, axis):
+            """d fn / d x[l](s) for every s, the direction s on ``axis`` of (paths, T), for an observable of layer
+            l's fields at t only (a path factor's, a response's, the Stein term's): the jvp in the fields' values
+            at t, whose tangents are those of the current step."""
+            return jax.vmap(lambda a: jax.jvp(lambda cur: fn(ev(l, cur=cur)), (now(l),), (a,))[1],
+                            in_axes=0, out_axes=axis)(dnow(l, x))
 
         for kind, name, l in order:
             if kind == "source":
@@ -208,18 +204,27 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 chol[(name, l)] = C = _extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
                 src[(name, l)] = xi[name][l - 1] @ C[t]
             elif kind == "field":
+                fn = getattr(mod, f"site_field_{name}")
                 srcs = {k: v for k, v in src.items() if k[1] == l}
-                value = layer_fn(getattr(mod, f"site_field_{name}"), l)
-                v = value({f: hist[(f, l)] for f in keep}, srcs, current(l, wrt[0] if wrt else None)[0])
-                hist[(name, l)] = hist[(name, l)].at[:, t].set(v)
+                tl = {k: v for k, v in tval.items() if k[1] == l}
+
+                def value(tv, ss, cs, fn=fn):
+                    """The field as a function of layer l's path factors (histories), sources and fields at t."""
+                    return fn(ev(l, srcs={**src, **ss}, cur=cs, tv={**tval, **tv}))
+
+                hist[(name, l)] = _set_col(hist[(name, l)], jnp.broadcast_to(value(tl, srcs, now(l)), (S,)), t)
+                for x in wrt:                                   # d field(t) / d x[l](s): (direction s, paths)
+                    dt = {k: dterm[(x,) + k].reshape(T, S, T) for k in tl}     # (direction s, paths, time)
+                    ds = {k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S))) for k in srcs}
+                    dcol[(x, name, l)] = jax.vmap(lambda a, b, d: jax.jvp(value, (tl, srcs, now(l)), (a, b, d))[1])(
+                        dt, ds, dnow(l, x))
+            elif kind == "term":
+                fn = getattr(mod, f"site_term_{terms.index(name)}")
+                tval[(name, l)] = _set_col(tval[(name, l)], jnp.broadcast_to(fn(ev(l, cur=now(l))), (S,)), t)
                 for x in wrt:
-                    d = tangent(value, l, x, srcs)
-                    if name in keep:
-                        dhist[(x, name, l)] = dhist[(x, name, l)].at[:, :, t].set(d)
-                    else:
-                        dcol[(x, name, l)] = d
+                    dterm[(x, name, l)] = _set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
             elif name in resp:
-                d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name])
+                d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name], 1)
                 rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
@@ -235,7 +240,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                     f, x = stein[sym]
                     fam, off = covs[x]
                     Yf = getattr(mod, f"site_stein_{sym}")
-                    dY = tangent_at_t(Yf, L, x)
+                    dY = tangent_at_t(Yf, L, x, 1)
                     cov = rows[(fam, L + off)][t] if 1 <= L + off <= L else EL.boundary(fam, L + off) * jnp.ones(T)
                     val = jnp.sum(cov * (idx <= t) * (twts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
                     avg[("stein", sym)] = avg[("stein", sym)].at[t].set(val)
@@ -245,11 +250,12 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 kind = "stein" if (base in stein and not direct) else "direct"
                 vals[sym] = avg[(kind, base)][t if k is None else k]
             q1[qname] = q1[qname].at[t].set(getattr(mod, f"site_constraint_{qname}")(EL, vals))
-        return {"hist": hist, "dhist": dhist, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
+        return {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
 
     layers = range(1, L + 1)
     c0 = {"hist": {(f, l): jnp.zeros((S, T)) for f in names for l in layers},
-          "dhist": {(x, f, l): jnp.zeros((T, S, T)) for x in wrt for f in keep for l in layers},
+          "terms": {(n, l): jnp.zeros((S, T)) for n in terms for l in layers},
+          "dterms": {(x, n, l): jnp.zeros((T * S, T)) for x in wrt for n in terms for l in layers},
           "chol": {(x, l): jnp.zeros((T, T)) for x, _, _ in site["sources"] for l in layers},
           "rows": {(q, l): jnp.zeros((T, T)) for q in site["kernels"] + tuple(resp) for l in layers},
           "q1": {q: jnp.zeros(T) for q, _ in site["readouts"]},
