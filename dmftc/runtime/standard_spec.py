@@ -10,6 +10,7 @@ same propagator as a user's spec: there is one definition of the network (the sp
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import re
 import shutil
@@ -82,4 +83,9 @@ def standard(activation: str, *, L, T, gamma, y, eta, width):
     mod = standard_module(activation)
     p, _, _ = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
-    return spec, p, from_spec(mod, p), spec.site_activation(p, width)
+
+    def site(w):                                   # the spec's activation, labelled by its expression
+        return dataclasses.replace(spec.site_activation(p, w), label=f"phi(h) = {dsl_expression(activation)}",
+                                   rewidth=site)
+
+    return spec, p, from_spec(mod, p), site(width)
