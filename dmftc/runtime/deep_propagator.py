@@ -509,8 +509,9 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             f"no deep propagator for {activation.label}: its derivative of order {activation.kink_order} holds a "
             "delta function (a kink in phi or phi'), and the per-path estimator takes third source derivatives of "
             "g = phi'(h) z, which need phi''' and phi'''' as functions; here they are derivatives of delta "
-            "functions, whose mollified samples have no usable variance (relu at L = 2, T = 6, 400 paths: N Var K "
-            "grew from 2e2 to 8e31; issue 13).  The means are available; activations with a kink in phi'' only "
+            "functions, whose mollified samples have no usable variance (sqrt(2) max(0, h) at L = 2, T = 6, "
+            "400 paths: N Var K grew from 2e2 to 8e31; issue 13).  The means are available; activations with a "
+            "kink in phi'' only "
             "(e.g. h / (1 + abs(h))) are extrapolated in the delta width")
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
