@@ -168,13 +168,35 @@ def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
 _JIT: dict = {}
 
 
+def runs_site(spec) -> bool:
+    """Whether ``spec``'s march is its generated module's own single-site program."""
+    return hasattr(getattr(spec, "module", None), "SITE")
+
+
+def march_kernels(activation, model, L: int):
+    """(kernels, parameter values) of the march of ``model`` (a :class:`dmftc.runtime.deep_model.DeepModel`) with
+    ``activation``: the spec's generated program (:class:`SpecKernels`) when the model was read from a compiled
+    spec and ``activation`` is that spec's (None: the spec's own, delta width 0), else the model's kernels for the
+    reference structured march (:class:`dmftc.reference.structured_march.ModelKernels`)."""
+    mod = model.module
+    spec = SpecKernels(mod) if mod is not None else None
+    if runs_site(spec):
+        if activation is None or tuple(activation.key[:len(spec.key)]) == spec.key:
+            width = 0.0 if activation is None else activation.width
+            return spec, dict(model.values) | {mod.DEPTH: L, "dirac width": width}
+    from dmftc.reference.structured_march import ModelKernels
+
+    kern = ModelKernels(activation, model)
+    return kern, kern.params(L)
+
+
 def _compiled(L, T, exact, spec, direct=False, keep=False):
     """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
     generated module carries one, else (a DeepModel without a spec) the reference structured march
     (:mod:`dmftc.reference.structured_march`) of ``spec``'s kernels."""
     key = (spec.key, L, T, exact, direct, keep)
     if key not in _JIT:
-        if getattr(spec, "module", None) is not None and hasattr(spec.module, "SITE"):
+        if runs_site(spec):
             fn = lambda xiu, xir, wts, prm: _site(xiu, xir, wts, prm, L=L, T=T, mod=spec.module,  # noqa: E731
                                                   direct=direct, keep=keep, exact=exact)
         else:
@@ -395,5 +417,5 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     diag["f_direct_stderr"] = stderr.pop("f_direct")
     diag["wall_time"] = _time.perf_counter() - t0
     diag["march"] = ("the spec's single-site program (dmftc.runtime.site_march)"
-                     if hasattr(getattr(spec, "module", None), "SITE") else "structured (dmftc.runtime.deep_dmft)")
+                     if runs_site(spec) else "structured (dmftc.runtime.deep_dmft)")
     return DeepSaddle(L=L, T=T, params=params, arrays=arrays, stderr=stderr, diagnostics=diag)

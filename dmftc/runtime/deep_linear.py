@@ -118,24 +118,19 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     Every field of layer l is linear in that layer's sources w = (u^l(0..T-1), r^l(0..T-1)),
     Cov(w) = diag(Phi[l-1], G[l+1]); the march on the exact basis (:func:`dmftc.runtime.deep_dmft.march_exact`:
     a compiled spec's own single-site program, or for a DeepModel without a spec the reference structured march
-    of :mod:`dmftc.reference.structured_march`) carries the fields' coefficients on the 2 L T source basis vectors, so all averages are exact quadratic forms and the
-    responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
+    of :mod:`dmftc.reference.structured_march`) carries the fields' coefficients on the 2 L T source basis
+    vectors, so all averages are exact quadratic forms and the responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
     (dmftc.reference.deep_marches.numpy_linear_saddle writes the same march out in numpy: the tests' oracle.)
     """
     from dmftc.derive.activation import as_activation
-    from dmftc.reference.structured_march import ModelKernels
-    from dmftc.runtime.deep_dmft import SpecKernels, march_exact
+    from dmftc.runtime.deep_dmft import march_exact, march_kernels
 
     L, T = int(L), int(T)
     if L < 1 or T < 1:
         raise ValueError("need L >= 1 and T >= 1")
     model = as_model(model, gamma, y, eta)
-    mod = model.module
-    if mod is not None and hasattr(mod, "SITE") and mod.LINEAR:     # a compiled spec: its own program
-        kern, prm = SpecKernels(mod), dict(model.values) | {mod.DEPTH: L, "dirac width": 0.0}
-    else:
-        kern = ModelKernels(as_activation("linear"), model)
-        prm = kern.params(L)
+    own = bool(getattr(model.module, "LINEAR", False))         # a compiled linear spec: its own program
+    kern, prm = march_kernels(None if own else as_activation("linear"), model, L)
     return saddle_of_march(model, march_exact(kern, prm, L, T), L, T)
 
 

@@ -94,7 +94,7 @@ from scipy import sparse
 
 from dmftc.runtime.deep_linear import (Layout, _gather_local, saddle_of_march, _split_local, _sym, action_hessian, observable_names,
                           propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import SpecKernels, _integer, march_paths
+from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_site
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
@@ -105,7 +105,7 @@ from dmftc.derive.activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "march_kernels", "LocalEstimator", "group_propagator"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
 
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.deep_dmft) with the direct readout, paths kept
@@ -133,24 +133,8 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     sad = saddle_of_march(model, out, L, T)
     fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
-                     "site program" if hasattr(getattr(kern, "module", None), "SITE") else "structured")
+                     "site program" if runs_site(kern) else "structured")
     return sad, fields
-
-
-def march_kernels(activation, model: DeepModel, L: int):
-    """(kernels, parameter values) of the march of ``model`` with ``activation``: the spec's generated program
-    (:class:`~dmftc.runtime.deep_dmft.SpecKernels`) when the model was read from a compiled spec whose
-    activation this is, else the model's kernels for the reference structured march
-    (:class:`dmftc.reference.structured_march.ModelKernels`)."""
-    mod = model.module
-    if mod is not None and hasattr(mod, "SITE"):
-        spec = SpecKernels(mod)
-        if tuple(activation.key[:len(spec.key)]) == spec.key:
-            return spec, dict(model.values) | {mod.DEPTH: L, "dirac width": activation.width}
-    from dmftc.reference.structured_march import ModelKernels
-
-    kern = ModelKernels(activation, model)
-    return kern, kern.params(L)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -511,8 +495,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             "g = phi'(h) z, which need phi''' and phi'''' as functions; here they are derivatives of delta "
             "functions, whose mollified samples have no usable variance (sqrt(2) max(0, h) at L = 2, T = 6, "
             "400 paths: N Var K grew from 2e2 to 8e31; issue 13).  The means are available; activations with a "
-            "kink in phi'' only "
-            "(e.g. h / (1 + abs(h))) are extrapolated in the delta width")
+            "kink in phi'' only (e.g. h / (1 + abs(h))) are extrapolated in the delta width")
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
     L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)

@@ -108,7 +108,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         if err is None:
             inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit,
                                     correction=correction, model=model, **std)
-            err = _saddle_mismatch(mod, own, inner, L)
+            err = _saddle_mismatch(mod, inner)
             if err is None:
                 return _in_spec_names(mod, inner, p, names)
         inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"}, err)
@@ -138,11 +138,10 @@ def _from_saddle(deep, sad, activation, L, T, params, diag, error):
     return deep.deep_solution(activation, L, T, dict(params), means, se, None, dict(diag), error=error)
 
 
-def _saddle_mismatch(mod, own, inner, L) -> StructureSpecError | None:
+def _saddle_mismatch(mod, inner) -> StructureSpecError | None:
     """The action read from the spec (module deep_model: couplings, readout, boundaries, K) must be stationary at
     the saddle the spec's own program marches (its generated equations on the exact basis) before that action's
-    propagator is used: None, or the error to attach.  (``own``: the spec's exact march; since both saddles are
-    now that march, the test is the closed-form action's gradient there, ``info['stationarity']``.)"""
+    propagator is used (``info['stationarity']`` of the closed-form propagator): None, or the error to attach."""
     stat = float(inner.info.get("stationarity", np.inf))
     if stat <= _LINEAR_MATCH:
         return None

@@ -84,8 +84,9 @@ def standard(activation: str, *, L, T, gamma, y, eta, width):
     p, _, _ = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
 
+    label = f"phi(h) = {dsl_expression(activation)}"
+
     def site(w):                                   # the spec's activation, labelled by its expression
-        return dataclasses.replace(spec.site_activation(p, w), label=f"phi(h) = {dsl_expression(activation)}",
-                                   rewidth=site)
+        return dataclasses.replace(spec.site_activation(p, w), label=label, rewidth=site)
 
     return spec, p, from_spec(mod, p), site(width)
