@@ -1,8 +1,10 @@
 """The figure scripts in experiments/: each runs in --quick mode and asserts its own agreement.
 
 The scripts exit non-zero when theory and Richardson-extrapolated finite-width
-ensembles disagree by more than 4 combined standard errors, so these tests (part of
-the default suite, about 3 minutes together) fail if a figure drifts.  The fast test checks that the helpers the scripts use
+ensembles disagree by more than 4 combined standard errors, so these tests fail if a figure drifts.  The
+default suite runs the scripts whose comparison no other default test makes (SCRIPTS, about 5 minutes of one
+core); the paper-figure scripts below run with ``-m slow``, each next to the default test that checks the same
+theory against networks (COVERED), as do the scripts of the big deep propagators (SLOW_SCRIPTS).  The fast test checks that the helpers the scripts use
 for derived observables reproduce dmftc.validation.truth exactly.
 """
 import json
@@ -17,13 +19,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
-SCRIPTS = ("fig2_lazy", "fig3_two_layer", "fig4_whitened", "fig5_deep_linear", "fig6_eos", "deep_activations",
-           "mean_correction", "bias_variance", "kappa_D_gamma", "deep_linear_correction", "two_time_deep_linear",
-           "online_learning", "rates")   # each writes <name>.png / .npz
+SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "deep_linear_correction",
+           "two_time_deep_linear", "online_learning", "rates")   # each writes <name>.png / .npz
+# figure script -> the default test comparing the same spec's theory with finite-width networks
+COVERED = {
+    "fig2_lazy": "tests/test_validation.py::test_theory_matches_finite_width_networks[two_layer_multi_lazy]",
+    "fig3_two_layer": "tests/test_validation.py::test_theory_matches_finite_width_networks[two_layer]",
+    "fig4_whitened": "tests/test_validation.py::test_theory_matches_finite_width_networks[linear_whitened]",
+    "fig5_deep_linear": "tests/test_deep_linear.py::test_propagator_matches_finite_width_networks",
+    "fig6_eos": "tests/test_validation.py::test_theory_matches_finite_width_networks[eos_large_step]",
+}
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 
 
-@pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow) for s in SLOW_SCRIPTS))
+@pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow)
+                                                   for s in tuple(COVERED) + SLOW_SCRIPTS))
 def test_figure_script_quick(script, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--quick",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -33,6 +43,19 @@ def test_figure_script_quick(script, tmp_path):
     assert summary.exists() and (tmp_path / f"{script}.npz").exists()
     s = json.loads(summary.read_text())
     assert s["passed"] and s["mode"] == "quick" and s["max_z_checked"] <= common.Z_MAX
+
+
+def test_every_figure_script_is_run_and_every_covering_test_exists():
+    """No script in experiments/ escapes the parametrisation above, and each test named in COVERED exists."""
+    scripts = {p.stem for p in (ROOT / "experiments").glob("*.py")} - {"common"}
+    assert scripts == set(SCRIPTS) | set(COVERED) | set(SLOW_SCRIPTS) | {"relu_rich"}
+    for node in COVERED.values():
+        path, name = node.split("::")
+        func = name.split("[")[0]
+        text = (ROOT / path).read_text()
+        assert f"def {func}(" in text, node
+        if "[" in name:
+            assert repr(name.split("[")[1][:-1]) in text or f'"{name.split("[")[1][:-1]}"' in text, node
 
 
 def test_helpers_reproduce_finite_width_truth():
