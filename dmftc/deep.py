@@ -72,15 +72,15 @@ def propagator_bytes(L: int, T: int, correction: bool = False) -> int:
 
 
 def causal_propagator_bytes(L: int, T: int) -> int:
-    """Peak memory of one group of the nonlinear deep propagator: U and Kd (dual x primal, dual x dual), one
-    layer's local Hessian with its chain-rule temporaries, and the per-chunk path arrays (at most 2 GB, see
-    site_moments.SiteMoments)."""
+    """Peak memory of one group of the nonlinear deep propagator: U and Kd (dual x primal, dual x dual) twice
+    (the group's and their sum over groups, dmftc.runtime.solve_bias), one layer's local Hessian with its
+    chain-rule temporaries, and the per-chunk path arrays (at most 2 GB, see site_moments.SiteMoments)."""
     from dmftc.runtime.deep_linear import Layout
 
     lay = Layout(L, T)
     nt = T * (T + 1) // 2
     nv = 4 * nt + 2 * T * T + 2 * T
-    return int(8 * (2 * (lay.n // 2) ** 2 + 2 * nv * nv) + min(2e9, 512 * 40 * (2 * T) ** 3))
+    return int(8 * (4 * (lay.n // 2) ** 2 + 2 * nv * nv) + min(2e9, 512 * 40 * (2 * T) ** 3))
 
 
 def deep_solution(activation: str, L: int, T: int, params: dict, means: dict, mean_se: dict, source, info: dict,

@@ -95,7 +95,8 @@ class LazyBlocks:
     call; ``names``: spec name -> internal name of the observables; ``info``: the solution's info, which receives
     the propagator's diagnostics once computed."""
 
-    _DIAGNOSTICS = ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc")
+    _DIAGNOSTICS = ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc",
+                    "solve_bias", "solve_bias_vs_se")
 
     def __init__(self, T: int, source, names: dict, info: dict):
         self.T, self._source, self._names, self._info = int(T), source, dict(names), info

@@ -99,6 +99,7 @@ from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
 from dmftc.runtime.site_moments import SiteMoments
+from dmftc.runtime.solve_bias import Pool, bias_report
 from dmftc.runtime.deep_model import DeepModel, as_model
 from dmftc.runtime.sampling import check_sampler, source_normals
 from dmftc.derive.activation import as_activation
@@ -366,13 +367,15 @@ class DeepPropagator:
 
 
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
-                     method="fast", weights=None, solver="causal", full=False):
+                     method="fast", weights=None, solver="causal", full=False, keep_blocks=False):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
 
     solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.runtime.causal_solve`),
-    sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys)."""
+    sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys).
+    ``keep_blocks`` (causal solver): the Propagator keeps its Hessian blocks as ``blocks`` (for
+    :mod:`dmftc.runtime.solve_bias`)."""
     if solver not in ("causal", "dense"):
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
     model = as_model(model, gamma, y, eta)
@@ -425,6 +428,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     t2 = _time.perf_counter()
     if solver == "causal":
         P = causal_propagator(sad, blocks, full=full, model=model)
+        P.blocks = blocks if keep_blocks else None
         del blocks
     else:
         H = action_hessian(x0, L=L, T=T, model=model, local_hessians=kept)
@@ -442,12 +446,13 @@ class _Extrapolated:
     """A group's propagator extrapolated to delta width 0 from widths w and w/2 (same paths): 2 P(w/2) - P(w)."""
 
     def __init__(self, at_w, at_half):
+        self.half = at_half
         self.sigma = {a: {b: 2 * at_half.sigma[a][b] - at_w.sigma[a][b] for b in at_w.sigma[a]} for a in at_w.sigma}
         self.saddle = at_half.saddle
         self.diagnostics = dict(at_half.diagnostics)
         self.diagnostics["min_eig"] = min(at_w.diagnostics["min_eig"], at_half.diagnostics["min_eig"])
         for k in ("time_saddle", "time_hessian", "time_solve"):
-            self.diagnostics[k] = at_w.diagnostics[k] + at_half.diagnostics[k]
+            self.diagnostics[k] = at_w.diagnostics.get(k, 0.0) + at_half.diagnostics.get(k, 0.0)  # (pooled: solve only)
 
 
 _extrapolated = _Extrapolated
@@ -480,7 +485,11 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     non-smooth at the kink, as for softsign; measured in experiments/deep_activations.py).  The standard errors
     come from the spread of the extrapolated groups; ``diagnostics['dirac_shift']`` reports, per observable,
     max_t |Sigma(w/2) - Sigma(w)| relative to the curve's peak, the size of the bias that was removed (the
-    residual bias is not estimated), and ``'dirac_shift_vs_se'`` the same shift over the standard error."""
+    residual bias is not estimated), and ``'dirac_shift_vs_se'`` the same shift over the standard error.
+
+    ``diagnostics['solve_bias']`` / ``['solve_bias_vs_se']``: per observable, the estimated bias of the group mean
+    from solving with noisy Hessians (the pooled Hessian's solve against the group mean,
+    :mod:`dmftc.runtime.solve_bias`), relative to the curve's peak and to the standard error."""
     std = None
     if model is None and isinstance(activation, str):     # the standard network: its compiled spec's program
         from dmftc.runtime.standard_spec import standard
@@ -509,14 +518,17 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     per = samples // groups
     t0 = _time.perf_counter()
     runs, runs_w = [], []
+    pools = (Pool(), Pool())                          # Hessian blocks summed over groups: width w, w/2
     with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
         for gi in range(groups):
             xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, per, T)
-            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method)
+            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method, keep_blocks=True)
             run = group_propagator(activation=activation, **kw)
+            pools[0].add(run)
             if half is not None:
                 runs_w.append(run)
                 run = _extrapolated(run, group_propagator(activation=half, **kw))
+                pools[1].add(run.half)
             runs.append(run)
             bar.advance(note=f"group {gi + 1}: {per} paths")
     names = observable_names(L)
@@ -564,6 +576,14 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             shift[a] = float(np.max(np.abs(mean)) / peak)
             ratio[a] = float(np.max(np.abs(mean) / np.maximum(np.diag(se[a][a]), 1e-300)))
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
+    # the bias of solving with a noisy Hessian (module solve_bias): group mean against the pooled Hessian's solve
+    ts = _time.perf_counter()
+    pooled = pools[0].propagator(model)
+    if half is not None:
+        pooled = _extrapolated(pooled, pools[1].propagator(model))
+    diag["solve_bias"], diag["solve_bias_vs_se"] = bias_report(names, sigma, se, pooled.sigma, groups)
+    diag["time_pooled_solve"] = _time.perf_counter() - ts
+    diag["time_total"] = _time.perf_counter() - t0
     params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,
                   seed=seed, groups=groups, sampler=sampler)
     params.update(model.standard_params or std or {})

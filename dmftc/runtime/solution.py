@@ -346,6 +346,9 @@ class Solution:
                          + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
         if self.kind == "deep" and self.info.get("approximation"):
             lines.append("  note: " + self.info["approximation"])
+        warning = solve_bias_warning(self.info)
+        if warning:
+            lines.append("  warning: " + warning)
         return "\n".join(lines)
 
     def plot(self, path, width=None):
@@ -356,6 +359,19 @@ class Solution:
     def __repr__(self) -> str:
         deep = f", L={self.depth}" if self.kind == "deep" else ""
         return f"Solution({self.model!r}, kind={self.kind!r}{deep}, T={self.T})"
+
+
+def solve_bias_warning(info: dict) -> str | None:
+    """The deep propagator's warning when its estimated solve bias (:mod:`dmftc.runtime.solve_bias`) exceeds its
+    standard error for some observable (``info['propagator_solve_bias_vs_se']``); None otherwise."""
+    vs, rel = info.get("propagator_solve_bias_vs_se"), info.get("propagator_solve_bias", {})
+    if not vs or max(vs.values()) <= 1.0:
+        return None
+    name = max(vs, key=vs.get)
+    return (f"the Monte Carlo propagator is not resolved: solving with the groups' noisy Hessians biases N Var "
+            f"{name} by about {rel.get(name, float('nan')):.0%} of its peak, {vs[name]:.1f} times its standard error "
+            "(info 'propagator_solve_bias'), so the error bars understate the error; increase the propagator's "
+            "samples (the bias falls like 1 / samples per group)")
 
 
 def _jsonable(v):

@@ -1,0 +1,79 @@
+"""How far the deep propagator's group mean may be from the truth beyond its error bar: the bias of
+solving with a noisy Monte Carlo Hessian.
+
+Each group of :func:`dmftc.runtime.deep_propagator.deep_propagator` estimates the action's Hessian from its own
+n paths and solves for the propagator, Sigma = U^-1 Kd U^-T (block back substitution, one nonlinear map of the
+Hessian).  The solve is unbiased only to first order in the Hessian's noise: E[Sigma_hat] = Sigma + b / n +
+O(n^-2), with b set by the curvature of the map, large when U's diagonal blocks are ill-conditioned or its
+products over time amplify errors.  The standard error over groups does not see b / n at all (every group
+carries the same bias).
+
+Estimate: the propagator of the POOLED Hessian (the blocks U, Kd averaged over the G groups, at the groups'
+mean saddle) has bias b / (G n), the group mean b / n, and both use the same paths, so their difference
+is mostly bias, little noise:
+
+    bias of the group mean  ~  G / (G - 1) (mean_g Sigma_g - Sigma_pool).
+
+Reported per observable on the time diagonal, relative to the curve's peak and to the standard error.  When
+it exceeds the standard error the error bars understate the error and the solution says so.  Measured on a
+smooth activation with large higher derivatives (sqrt(2) h Phi(h / 0.4), L = 2, T = 6, eta = 0.1, gamma = 1):
+the group mean of N Var K(t = 3) went from 2386 (1000 paths per group) to 714 (4000) against 207 +- 11 from
+networks, about the b / n law, with standard errors of 17-40% of the value.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dmftc.runtime.causal_solve import CausalBlocks, causal_propagator
+
+__all__ = ["Pool", "bias_report"]
+
+
+class Pool:
+    """Running sums of the groups' Hessian blocks (U, Kd) and saddles; ``add`` takes one group's propagator
+    (its ``blocks`` attribute, dropped after adding, so that one extra copy of the blocks is kept)."""
+
+    def __init__(self):
+        self.n, self.U, self.Kd, self.order, self.pp = 0, None, None, None, 0.0
+        self.saddles = []
+
+    def add(self, prop):
+        blocks = prop.blocks
+        prop.blocks = None
+        if self.U is None:
+            self.U, self.Kd, self.order = blocks.U.copy(), blocks.Kd.copy(), blocks.order
+        else:
+            self.U += blocks.U
+            self.Kd += blocks.Kd
+        self.pp = max(self.pp, blocks.primal_block_max)
+        self.saddles.append(prop.saddle)
+        self.n += 1
+
+    def saddle(self):
+        """The groups' mean saddle (every array field averaged)."""
+        first = self.saddles[0]
+        mean = lambda get: np.mean([get(s) for s in self.saddles], axis=0)  # noqa: E731
+        changes = {k: mean(lambda s, k=k: getattr(s, k)) for k in ("Delta", "f", "K")}
+        for k in ("Phi", "G", "Rphi", "Rg"):
+            changes[k] = [mean(lambda s, k=k, i=i: getattr(s, k)[i]) for i in range(first.L)]
+        return dataclasses.replace(first, maps=None, **changes)
+
+    def propagator(self, model):
+        blocks = CausalBlocks(self.order, self.U / self.n, self.Kd / self.n, self.pp)
+        return causal_propagator(self.saddle(), blocks, model=model)
+
+
+def bias_report(names, sigma, se, pooled_sigma, groups):
+    """(bias, bias_vs_se): per observable, max_t |bias| / peak and max_t |bias| / se on the time diagonal, with
+    bias = G / (G - 1) (group mean - pooled) (module doc); ``pooled_sigma[a][a]`` (T, T)."""
+    rel, vs = {}, {}
+    for a in names:
+        b = groups / (groups - 1) * (np.diag(sigma[a][a]) - np.diag(pooled_sigma[a][a]))
+        peak = max(float(np.max(np.abs(np.diag(sigma[a][a])))), 1e-300)
+        s = np.diag(se[a][a])
+        live = s > 1e-12 * peak                 # exactly known entries (Var Delta(0) = 0) have no error bar
+        rel[a] = float(np.max(np.abs(b)) / peak)
+        vs[a] = float(np.max(np.abs(b[live]) / s[live])) if live.any() else 0.0
+    return rel, vs
