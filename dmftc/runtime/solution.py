@@ -309,7 +309,8 @@ class Solution:
         else:
             head += " (two-layer"
         lines = [f"{head}, T = {self.T}, t_max = {self.times[-1]:.3g}; {how}): {shown}"]
-        lines.append(f"  {'name':<14}{'shape':>8}{'final mean':>13}{'mean se':>11}{'peak N Var':>13}{'at t':>8}")
+        lines.append(f"  {'name':<14}{'shape':>8}{'final mean':>13}{'mean se':>11}{'peak N Var':>13}{'at t':>8}"
+                     f"{'its se':>10}")
         missing = None
         for n in self.names:
             if self.blocks is not None and n not in self.blocks.names:
@@ -325,7 +326,8 @@ class Solution:
                 v = self.var(n)
                 flat = v.reshape(-1, v.shape[-1])
                 i, t = np.unravel_index(int(np.argmax(flat)), flat.shape)
-                peak = f"{flat[i, t]:13.5g}{self.times[t]:8.3g}"
+                vse = np.asarray(self.var_stderr(n)).reshape(flat.shape)
+                peak = f"{flat[i, t]:13.5g}{self.times[t]:8.3g}{vse[i, t]:10.2g}"
             except DmftcError as err:
                 peak, missing = f"{'-':>13}{'':>8}", err
             lines.append(f"  {n:<14}{shape:>8}{fm}{fs}{peak}")
