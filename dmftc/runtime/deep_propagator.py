@@ -82,6 +82,7 @@ accurate than pseudo-random paths at the same count; ``sampler='random'`` gives 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time as _time
 from dataclasses import dataclass, field
@@ -446,13 +447,17 @@ class _Extrapolated:
     """A group's propagator extrapolated to delta width 0 from widths w and w/2 (same paths): 2 P(w/2) - P(w)."""
 
     def __init__(self, at_w, at_half):
-        self.half = at_half
-        self.sigma = {a: {b: 2 * at_half.sigma[a][b] - at_w.sigma[a][b] for b in at_w.sigma[a]} for a in at_w.sigma}
+        self.sigma = _extrapolate(at_w.sigma, at_half.sigma)
         self.saddle = at_half.saddle
         self.diagnostics = dict(at_half.diagnostics)
         self.diagnostics["min_eig"] = min(at_w.diagnostics["min_eig"], at_half.diagnostics["min_eig"])
         for k in ("time_saddle", "time_hessian", "time_solve"):
-            self.diagnostics[k] = at_w.diagnostics.get(k, 0.0) + at_half.diagnostics.get(k, 0.0)  # (pooled: solve only)
+            self.diagnostics[k] = at_w.diagnostics[k] + at_half.diagnostics[k]
+
+
+def _extrapolate(sigma_w, sigma_half):
+    """2 Sigma(w/2) - Sigma(w), block by block."""
+    return {a: {b: 2 * sigma_half[a][b] - sigma_w[a][b] for b in sigma_w[a]} for a in sigma_w}
 
 
 _extrapolated = _Extrapolated
@@ -527,8 +532,9 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             pools[0].add(run)
             if half is not None:
                 runs_w.append(run)
-                run = _extrapolated(run, group_propagator(activation=half, **kw))
-                pools[1].add(run.half)
+                at_half = group_propagator(activation=half, **kw)
+                pools[1].add(at_half)
+                run = _extrapolated(run, at_half)
             runs.append(run)
             bar.advance(note=f"group {gi + 1}: {per} paths")
     names = observable_names(L)
@@ -578,10 +584,12 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
     # the bias of solving with a noisy Hessian (module solve_bias): group mean against the pooled Hessian's solve
     ts = _time.perf_counter()
-    pooled = pools[0].propagator(model)
-    if half is not None:
-        pooled = _extrapolated(pooled, pools[1].propagator(model))
-    diag["solve_bias"], diag["solve_bias_vs_se"] = bias_report(names, sigma, se, pooled.sigma, groups)
+    mean_saddle = dataclasses.replace(runs[0].saddle, maps=None, **{k: saddle[k] for k in ("Delta", "f", "K")},
+                                      **{k: [saddle[f"{k}[{l}]"] for l in range(1, L + 1)]
+                                         for k in ("Phi", "G", "Rphi", "Rg")})
+    pooled = [pool.propagator(mean_saddle, model).sigma for pool in pools if pool.n]
+    pooled = _extrapolate(*pooled) if half is not None else pooled[0]
+    diag["solve_bias"], diag["solve_bias_vs_se"] = bias_report(names, sigma, se, pooled, groups)
     diag["time_pooled_solve"] = _time.perf_counter() - ts
     diag["time_total"] = _time.perf_counter() - t0
     params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,

@@ -22,8 +22,6 @@ networks, about the b / n law, with standard errors of 17-40% of the value.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from dmftc.runtime.causal_solve import CausalBlocks, causal_propagator
@@ -32,12 +30,11 @@ __all__ = ["Pool", "bias_report"]
 
 
 class Pool:
-    """Running sums of the groups' Hessian blocks (U, Kd) and saddles; ``add`` takes one group's propagator
-    (its ``blocks`` attribute, dropped after adding, so that one extra copy of the blocks is kept)."""
+    """Running sums of the groups' Hessian blocks (U, Kd); ``add`` takes one group's propagator (its ``blocks``
+    attribute, dropped after adding, so that one extra copy of the blocks is kept)."""
 
     def __init__(self):
         self.n, self.U, self.Kd, self.order, self.pp = 0, None, None, None, 0.0
-        self.saddles = []
 
     def add(self, prop):
         blocks = prop.blocks
@@ -48,21 +45,12 @@ class Pool:
             self.U += blocks.U
             self.Kd += blocks.Kd
         self.pp = max(self.pp, blocks.primal_block_max)
-        self.saddles.append(prop.saddle)
         self.n += 1
 
-    def saddle(self):
-        """The groups' mean saddle (every array field averaged)."""
-        first = self.saddles[0]
-        mean = lambda get: np.mean([get(s) for s in self.saddles], axis=0)  # noqa: E731
-        changes = {k: mean(lambda s, k=k: getattr(s, k)) for k in ("Delta", "f", "K")}
-        for k in ("Phi", "G", "Rphi", "Rg"):
-            changes[k] = [mean(lambda s, k=k, i=i: getattr(s, k)[i]) for i in range(first.L)]
-        return dataclasses.replace(first, maps=None, **changes)
-
-    def propagator(self, model):
+    def propagator(self, saddle, model):
+        """The propagator of the pooled blocks at ``saddle`` (the groups' mean saddle)."""
         blocks = CausalBlocks(self.order, self.U / self.n, self.Kd / self.n, self.pp)
-        return causal_propagator(self.saddle(), blocks, model=model)
+        return causal_propagator(saddle, blocks, model=model)
 
 
 def bias_report(names, sigma, se, pooled_sigma, groups):
