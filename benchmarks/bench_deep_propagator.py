@@ -35,7 +35,7 @@ import sys
 CASE = r"""
 import json, resource, time
 from dmftc.runtime.deep_propagator import deep_propagator
-from dmftc.runtime.deep_linear import Layout
+from dmftc.runtime.deep_action import Layout
 kw = json.loads({kw!r})
 t0 = time.perf_counter()
 P = deep_propagator(gamma=1.0, y=1.0, eta=0.05, **kw)

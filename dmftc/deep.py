@@ -65,7 +65,7 @@ class LazyPropagator:
 def propagator_bytes(L: int, T: int, correction: bool = False) -> int:
     """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve (with the
     mean correction: the whole inverse)."""
-    from dmftc.runtime.deep_linear import Layout
+    from dmftc.runtime.deep_action import Layout
 
     lay = Layout(L, T)
     return 8 * (2 * lay.n * lay.n + lay.n * (lay.n if correction else lay.n_phys))
@@ -75,7 +75,7 @@ def causal_propagator_bytes(L: int, T: int) -> int:
     """Peak memory of one group of the nonlinear deep propagator: U and Kd (dual x primal, dual x dual) twice
     (the group's and their sum over groups, dmftc.runtime.solve_bias), one layer's local Hessian with its
     chain-rule temporaries, and the per-chunk path arrays (at most 2 GB, see site_moments.SiteMoments)."""
-    from dmftc.runtime.deep_linear import Layout
+    from dmftc.runtime.deep_action import Layout
 
     lay = Layout(L, T)
     nt = T * (T + 1) // 2
@@ -88,7 +88,7 @@ def deep_solution(activation: str, L: int, T: int, params: dict, means: dict, me
     """A :class:`dmftc.runtime.solution.Solution` of a deep network in the internal names (Delta, K, Phi[l],
     G[l], Rphi[l], Rg[l], f): ``source()`` returns its propagator (called on first use; None: means only, with
     ``error`` saying why); ``m1``: the exact O(1/N) mean correction of the observables (standard error 0)."""
-    from dmftc.runtime.deep_linear import observable_names
+    from dmftc.runtime.deep_action import observable_names
 
     obs = observable_names(L)
     blocks = LazyBlocks(T, source if source is not None else _no_source(error), {n: n for n in obs}, info)
@@ -139,7 +139,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
                 f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
                 f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
                 "or L, or raise memory_limit")
-        from dmftc.runtime.deep_linear import observable_names
+        from dmftc.runtime.deep_action import observable_names
 
         if model is None and isinstance(activation, str):      # the standard network: its compiled spec
             from dmftc.runtime.standard_spec import standard

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dmftc.runtime.causal_solve import causal_order, left_solve
-from dmftc.runtime.deep_linear import Layout
+from dmftc.runtime.deep_action import Layout
 from dmftc.runtime.deep_propagator import group_propagator
 from dmftc.errors import NumericalError
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_linear import (Layout, action_hessian, deep_linear_action, deep_linear_propagator,
-                               deep_linear_saddle, observable_names, saddle_point_vector)
+from dmftc.runtime.deep_action import Layout, _gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.deep_linear import action_hessian, deep_linear_action, deep_linear_propagator, deep_linear_saddle
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = dict(gamma=1.0, y=1.0, eta=0.1, T=10)
@@ -181,7 +181,7 @@ def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compi
         for g in (0.8, 1.7):
             model = make(g)
             x0 = saddle_point_vector(deep_linear_saddle(L=L, T=T, model=model))
-            v, _ = deep_linear._gather_local(jnp.asarray(x0), Layout(L, T), L, model.phi0, model.g_top)
+            v, _ = _gather_local(jnp.asarray(x0), Layout(L, T), L, model.phi0, model.g_top)
             h = np.asarray(deep_linear._local_hessian(T, model)(v, 1.0))
             sizes.append(len(deep_linear._HESS_CACHE))
             alone = dataclasses.replace(model, bind=None, family=None, key=("alone",) + model.key)

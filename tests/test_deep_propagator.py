@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_linear import (Layout, _gather_local, _local_hessian, _log_z_local, deep_linear_propagator,
-                               observable_names, saddle_point_vector)
+from dmftc.runtime.deep_action import Layout, _gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.deep_linear import _local_hessian, _log_z_local, deep_linear_propagator
 from dmftc.runtime.deep_model import standard
 from dmftc.runtime.deep_propagator import LocalEstimator, _estimator, deep_propagator, mc_saddle
 from dmftc.reference.deep_autodiff import local_logf

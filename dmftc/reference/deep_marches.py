@@ -17,7 +17,7 @@ import scipy.linalg as sla
 
 from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError
-from dmftc.runtime.deep_linear import Saddle, _saddle
+from dmftc.runtime.deep_action import Saddle, _saddle
 from dmftc.runtime.deep_model import as_model
 from dmftc.runtime.deep_propagator import _Fields
 
@@ -41,7 +41,7 @@ def _extend_cholesky(Cf, krow, t):
 def numpy_mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
-    (deep_linear.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
+    (deep_action.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
     model = as_model(model, gamma, y, eta)
     site = as_activation(activation)

@@ -90,7 +90,7 @@ class DenseBlocks:
 
 class LazyBlocks:
     """A deep solve's propagator in the spec's names: ``source()`` returns the propagator object
-    (:class:`dmftc.runtime.deep_linear.Propagator` or :class:`dmftc.runtime.deep_propagator.DeepPropagator`,
+    (:class:`dmftc.runtime.deep_action.Propagator` or :class:`dmftc.runtime.deep_propagator.DeepPropagator`,
     with ``sigma[a][b]`` (T, T) and, for Monte Carlo, ``se[a][b]``) in the internal names, computed on the first
     call; ``names``: spec name -> internal name of the observables; ``info``: the solution's info, which receives
     the propagator's diagnostics once computed."""

@@ -1,6 +1,6 @@
 """Propagator of the deep-network action by causal block forward substitution (no dense inverse).
 
-The variables of :class:`~dmftc.runtime.deep_linear.Layout` split into PRIMAL and DUAL halves of equal size:
+The variables of :class:`~dmftc.runtime.deep_action.Layout` split into PRIMAL and DUAL halves of equal size:
 
     primal  Phi[l](t,s), G[l](t,s) (t >= s), Delta(t), the causal couplings A[l](t,s) (s < t), B[l](t,s) (s <= t)
     dual    their conjugates Phi_hat, G_hat, Delta_hat and the anti-causal couplings A[l](t,s) (s >= t),
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_linear import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
+from dmftc.runtime.deep_action import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
 from dmftc.errors import NumericalError
 
 __all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "left_solve", "causal_propagator"]

@@ -63,53 +63,24 @@ then the Schur complement over A, B) gives the same matrix (tests/test_deep_line
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg as sla
 
+from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, _bilinear, _gather_local, _split_local, _sym,
+                                       assemble_hessian, propagator_from_hessian, saddle_of_march,
+                                       saddle_point_vector)
 from dmftc.runtime.deep_model import as_model, family_jit
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "Layout",
-           "Saddle", "Propagator", "saddle_point_vector", "observable_names", "observable_map",
-           "propagator_from_hessian", "bilinear_pairs"]
+__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "stationarity"]
 
 
 # ----------------------------------------------------------------------------------------------
 # infinite-width saddle point: exact forward march of linear maps on the Gaussian sources
 # ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Saddle:
-    """Infinite-width discrete-time DMFT solution.  Layer-indexed lists hold index l at position l - 1."""
-    L: int
-    gamma: float
-    y: float
-    eta: float
-    T: int
-    Delta: np.ndarray           # (T,)
-    f: np.ndarray               # (T,)  f(t) - f(0), f(0) = 0
-    K: np.ndarray               # (T,)  sum_{l=0..L} G[l+1](t,t) Phi[l](t,t)
-    Phi: list                   # L x (T,T)   Phi[l], l = 1..L
-    G: list                     # L x (T,T)   G[l],   l = 1..L
-    Rphi: list                  # L x (T,T)   <d h^l(t)/d r^l(s)>, s < t
-    Rg: list                    # L x (T,T)   <d g^l(t)/d u^l(s)>, s <= t
-    maps: list = field(repr=False, default=None)  # L x (H, Z): (T, 2T) coefficients of h^l, z^l on (u^l, r^l)
-    #                                               (from the numpy oracle dmftc.reference.deep_marches only)
-    phi0: float = 1.0           # boundary kernels Phi[0] = phi0 1 1^T, G[L+1] = g_top 1 1^T
-    g_top: float = 1.0
-    model: object = field(repr=False, default=None)   # the DeepModel whose action this is the saddle of
-
-    def phi(self, l):           # Phi[l] with Phi[0] = phi0 1 1^T
-        return self.phi0 * np.ones((self.T, self.T)) if l == 0 else self.Phi[l - 1]
-
-    def g(self, l):             # G[l] with G[L+1] = g_top 1 1^T
-        return self.g_top * np.ones((self.T, self.T)) if l == self.L + 1 else self.G[l - 1]
-
-
 def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
                        eta: float | None = None) -> Saddle:
     """Exact infinite-width solution of the discrete-time DMFT of an L-hidden-layer linear network whose action
@@ -134,116 +105,9 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     return saddle_of_march(model, march_exact(kern, prm, L, T), L, T)
 
 
-def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
-    """The Saddle of ``model``'s action from the deep march's arrays (kernels as causal rows, symmetrised here;
-    f = y0 - Delta; K from the model's K of the kernels' time diagonals and the boundary kernels)."""
-    from dmftc.runtime.deep_dmft import _symmetric
-
-    Phi, G = list(_symmetric(out["Phi"])), list(_symmetric(out["G"]))
-    K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
-                              [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
-    Delta = np.asarray(out["Delta"])
-    return _saddle(model, L, T, Delta, model.y0 - Delta, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
-                   [np.asarray(a) for a in out["Rg"]])
-
-
-def _saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:
-    """A Saddle of ``model``'s action (gamma, y, eta recorded: the standard network's, else gamma = -1 / c_t of
-    the readout and eta = nan; the numerics read ``model``)."""
-    std = model.standard_params or {"gamma": -1.0 / model.readout[1] if model.readout[1] else float("nan"),
-                                    "eta": float("nan")}
-    return Saddle(L, float(std["gamma"]), model.y0, float(std["eta"]), T, Delta, f, K, Phi, G, Rphi, Rg, maps,
-                  phi0=model.phi0, g_top=model.g_top, model=model)
-
-
 # ----------------------------------------------------------------------------------------------
 # the action
 # ----------------------------------------------------------------------------------------------
-class Layout:
-    """Flat packing of all order parameters.  Physical block first: Phi[1..L] (lower triangles, t >= s),
-    G[1..L] (lower triangles), Delta (T); then Phi_hat, G_hat (lower triangles), Delta_hat (T);
-    then A[1..L-1], B[1..L-1] (full T x T, row-major)."""
-
-    def __init__(self, L: int, T: int):
-        self.L, self.T = int(L), int(T)
-        self.tril = np.tril_indices(T)
-        self.nt = T * (T + 1) // 2
-        blocks, off = {}, 0
-
-        def add(name, size):
-            nonlocal off
-            blocks[name] = (off, size)
-            off += size
-
-        for l in range(1, L + 1):
-            add(f"Phi[{l}]", self.nt)
-        for l in range(1, L + 1):
-            add(f"G[{l}]", self.nt)
-        add("Delta", T)
-        self.n_phys = off
-        for l in range(1, L + 1):
-            add(f"Phi_hat[{l}]", self.nt)
-        for l in range(1, L + 1):
-            add(f"G_hat[{l}]", self.nt)
-        add("Delta_hat", T)
-        for l in range(1, L):
-            add(f"A[{l}]", T * T)
-        for l in range(1, L):
-            add(f"B[{l}]", T * T)
-        self.blocks, self.n = blocks, off
-
-    def slice(self, name):
-        o, s = self.blocks[name]
-        return slice(o, o + s)
-
-    def pack(self, q: dict) -> np.ndarray:
-        """dict of arrays (symmetric kernels as (T,T): lower triangle used) -> flat vector."""
-        x = np.zeros(self.n)
-        for name, (o, s) in self.blocks.items():
-            v = np.asarray(q[name], dtype=float)
-            x[o:o + s] = v[self.tril] if self._kind(name) == "tril" else v.reshape(-1)
-        return x
-
-    def unpack(self, x) -> dict:
-        """flat vector -> dict (kernels/hats as lower-triangular (T,T) arrays, A/B full)."""
-        T, out = self.T, {}
-        for name, (o, s) in self.blocks.items():
-            v = x[o:o + s]
-            kind = self._kind(name)
-            if kind == "tril":
-                out[name] = jnp.zeros((T, T), dtype=v.dtype).at[self.tril].set(v)
-            elif kind == "full":
-                out[name] = v.reshape(T, T)
-            else:
-                out[name] = v
-        return out
-
-    @staticmethod
-    def _kind(name):
-        if name in ("Delta", "Delta_hat"):
-            return "vector"
-        return "full" if name.startswith(("A[", "B[")) else "tril"
-
-    def indices(self, name):
-        o, s = self.blocks[name]
-        return np.arange(o, o + s)
-
-
-def _sym(low):
-    """symmetric matrix from its lower triangle (diagonal once)."""
-    return low + low.T - jnp.diag(jnp.diag(low))
-
-
-def _split_local(v, T):
-    nt = T * (T + 1) // 2
-    sizes = [nt, nt, T * T, T * T, nt, nt, T, T]
-    out, o = [], 0
-    for n in sizes:
-        out.append(v[o:o + n])
-        o += n
-    return out
-
-
 def _log_z_local(v, model, top, *, T):
     """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] of ``model``'s action from the layer's local variables
     v = [Phi[l-1] (tril), G[l+1] (tril), A[l-1] (T*T), B[l] (T*T), Phi_hat[l] (tril), G_hat[l] (tril),
@@ -277,41 +141,6 @@ def _local_hessian(T, model):
         lambda v, top, vals: _log_z_local(v, model_of(vals), top, T=T)))
 
 
-def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
-    """(names or constants) of the local variables of layer l, in _log_z_local order (boundary kernels
-    Phi[0] = phi0, G[L+1] = g_top)."""
-    L, T = lay.L, lay.T
-    return [f"Phi[{l - 1}]" if l > 1 else ("const", phi0 * np.ones(lay.nt)),
-            f"G[{l + 1}]" if l < L else ("const", g_top * np.ones(lay.nt)),
-            f"A[{l - 1}]" if l > 1 else ("const", np.zeros(T * T)),
-            f"B[{l}]" if l < L else ("const", np.zeros(T * T)),
-            f"Phi_hat[{l}]", f"G_hat[{l}]", "Delta",
-            "Delta_hat" if l == L else ("const", np.zeros(T))]
-
-
-def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
-    """local vector of layer l and, per entry, its index in the flat layout (-1 for constants)."""
-    vals, idx = [], []
-    for part in _local_parts(lay, l, phi0, g_top):
-        if isinstance(part, tuple):
-            vals.append(jnp.asarray(part[1]))
-            idx.append(-np.ones(len(part[1]), dtype=int))
-        else:
-            vals.append(x[lay.slice(part)])
-            idx.append(lay.indices(part))
-    return jnp.concatenate(vals), np.concatenate(idx)
-
-
-def _bilinear(q, *, L, T, y):
-    """The bilinear part: Delta_hat (Delta - y0), the kernel-hat pairings and -Tr(A B)."""
-    s = q["Delta_hat"] @ (q["Delta"] - y)
-    for l in range(1, L + 1):
-        s = s + jnp.sum(q[f"Phi_hat[{l}]"] * q[f"Phi[{l}]"]) + jnp.sum(q[f"G_hat[{l}]"] * q[f"G[{l}]"])
-    for l in range(1, L):
-        s = s - jnp.sum(q[f"A[{l}]"] * q[f"B[{l}]"].T)            # Tr(A B)
-    return s
-
-
 def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
                        eta: float | None = None):
     """Action S per neuron of ``model`` (default: the standard network with gamma, y, eta) as a differentiable
@@ -330,140 +159,25 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
     return s
 
 
-def saddle_point_vector(sad: Saddle) -> np.ndarray:
-    """The saddle point as a flat vector: kernels and Delta from the march, hats 0, A = Rphi, B = Rg."""
-    L, T = sad.L, sad.T
-    lay = Layout(L, T)
-    q = {"Delta": sad.Delta, "Delta_hat": np.zeros(T)}
-    for l in range(1, L + 1):
-        q[f"Phi[{l}]"] = sad.Phi[l - 1]
-        q[f"G[{l}]"] = sad.G[l - 1]
-        q[f"Phi_hat[{l}]"] = np.zeros((T, T))
-        q[f"G_hat[{l}]"] = np.zeros((T, T))
-    for l in range(1, L):
-        q[f"A[{l}]"] = sad.Rphi[l - 1]           # couples g^{l+1}(s) into h^{l+1}(t)
-        q[f"B[{l}]"] = sad.Rg[l]                 # = Rg[l+1], couples h^l(s) into z^l(t)
-    return lay.pack(q)
-
-
 # ----------------------------------------------------------------------------------------------
 # Hessian and propagator
 # ----------------------------------------------------------------------------------------------
-def bilinear_pairs(lay: "Layout"):
-    """Constant Hessian of the bilinear part S_0 as index pairs (ia, ib) and values (each pair once, ia != ib):
-    +1 between every kernel entry / Delta and its conjugate, -1 between A[l](t,s) and B[l](s,t) (-Tr(A B))."""
-    ia, ib, val = [], [], []
-    names = [(f"Phi[{l}]", f"Phi_hat[{l}]") for l in range(1, lay.L + 1)]
-    names += [(f"G[{l}]", f"G_hat[{l}]") for l in range(1, lay.L + 1)] + [("Delta", "Delta_hat")]
-    for a, b in names:
-        ia.append(lay.indices(a))
-        ib.append(lay.indices(b))
-        val.append(np.ones(len(ia[-1])))
-    TT = np.arange(lay.T * lay.T).reshape(lay.T, lay.T)
-    for l in range(1, lay.L):
-        ia.append(lay.indices(f"A[{l}]"))
-        ib.append(lay.indices(f"B[{l}]")[TT.T.reshape(-1)])   # A(t,s) pairs with B(s,t)
-        val.append(-np.ones(len(ia[-1])))
-    return np.concatenate(ia), np.concatenate(ib), np.concatenate(val)
-
-
-def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method="blocked", local_hessians=None):
-    """Hessian of ``model``'s S (default: the standard network with gamma, y, eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each
-    ln Z_l over the variables it depends on (exactly the same matrix, assembled), plus the bilinear part.
-
-    ``local_hessians`` (blocked only): a sequence of L matrices, the Hessian of ln Z_l (l = 1..L) over its
-    local variables in :func:`_log_z_local` order, used instead of the closed form (hook for estimates of
-    ln Z_l of nonlinear networks, :mod:`dmftc.runtime.deep_propagator`)."""
+def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method="blocked"):
+    """Hessian of the closed-form Gaussian action of ``model`` (default: the standard network with gamma, y,
+    eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each ln Z_l over its local
+    variables, assembled with the bilinear part (:func:`dmftc.runtime.deep_action.assemble_hessian`; exactly the
+    same matrix)."""
     model = as_model(model, gamma, y, eta)
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
-    if local_hessians is not None and method != "blocked":
-        raise ValueError("local_hessians needs method='blocked'")
     if method == "dense":
         fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, T=T, model=model)))
         return np.asarray(fn(x0))
     if method != "blocked":
         raise ValueError(f"unknown method {method!r}")
-    H = np.zeros((lay.n, lay.n))
-    ia, ib, val = bilinear_pairs(lay)
-    H[ia, ib] += val
-    H[ib, ia] += val
-    hess = _local_hessian(T, model) if local_hessians is None else None
-    for l in range(1, L + 1):
-        v, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
-        if local_hessians is not None:
-            h = np.asarray(local_hessians[l - 1], dtype=float)
-            if h.shape != (len(idx), len(idx)):
-                raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
-        else:
-            h = np.asarray(hess(v, float(l == L)))
-        keep = idx >= 0
-        H[np.ix_(idx[keep], idx[keep])] += h[np.ix_(keep, keep)]
-    return H
-
-
-def observable_names(L: int) -> list:
-    return ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
-
-
-@dataclass
-class Propagator:
-    """sigma[a][b] (T,T) = lim N Cov(a(t), b(s)) for a, b in observable_names(L) (time-diagonal kernels);
-    sigma_phys over the packed physical block of ``layout`` (all kernel entries t >= s and Delta)."""
-    saddle: Saddle
-    layout: Layout
-    sigma: dict
-    sigma_phys: np.ndarray
-    diagnostics: dict
-    m1_phys: np.ndarray | None = None     # O(1/N) mean correction of the packed physical block (correction=True)
-
-    def mean_correction(self, name: str) -> np.ndarray:
-        """m1 with E[q]_N = q_inf + m1 / N + O(N^-2): (T,) for Delta and K, (T, T) for the kernels Phi[l], G[l]
-        (:mod:`dmftc.runtime.deep_linear_correction`)."""
-        if self.m1_phys is None:
-            raise ValueError("no mean correction: compute the propagator with correction=True")
-        lay, T, sad = self.layout, self.layout.T, self.saddle
-        if name == "K":       # K(t) = k(kernel diagonals at t): dk . m1 + 1/2 tr(d2k Sigma) at each t
-            L = lay.L
-            dPhi, dG = [np.diag(sad.phi(l)) for l in range(L + 1)], [np.diag(sad.g(l)) for l in range(1, L + 2)]
-            kP, kG = sad.model.k_jacobian(dPhi, dG)
-            out = sum(kP[l - 1] * np.diag(self.mean_correction(f"Phi[{l}]"))
-                      + kG[l - 1] * np.diag(self.mean_correction(f"G[{l}]")) for l in range(1, L + 1))
-            kk = sad.model.k_hessian(dPhi, dG)                           # (T, 2L, 2L)
-            var = [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
-            cov = np.stack([np.stack([np.diag(self.sigma[a][b]) for b in var], axis=1) for a in var], axis=1)
-            return out + 0.5 * np.einsum("tij,tij->t", kk, cov)
-        if name not in lay.blocks or lay.blocks[name][0] >= lay.n_phys:
-            raise ValueError(f"unknown order parameter {name!r}; expected Delta, K, Phi[l] or G[l]")
-        v = self.m1_phys[lay.slice(name)]
-        if name == "Delta":
-            return v.copy()
-        out = np.zeros((T, T))
-        out[lay.tril] = v
-        out[lay.tril[1], lay.tril[0]] = v
-        return out
-
-    def __getitem__(self, a):
-        return self.sigma[a]
-
-    def var(self, name):
-        """lim N Var(name(t)), shape (T,)."""
-        return np.diag(self.sigma[name][name]).copy()
-
-    def two_time(self, a: str, b: str | None = None) -> np.ndarray:
-        """Full two-time block (T,T,T,T): N Cov(a(t,s), b(t',s')) for kernels a, b in 'Phi[l]', 'G[l]'."""
-        b = a if b is None else b
-        lay, T = self.layout, self.layout.T
-        ti, si = lay.tril
-        S = self.sigma_phys[lay.slice(a), lay.slice(b)]           # (nt, nt)
-        out = np.zeros((T, T, T, T))
-        for i, (t, s) in enumerate(zip(ti, si)):
-            blk = np.zeros((T, T))
-            blk[ti, si] = S[i]
-            blk[si, ti] = S[i]
-            out[t, s] = blk
-            out[s, t] = blk
-        return out
+    hess = _local_hessian(T, model)
+    return assemble_hessian(x0, lay, model, [hess(_gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L))
+                                             for l in range(1, L + 1)])
 
 
 def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
@@ -494,68 +208,3 @@ def stationarity(sad: Saddle, model) -> float:
     return float(np.max(np.abs(np.asarray(grad))) / max(1.0, float(np.max(np.abs(x0)))))
 
 
-def observable_map(sad: Saddle, lay: "Layout", model=None):
-    """(names, rows, J): the linear map J (len(names) T, n_phys) from the packed physical block to the
-    time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t); rows[name] are its rows of that observable.
-    K(t) (the formula of ``model``, default the saddle's model) is linearised at the saddle ``sad`` by JAX."""
-    model = sad.model if model is None else model
-    L, T = sad.L, sad.T
-    names = observable_names(L)
-    J = np.zeros((len(names) * T, lay.n_phys))
-    diag_pos = np.array([i for i, (t, s) in enumerate(zip(*lay.tril)) if t == s])   # position of (t,t)
-    rows = {n: np.arange(k * T, (k + 1) * T) for k, n in enumerate(names)}
-    J[rows["Delta"], np.arange(lay.n_phys)[lay.slice("Delta")]] = 1.0
-    for l in range(1, L + 1):
-        J[rows[f"Phi[{l}]"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] = 1.0
-        J[rows[f"G[{l}]"], lay.blocks[f"G[{l}]"][0] + diag_pos] = 1.0
-    kP, kG = model.k_jacobian([np.diag(sad.phi(l)) for l in range(L + 1)], [np.diag(sad.g(l)) for l in range(1, L + 2)])
-    for l in range(1, L + 1):
-        J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += kP[l - 1]
-        J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += kG[l - 1]
-    return names, rows, J
-
-
-def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
-    """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
-    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
-    A float64 H is factorised in place (overwritten) to halve the peak memory.  With the saddle-point vector
-    ``x0``, also the O(1/N) mean correction from the whole inverse (:mod:`dmftc.runtime.deep_linear_correction`)."""
-    L, T = sad.L, sad.T
-    lay = Layout(L, T)
-    t2 = _time.perf_counter()
-    cols = lay.n if x0 is not None else lay.n_phys
-    rhs = np.zeros((lay.n, cols))
-    rhs[np.arange(cols), np.arange(cols)] = 1.0
-    lu = sla.lu_factor(np.asarray(H, dtype=float), overwrite_a=True, check_finite=False)   # H is consumed
-    del H
-    X = sla.lu_solve(lu, rhs, check_finite=False)
-    del lu, rhs
-    m1, t_m1 = None, 0.0
-    blk = X[: lay.n_phys, : lay.n_phys]
-    asym = float(np.abs(blk - blk.T).max() / np.abs(blk).max())
-    if x0 is not None:
-        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
-
-        X *= -1.0
-        X += X.T
-        X *= 0.5                                                 # C = -H^-1, symmetrised in place
-        t_m1 = _time.perf_counter()
-        m1 = mean_correction_from_inverse(x0, X, L=L, T=T, model=sad.model)[: lay.n_phys]
-        t_m1 = _time.perf_counter() - t_m1
-        Sp = X[: lay.n_phys, : lay.n_phys].copy()
-    else:
-        Sp = -X[: lay.n_phys]
-    del X
-    t3 = _time.perf_counter() - t_m1
-    Sp = 0.5 * (Sp + Sp.T)
-    names, rows, J = observable_map(sad, lay)
-    So = J @ Sp @ J.T
-    sigma = {a: {b: So[np.ix_(rows[a], rows[b])] for b in names} for a in names}
-    ev = sla.eigh(Sp, eigvals_only=True, driver="evr")   # (the default drivers crawl on this spectrum)
-    diag = {"n_vars": lay.n, "n_phys": lay.n_phys, "asymmetry": asym,
-            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
-            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
-            "time_solve": t3 - t2}
-    if m1 is not None:
-        diag["time_mean_correction"] = t_m1
-    return Propagator(sad, lay, sigma, Sp, diag, m1)

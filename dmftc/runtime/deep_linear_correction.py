@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.deep_linear import Layout, _gather_local, _log_z_local
+from dmftc.runtime.deep_action import Layout, _gather_local
+from dmftc.runtime.deep_linear import _log_z_local
 from dmftc.runtime.deep_model import as_model, family_jit
 
 jax.config.update("jax_enable_x64", True)

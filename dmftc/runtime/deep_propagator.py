@@ -1,7 +1,7 @@
 """Finite-width propagator of DEEP NONLINEAR networks: Hessian of the discrete-time MSR action with each
 layer's single-site log-partition function ln Z_l estimated by Monte Carlo and differentiated by JAX.
 
-Same route as :mod:`dmftc.runtime.deep_linear` (same order parameters, :class:`~dmftc.runtime.deep_linear.Layout`, bilinear
+Same route as :mod:`dmftc.runtime.deep_linear` (same order parameters, :class:`~dmftc.runtime.deep_action.Layout`, bilinear
 part S_0 = sum_{t>=s}(Phi_hat Phi + G_hat G) + sum_t Delta_hat (Delta - y) - sum_l Tr(A^l B^l), assembly,
 inversion and mapping to Delta, K, Phi[l](t,t), G[l](t,t)); only ln Z_l changes.
 
@@ -93,8 +93,8 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import sparse
 
-from dmftc.runtime.deep_linear import (Layout, _gather_local, saddle_of_march, _split_local, _sym, action_hessian, observable_names,
-                          propagator_from_hessian, saddle_point_vector)
+from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, _split_local, _sym, assemble_hessian,
+                                       observable_names, propagator_from_hessian, saddle_point_vector)
 from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_site
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
@@ -123,7 +123,7 @@ class _Fields:
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally): the march of
-    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_linear.Saddle, _Fields).
+    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_action.Saddle, _Fields).
     All averages are (weighted) means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
     A compiled spec's model (``model.module``) marches the spec's own single-site program
@@ -335,7 +335,7 @@ def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
 class DeepPropagator:
     """Group-mean propagator.  ``P[a][b]`` (T,T) = lim N Cov(a(t), b(s)) for a, b in Delta, K, Phi[l], G[l]
     (time-diagonal kernels); ``se[a][b]`` its Monte Carlo standard error (std over groups / sqrt(groups));
-    ``saddle``: group-mean saddle (deep_linear.Saddle fields, dict); ``groups``: per-group Propagators."""
+    ``saddle``: group-mean saddle (deep_action.Saddle fields, dict); ``groups``: per-group Propagators."""
     L: int
     T: int
     params: dict
@@ -370,7 +370,7 @@ class DeepPropagator:
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
                      method="fast", weights=None, solver="causal", full=False, keep_blocks=False):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
-    (march), the Monte Carlo Hessian of its action with the same samples, and the deep_linear.Propagator
+    (march), the Monte Carlo Hessian of its action with the same samples, and the deep_action.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
 
     solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.runtime.causal_solve`),
@@ -432,7 +432,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         P.blocks = blocks if keep_blocks else None
         del blocks
     else:
-        H = action_hessian(x0, L=L, T=T, model=model, local_hessians=kept)
+        H = assemble_hessian(x0, lay, model, kept)
         del kept[:]
         P = propagator_from_hessian(sad, H)
     diag = dict(P.diagnostics, stationarity=stat, march=fields.march, time_saddle=t1 - t0, time_hessian=t2 - t1,
