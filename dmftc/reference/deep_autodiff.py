@@ -167,6 +167,8 @@ class AutodiffEstimator(LocalEstimator):
     """:class:`~dmftc.runtime.deep_propagator.LocalEstimator` with its per-path sums from autodiff (module doc):
     method 'struct' (at the saddle) or 'full' (brute force; any base point where local_logf is exact)."""
 
+    price_tol = None                 # the references sum the Price blocks pathwise
+
     def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, method="struct"):
         if method not in ("struct", "full"):
             raise ParameterError(f"method must be 'struct' or 'full', got {method!r}")

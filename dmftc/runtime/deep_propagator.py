@@ -54,6 +54,9 @@ reference ('struct', and 'full' = brute force); the tests check fast = struct = 
   dE_K[F]/dK(t,s) = E_K[d^2 F / dw(t) dw(s)] (t > s; one half of it for t = s), so the mixed block
   d^2 Z / dK dtheta = E[d_theta d_w d_w F] (third order, still exact with two Newton steps), and the pure
   block d^2 Z / dK dK = 0 at the saddle because there F(w) = 1 for every w (hats 0, causal couplings).
+  Default (``LocalEstimator.price_tol``): in the forward source u, one of the two w-derivatives is moved onto
+  the Gaussian density along the leading eigen-directions of K, which removes phi''' and phi'''' from the
+  samples there (:mod:`dmftc.runtime.price_by_parts`).
 * The linear solves and ln det inside the Newton steps use R0 = (I - J(x0))^-1 at the base point (J(x0) is
   nilpotent there, so R0 is a finite product) and a Neumann series in J - J(x0) truncated after third order:
   exact for every derivative the estimator takes, matrix products only (no pivoting, no batched LAPACK, which
@@ -99,6 +102,7 @@ from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_s
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
+from dmftc.runtime.price_by_parts import hybrid_price, stein_plan
 from dmftc.runtime.site_moments import SiteMoments
 from dmftc.runtime.solve_bias import Pool, bias_report
 from dmftc.runtime.deep_model import DeepModel, as_model
@@ -190,10 +194,16 @@ class LocalEstimator:
     autodiff estimators they are tested against ('struct', 'full') are in :mod:`dmftc.reference.deep_autodiff`."""
 
     method = "fast"
+    # Price blocks: source directions whose eigenvalue is at least price_tol times the block's largest are
+    # integrated by parts (Stein), the rest pathwise; None: all pathwise (see log_z)
+    price_tol = 1e-2
 
     def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
         activation = as_activation(activation)
         self.T, self.activation = T, activation
+        self.vary = (bool(vary_u), bool(vary_r))
+        tri = np.tril_indices(T)[0]
+        self.feature_time = np.concatenate([tri, tri, np.arange(T)])     # p p^T, g g^T (t >= s: time t), readout
         nt = T * (T + 1) // 2
         self.nt, self.nf = nt, 2 * nt + T
         self.nv = 4 * nt + 2 * T * T + 2 * T
@@ -209,10 +219,17 @@ class LocalEstimator:
                                     chunk=chunk)
         self._site = _JIT[key]
 
-    def moments(self, v, W, X0, *, top, model, weights=None):
+    def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
         C0, E0, _ = _couplings(jnp.asarray(v), self.T, model)
         feature = model.features() if top else (0.0, 0.0)
-        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights)
+        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
+                                  stein=stein)
+
+    def _stein_plan(self, v):
+        return stein_plan(_split_local(np.asarray(v), self.T)[:2], self.vary, self.T, self.price_tol)
+
+    def _hybrid_price(self, Pc, Pe, Sf, Sc, plan):
+        return hybrid_price(Pc, Pe, Sf, Sc, plan, T=self.T, anti=self.anti, feature_time=self.feature_time)
 
     def log_z(self, v, W, X0, *, top, model, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
@@ -223,7 +240,12 @@ class LocalEstimator:
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
-        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = self.moments(v, W, X0, top=top, model=model, weights=weights)
+        plan = self._stein_plan(v) if self.price_tol is not None and self.vary[0] else []
+        out = self.moments(v, W, X0, top=top, model=model, weights=weights,
+                           stein=[z for z, _ in plan] if plan else None)
+        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = out[:9]
+        if plan:
+            Pc, Pe = self._hybrid_price(Pc, Pe, out[9], out[10], plan)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "

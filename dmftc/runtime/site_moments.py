@@ -178,7 +178,7 @@ class SiteMoments:
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 
     # ------------------------------------------------------------------ sums over a chunk of paths
-    def _chunk_sums(self, C, E, W, X0, mask, fa, fb):
+    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Zs=()):
         T, n = self.T, 2 * self.T
         y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, fa, fb))(W, X0)
         m = mask
@@ -247,11 +247,26 @@ class SiteMoments:
             parts.append(jnp.einsum("n,ntq->tq", m, top2))
             Pe.append(jnp.concatenate(parts).T)                                 # (q, nf)
         Pe = jnp.concatenate(Pe) if self.blocks else jnp.zeros((0, f.shape[1]))
-        return (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
+        out = (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
+        if not Zs:
+            return out
+        # Stein sums of the varying source blocks (LocalEstimator.log_z): zeta = Z w over the block's sources,
+        # sum_n zeta(a) d f / dw_b and sum_n zeta(a) d lambda_c / dw_b for the anti-causal c (Xi2[o_c; j_c, b])
+        Sf, Sc = [], []
+        for Z, blk in zip(Zs, self.blocks):
+            vb = jnp.asarray(blk)
+            zeta = (W[:, vb] @ Z.T) * m[:, None]                                  # (S, T)
+            Sf.append(jnp.einsum("na,nfb->afb", zeta, Df[:, :, vb]))
+            Xi2a = Xi2[:, oc[anti], jc[anti]][:, :, vb]                             # (S, T^2, T)
+            Sc.append(jnp.einsum("na,ncb->acb", zeta, Xi2a))
+        return out + (jnp.stack(Sf), jnp.stack(Sc))
 
-    def moments(self, C, E, W, X0, *, feature, weights=None):
+    def moments(self, C, E, W, X0, *, feature, weights=None, stein=None):
         """Sums over the paths (rows of W, X0), each weighted by ``weights`` (default 1; e.g. the weights of a
-        cubature rule, normalised by the caller)."""
+        cubature rule, normalised by the caller).  ``stein``: one (T, T) matrix Z per varying source block; then
+        two more sums follow the tuple, Sf (blocks, T, nf, T) = sum_n (Z w)(a) df/dw_b and Sc (blocks, T, T^2, T)
+        = sum_n (Z w)(a) d^2 y_o / dw_j dw_b for the anti-causal couplings (o, j) (Gaussian integration by parts
+        of the Price blocks, :meth:`dmftc.runtime.deep_propagator.LocalEstimator.log_z`)."""
         S, c = W.shape[0], self.chunk
         wts = np.ones(S) if weights is None else np.asarray(weights, float)
         acc = None
@@ -264,7 +279,8 @@ class SiteMoments:
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
             out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
-                           float(feature[0]), float(feature[1]))
+                           float(feature[0]), float(feature[1]),
+                           () if stein is None else tuple(jnp.asarray(z) for z in stein))
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:
