@@ -1,8 +1,8 @@
 """Finite-width propagator of DEEP NONLINEAR networks: Hessian of the discrete-time MSR action with each
 layer's single-site log-partition function ln Z_l estimated by Monte Carlo and differentiated by JAX.
 
-Same route as :mod:`dmftc.runtime.deep_linear` (same order parameters, :class:`~dmftc.runtime.deep_action.Layout`, bilinear
-part S_0 = sum_{t>=s}(Phi_hat Phi + G_hat G) + sum_t Delta_hat (Delta - y) - sum_l Tr(A^l B^l), assembly,
+Same route as :mod:`dmftc.runtime.deep_linear` (the engine of :mod:`dmftc.runtime.deep_action`: order parameters,
+bilinear part S_0 = sum_{t>=s}(Phi_hat Phi + G_hat G) + sum_t Delta_hat (Delta - y) - sum_l Tr(A^l B^l), assembly,
 inversion and mapping to Delta, K, Phi[l](t,t), G[l](t,t)); only ln Z_l changes.
 
 Single-site problem of layer l
@@ -225,12 +225,6 @@ class LocalEstimator:
         return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
                                   stein=stein)
 
-    def _stein_plan(self, v):
-        return stein_plan(_split_local(np.asarray(v), self.T)[:2], self.vary, self.T, self.price_tol)
-
-    def _hybrid_price(self, Pc, Pe, Sf, Sc, plan):
-        return hybrid_price(Pc, Pe, Sf, Sc, plan, T=self.T, anti=self.anti, feature_time=self.feature_time)
-
     def log_z(self, v, W, X0, *, top, model, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
@@ -240,12 +234,12 @@ class LocalEstimator:
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
-        plan = self._stein_plan(v) if self.price_tol is not None and self.vary[0] else []
+        plan = stein_plan((pp, gn), self.vary, T, self.price_tol) if self.price_tol is not None and self.vary[0] else []
         out = self.moments(v, W, X0, top=top, model=model, weights=weights,
                            stein=[z for z, _ in plan] if plan else None)
         Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = out[:9]
         if plan:
-            Pc, Pe = self._hybrid_price(Pc, Pe, out[9], out[10], plan)
+            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], plan, T=T, anti=self.anti, feature_time=self.feature_time)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
