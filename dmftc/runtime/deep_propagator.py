@@ -201,7 +201,7 @@ class LocalEstimator:
     def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
         activation = as_activation(activation)
         self.T, self.activation = T, activation
-        self.vary = (bool(vary_u), bool(vary_r))
+        self.vary_u = bool(vary_u)
         tri = np.tril_indices(T)[0]
         self.feature_time = np.concatenate([tri, tri, np.arange(T)])     # p p^T, g g^T (t >= s: time t), readout
         nt = T * (T + 1) // 2
@@ -234,12 +234,12 @@ class LocalEstimator:
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
-        plan = stein_plan((pp, gn), self.vary, T, self.price_tol) if self.price_tol is not None and self.vary[0] else []
-        out = self.moments(v, W, X0, top=top, model=model, weights=weights,
-                           stein=[z for z, _ in plan] if plan else None)
+        by_parts = self.price_tol is not None and self.vary_u       # the forward source u varies: block 0
+        Z, Pg = stein_plan(pp, T, self.price_tol) if by_parts else (None, None)
+        out = self.moments(v, W, X0, top=top, model=model, weights=weights, stein=Z)
         Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = out[:9]
-        if plan:
-            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], plan, T=T, anti=self.anti, feature_time=self.feature_time)
+        if by_parts:
+            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], Pg, T=T, anti=self.anti, feature_time=self.feature_time)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "

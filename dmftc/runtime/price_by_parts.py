@@ -29,48 +29,38 @@ import numpy as np
 __all__ = ["stein_plan", "hybrid_price"]
 
 
-def stein_plan(kernels, vary, T: int, tol: float) -> list:
-    """Per varying source block (u before r): (Z, Pg).  ``kernels``: the lower triangles of the u and r
-    covariances (Phi[l-1], G[l+1]) at the base point; ``vary``: which blocks vary.  The forward block gets
-    Z = V_g Lambda_g^-1 V_g^T and Pg = V_g V_g^T over the eigen-directions with eigenvalue >= tol times the
-    largest; the backward block Z = Pg = 0 (all pathwise)."""
+def stein_plan(kernel, T: int, tol: float):
+    """(Z, Pg) of the forward source block: ``kernel`` the lower triangle of its covariance Phi[l-1] at the base
+    point; Z = V_g Lambda_g^-1 V_g^T and Pg = V_g V_g^T over the eigen-directions with eigenvalue >= tol times
+    the largest."""
     low = np.zeros((T, T))
-    plan = []
-    for kernel, varies, forward in zip(kernels, vary, (True, False)):
-        if not varies:
-            continue
-        if not forward:
-            plan.append((np.zeros((T, T)), np.zeros((T, T))))
-            continue
-        low[np.tril_indices(T)] = kernel
-        lam, V = np.linalg.eigh(low + np.tril(low, -1).T)
-        good = (lam >= tol * max(lam.max(), 0.0)) & (lam > 0)
-        Vg = V[:, good]
-        plan.append((Vg @ np.diag(1.0 / lam[good]) @ Vg.T, Vg @ Vg.T))
-    return plan
+    low[np.tril_indices(T)] = kernel
+    lam, V = np.linalg.eigh(low + np.tril(low, -1).T)
+    good = (lam >= tol * max(lam.max(), 0.0)) & (lam > 0)
+    Vg = V[:, good]
+    return Vg @ np.diag(1.0 / lam[good]) @ Vg.T, Vg @ Vg.T
 
 
-def hybrid_price(Pc, Pe, Sf, Sc, plan, *, T: int, anti, feature_time):
-    """(Pc, Pe) with every block of ``plan`` combined as in the module doc.  Pc (pairs, 2 T^2) and Pe (pairs,
-    features): the pathwise sums, rows the lower-triangle pairs (a >= b) of each varying block in turn; Sf
-    (blocks, T, features, T) and Sc (blocks, T, T^2, T): the by-parts sums of :meth:`SiteMoments.moments` (the
-    latter over the anti-causal couplings ``anti``); ``feature_time``: the time each feature is determined at
-    (an anti-causal coupling (t, s) at s)."""
+def hybrid_price(Pc, Pe, Sf, Sc, Pg, *, T: int, anti, feature_time):
+    """(Pc, Pe) with the forward source block combined as in the module doc.  Pc (pairs, 2 T^2) and Pe (pairs,
+    features): the pathwise sums, rows the lower-triangle pairs (a >= b) of each varying block in turn, the
+    forward block first; Sf (T, features, T) and Sc (T, T^2, T): the by-parts sums of
+    :meth:`dmftc.runtime.site_moments.SiteMoments.moments` (the latter over the anti-causal couplings ``anti``);
+    ``feature_time``: the time each feature is determined at (an anti-causal coupling (t, s) at s).  The
+    backward block's rows stay pathwise."""
     ti, si = np.tril_indices(T)
-    nq = len(ti)
+    rows = np.arange(len(ti))
     anti = np.asarray(anti)
     Pc, Pe = np.array(Pc), np.array(Pe)
-    for bi, (_, Pg) in enumerate(plan):
-        rows = np.arange(bi * nq, (bi + 1) * nq)
-        Pb = np.eye(T) - Pg
-        for P, S, cols, tau in ((Pe, np.asarray(Sf[bi]), np.arange(Pe.shape[1]), np.asarray(feature_time)),
-                                (Pc, np.asarray(Sc[bi]), anti, anti % T)):
-            H = np.zeros((T, T, len(cols)))
-            H[ti, si] = P[np.ix_(rows, cols)]
-            H[si, ti] = P[np.ix_(rows, cols)]
-            St = np.moveaxis(S, 1, 2)                                              # (a, b, column)
-            Sym = St + np.swapaxes(St, 0, 1)
-            hyb = (Sym - 0.5 * np.einsum("ai,ijk,jb->abk", Pg, Sym, Pg, optimize=True)
-                   + np.einsum("ai,ijk,jb->abk", Pb, H, Pb, optimize=True))
-            P[np.ix_(rows, cols)] = np.where(ti[:, None] > tau[None, :], 0.0, hyb[ti, si])
+    Pb = np.eye(T) - Pg
+    for P, S, cols, tau in ((Pe, np.asarray(Sf), np.arange(Pe.shape[1]), np.asarray(feature_time)),
+                            (Pc, np.asarray(Sc), anti, anti % T)):
+        H = np.zeros((T, T, len(cols)))
+        H[ti, si] = P[np.ix_(rows, cols)]
+        H[si, ti] = P[np.ix_(rows, cols)]
+        St = np.moveaxis(S, 1, 2)                                                  # (a, b, column)
+        Sym = St + np.swapaxes(St, 0, 1)
+        hyb = (Sym - 0.5 * np.einsum("ai,ijk,jb->abk", Pg, Sym, Pg, optimize=True)
+               + np.einsum("ai,ijk,jb->abk", Pb, H, Pb, optimize=True))
+        P[np.ix_(rows, cols)] = np.where(ti[:, None] > tau[None, :], 0.0, hyb[ti, si])
     return Pc, Pe

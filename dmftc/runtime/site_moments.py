@@ -178,7 +178,7 @@ class SiteMoments:
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 
     # ------------------------------------------------------------------ sums over a chunk of paths
-    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Zs=()):
+    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Z=None):
         T, n = self.T, 2 * self.T
         y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, fa, fb))(W, X0)
         m = mask
@@ -248,25 +248,22 @@ class SiteMoments:
             Pe.append(jnp.concatenate(parts).T)                                 # (q, nf)
         Pe = jnp.concatenate(Pe) if self.blocks else jnp.zeros((0, f.shape[1]))
         out = (jnp.sum(m), m @ res, m @ lam, m @ f, ff, Jf, Ha, Pc, Pe)
-        if not Zs:
+        if Z is None:
             return out
-        # Stein sums of the varying source blocks (LocalEstimator.log_z): zeta = Z w over the block's sources,
+        # Stein sums of the first varying source block (LocalEstimator.log_z): zeta = Z w over its sources,
         # sum_n zeta(a) d f / dw_b and sum_n zeta(a) d lambda_c / dw_b for the anti-causal c (Xi2[o_c; j_c, b])
-        Sf, Sc = [], []
-        for Z, blk in zip(Zs, self.blocks):
-            vb = jnp.asarray(blk)
-            zeta = (W[:, vb] @ Z.T) * m[:, None]                                  # (S, T)
-            Sf.append(jnp.einsum("na,nfb->afb", zeta, Df[:, :, vb]))
-            Xi2a = Xi2[:, oc[anti], jc[anti]][:, :, vb]                             # (S, T^2, T)
-            Sc.append(jnp.einsum("na,ncb->acb", zeta, Xi2a))
-        return out + (jnp.stack(Sf), jnp.stack(Sc))
+        vb = jnp.asarray(self.blocks[0])
+        zeta = (W[:, vb] @ Z.T) * m[:, None]                                      # (S, T)
+        Sf = jnp.einsum("na,nfb->afb", zeta, Df[:, :, vb])
+        Sc = jnp.einsum("na,ncb->acb", zeta, Xi2[:, oc[anti], jc[anti]][:, :, vb])   # Xi2 part (S, T^2, T)
+        return out + (Sf, Sc)
 
     def moments(self, C, E, W, X0, *, feature, weights=None, stein=None):
         """Sums over the paths (rows of W, X0), each weighted by ``weights`` (default 1; e.g. the weights of a
-        cubature rule, normalised by the caller).  ``stein``: one (T, T) matrix Z per varying source block; then
-        two more sums follow the tuple, Sf (blocks, T, nf, T) = sum_n (Z w)(a) df/dw_b and Sc (blocks, T, T^2, T)
-        = sum_n (Z w)(a) d^2 y_o / dw_j dw_b for the anti-causal couplings (o, j) (Gaussian integration by parts
-        of the Price blocks, :meth:`dmftc.runtime.deep_propagator.LocalEstimator.log_z`)."""
+        cubature rule, normalised by the caller).  ``stein``: a (T, T) matrix Z over the first varying source block
+        (u when it varies); then two more sums follow the tuple, Sf (T, nf, T) = sum_n (Z w)(a) df/dw_b and Sc
+        (T, T^2, T) = sum_n (Z w)(a) d^2 y_o / dw_j dw_b over that block, for the anti-causal couplings (o, j)
+        (Gaussian integration by parts of the Price blocks, :mod:`dmftc.runtime.price_by_parts`)."""
         S, c = W.shape[0], self.chunk
         wts = np.ones(S) if weights is None else np.asarray(weights, float)
         acc = None
@@ -280,7 +277,7 @@ class SiteMoments:
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
             out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
                            float(feature[0]), float(feature[1]),
-                           () if stein is None else tuple(jnp.asarray(z) for z in stein))
+                           None if stein is None else jnp.asarray(stein))
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:
