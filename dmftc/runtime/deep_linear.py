@@ -151,7 +151,7 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
     if isinstance(x, dict):
         x = lay.pack(x)
     q = lay.unpack(jnp.asarray(x))
-    s = _bilinear(q, L=L, T=T, y=model.y0)
+    s = _bilinear(q, L=L, T=T, y=model.readout[0])   # (traceable: a family jit traces the values)
     x = jnp.asarray(x)
     for l in range(1, L + 1):
         v, _ = _gather_local(x, lay, l, model.phi0, model.g_top)
@@ -204,7 +204,12 @@ def stationarity(sad: Saddle, model) -> float:
     the saddle (marched from a spec's own program) is the stationary point of the action the propagator
     differentiates (the spec's couplings, readout, boundaries and K as :mod:`dmftc.runtime.deep_model` reads them)."""
     x0 = saddle_point_vector(sad)
-    grad = jax.grad(lambda x: deep_linear_action(x, L=sad.L, T=sad.T, model=model))(jnp.asarray(x0))
+    L, T = sad.L, sad.T
+    grad = family_jit(_GRAD_CACHE, (L, T), model, lambda model_of: jax.grad(
+        lambda x, vals: deep_linear_action(x, L=L, T=T, model=model_of(vals))))(jnp.asarray(x0))
     return float(np.max(np.abs(np.asarray(grad))) / max(1.0, float(np.max(np.abs(x0)))))
+
+
+_GRAD_CACHE: dict = {}
 
 

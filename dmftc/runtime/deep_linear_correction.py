@@ -72,9 +72,13 @@ def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, 
         lam, U = lam[use], U[:, use].T                                  # directions as rows
         grad = np.zeros(len(idx))
         top = float(l == L)
-        for a in range(0, len(lam), chunk):
-            g = np.asarray(fn(v, jnp.asarray(U[a:a + chunk]), top))
-            grad += lam[a:a + chunk] @ g
+        k = min(chunk, len(lam))
+        for a in range(0, len(lam), k):
+            u = U[a:a + k]
+            if len(u) < k:          # pad the last chunk with zero directions: one compiled shape per layer size
+                u = np.concatenate([u, np.zeros((k - len(u), u.shape[1]))])
+            g = np.asarray(fn(v, jnp.asarray(u), top))
+            grad += lam[a:a + k] @ g[: len(lam[a:a + k])]
         out[idx[keep]] += grad[keep]
     return out
 

@@ -105,11 +105,17 @@ class DeepModel:
         L = len(dPhi) - 1
         base = [jnp.asarray(a, jnp.float64) for a in dPhi] + [jnp.asarray(a, jnp.float64) for a in dG]
         fn = lambda *xs: self.k_of(list(xs[:L + 1]), list(xs[L + 1:]))  # noqa: E731
-        out = []
-        for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
-            tang = [jnp.zeros_like(x) for x in base]
-            tang[i] = jnp.ones_like(base[i])
-            out.append(np.asarray(jax.jvp(fn, base, tang)[1]))
+
+        @jax.jit            # one compiled program, not one eager dispatch (and compile) per primitive
+        def all_columns(base):
+            out = []
+            for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
+                tang = [jnp.zeros_like(x) for x in base]
+                tang[i] = jnp.ones_like(base[i])
+                out.append(jax.jvp(fn, base, tang)[1])
+            return out
+
+        out = [np.asarray(v) for v in all_columns(base)]
         return out[:L], out[L:]
 
     def k_hessian(self, dPhi, dG):
@@ -126,7 +132,7 @@ class DeepModel:
                 return jnp.sum(jnp.asarray(self.k_of(vals[:L + 1], vals[L + 1:]), jnp.float64))
             return jax.hessian(k)(jnp.asarray(row)[jnp.asarray(var)])
 
-        return np.stack([np.asarray(one(row)) for row in base])
+        return np.asarray(jax.jit(jax.vmap(one))(jnp.asarray(base)))
 
 
 def _std_k(dPhi, dG):
