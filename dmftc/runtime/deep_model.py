@@ -106,7 +106,6 @@ class DeepModel:
         base = [jnp.asarray(a, jnp.float64) for a in dPhi] + [jnp.asarray(a, jnp.float64) for a in dG]
         fn = lambda *xs: self.k_of(list(xs[:L + 1]), list(xs[L + 1:]))  # noqa: E731
 
-        @jax.jit            # one compiled program, not one eager dispatch (and compile) per primitive
         def all_columns(base):
             out = []
             for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
@@ -115,7 +114,7 @@ class DeepModel:
                 out.append(jax.jvp(fn, base, tang)[1])
             return out
 
-        out = [np.asarray(v) for v in all_columns(base)]
+        out = [np.asarray(v) for v in _k_jit(("jacobian", self.key, self.k_of, L), all_columns)(base)]
         return out[:L], out[L:]
 
     def k_hessian(self, dPhi, dG):
@@ -132,7 +131,18 @@ class DeepModel:
                 return jnp.sum(jnp.asarray(self.k_of(vals[:L + 1], vals[L + 1:]), jnp.float64))
             return jax.hessian(k)(jnp.asarray(row)[jnp.asarray(var)])
 
-        return np.asarray(jax.jit(jax.vmap(one))(jnp.asarray(base)))
+        return np.asarray(_k_jit(("hessian", self.key, self.k_of, L), jax.vmap(one))(jnp.asarray(base)))
+
+
+_K_JIT: dict = {}
+
+
+def _k_jit(key: tuple, fn: Callable) -> Callable:
+    """jax.jit(fn), kept per (derivative, model, its K function, depth): one compiled program per model instead of an eager
+    dispatch (and an XLA compilation) per primitive, and none again when the same model asks again."""
+    if key not in _K_JIT:
+        _K_JIT[key] = jax.jit(fn)
+    return _K_JIT[key]
 
 
 def _std_k(dPhi, dG):
