@@ -64,7 +64,7 @@ def test_theta_jacobian_matches_autodiff(odd):
     import jax.numpy as jnp
 
     from dmftc.runtime.deep_model import DeepModel, standard
-    from dmftc.runtime.deep_propagator import _theta_jacobian
+    from dmftc.runtime.local_estimator import _theta_jacobian
     from dmftc.reference.deep_autodiff import _theta_map
 
     model = standard(gamma=0.7, eta=0.3, y=1.0) if not odd else DeepModel(

@@ -1,6 +1,6 @@
 """Autodiff references for the deep propagator's per-path sums (used by the tests as independent oracles).
 
-:class:`dmftc.runtime.deep_propagator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
+:class:`dmftc.runtime.local_estimator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
 closed-form derivatives of :mod:`dmftc.runtime.site_moments`.  This module computes the same quantities by JAX autodiff
 of the single-site integrand itself, with no closed forms:
 
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.deep_propagator import _JIT, LocalEstimator, _couplings
+from dmftc.runtime.local_estimator import _JIT, LocalEstimator, _couplings
 from dmftc.errors import ParameterError
 from dmftc.runtime.site_moments import _nilpotent_inverse
 from dmftc.derive.activation import as_activation
@@ -164,7 +164,7 @@ def gaussian_cubature5(d):
 
 
 class AutodiffEstimator(LocalEstimator):
-    """:class:`~dmftc.runtime.deep_propagator.LocalEstimator` with its per-path sums from autodiff (module doc):
+    """:class:`~dmftc.runtime.local_estimator.LocalEstimator` with its per-path sums from autodiff (module doc):
     method 'struct' (at the saddle) or 'full' (brute force; any base point where local_logf is exact)."""
 
     price_tol = None                 # the references sum the Price blocks pathwise

@@ -35,40 +35,8 @@ deep_linear's closed form -1/2 ln det [[-Q, M^T], [M, Sw]] (checked in the tests
 
 Estimator
 ---------
-Default (method 'fast'): the closed-form per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and
-third source derivatives of the single-site fields; the Price block summed over paths and times in one matrix
-product).  It computes exactly the sums of the autodiff estimator described below, which is kept as the
-reference ('struct', and 'full' = brute force); the tests check fast = struct = full on the same paths.
-
-* Derivatives in the couplings, hats and Delta ("theta"): pathwise.  x* at the saddle (causal C, E) is the
-  march's field x0 (exact); off the saddle x*(theta, w) is reproduced by TWO Newton steps from the stopped x0,
-  x_{k+1} = x_k - (I - J(x_k))^{-1} (x_k - w - F(x_k)), everything differentiable.  Newton's map N satisfies
-  N(x*) = x*, N'(x*) = 0, so x1 - x* = O(|x0 - x*|^2) = O(|d theta|^2) and x2 - x* = O(|d theta|^4): the
-  derivatives of x2 (and of F, det(I-J) built on it) agree with those of the implicit solution through THIRD
-  order (one step would give first order only).  tests/test_deep_propagator.py checks this against finite
-  differences of a converged solver.
-* Derivatives in the source covariance Sw (the kernels Phi[l-1], G[l+1] in their source role): NOT by a
-  reparametrisation w = sqrt(Sw) xi.  The saddle kernels are nearly singular (tanh, L = 2, T = 6, eta = 0.1:
-  eigenvalues of Phi[1] from 2.4 down to 1.8e-9) and d sqrt(K) ~ dK / sqrt(lambda_min) makes that estimator's
-  variance explode.  Instead Price's theorem (Gaussian integration by parts), exact for any PSD K:
-  dE_K[F]/dK(t,s) = E_K[d^2 F / dw(t) dw(s)] (t > s; one half of it for t = s), so the mixed block
-  d^2 Z / dK dtheta = E[d_theta d_w d_w F] (third order, still exact with two Newton steps), and the pure
-  block d^2 Z / dK dK = 0 at the saddle because there F(w) = 1 for every w (hats 0, causal couplings).
-  Default (``LocalEstimator.price_tol``): in the forward source u, one of the two w-derivatives is moved onto
-  the Gaussian density along the leading eigen-directions of K, which removes phi''' and phi'''' from the
-  samples there (:mod:`dmftc.runtime.price_by_parts`).
-* The linear solves and ln det inside the Newton steps use R0 = (I - J(x0))^-1 at the base point (J(x0) is
-  nilpotent there, so R0 is a finite product) and a Neumann series in J - J(x0) truncated after third order:
-  exact for every derivative the estimator takes, matrix products only (no pivoting, no batched LAPACK, which
-  deadlocked under vmap on this machine, see dmftc.reference.deep_autodiff.local_logf).
-* ln Z_l = ln mean_n F_n with common random numbers: its Hessian is H_Z / Z - g_Z g_Z^T / Z^2 from chunked
-  per-sample sums.  Default ('struct', LocalEstimator): derivatives in the reduced variables (C, E, hats),
-  using that at the saddle ln F = hats . f(x) - ln det(I - J) vanishes identically on the causal subspace of
-  (C, E), so only the T^2 anti-causal directions need Hessian-vector products; chain rule to the local
-  variables.  'full': jax.hessian over all local variables (forward-over-reverse) and the Price block by
-  reverse mode over second directional derivatives in w; the two agree to round-off (tests).
-* Every Hessian entry is a plain sample mean of per-path derivatives: no division by kernel eigenvalues, no
-  reweighting; the Monte Carlo error of the propagator comes from these means and from the group's own saddle.
+ln Z_l of each layer kind and its derivatives: :mod:`dmftc.runtime.local_estimator` (derivatives in the
+couplings pathwise, in the source covariances by Price's theorem, per-path sums in closed form).
 
 Saddle point
 ------------
@@ -94,16 +62,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
-from scipy import sparse
 
-from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, _split_local, _sym, assemble_hessian,
-                                       observable_names, propagator_from_hessian, saddle_point_vector)
+from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, assemble_hessian, observable_names,
+                                       propagator_from_hessian, saddle_point_vector)
 from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_site
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
-from dmftc.runtime.price_by_parts import hybrid_price, stein_plan
-from dmftc.runtime.site_moments import SiteMoments
+from dmftc.runtime.local_estimator import estimator
 from dmftc.runtime.solve_bias import Pool, bias_report
 from dmftc.runtime.deep_model import DeepModel, as_model
 from dmftc.runtime.sampling import check_sampler, source_normals
@@ -111,7 +77,7 @@ from dmftc.derive.activation import as_activation
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "LocalEstimator", "group_propagator"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator"]
 
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.deep_dmft) with the direct readout, paths kept
@@ -141,207 +107,6 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
                      "site program" if runs_site(kern) else "structured")
     return sad, fields
-
-
-# ----------------------------------------------------------------------------------------------
-# the single-site integrand and its derivatives
-# ----------------------------------------------------------------------------------------------
-def _couplings(v, T, model: DeepModel):
-    """(C, E, hats) of the local vector v (deep_linear._log_z_local order) under the model's couplings; hats =
-    (Phi_hat, G_hat, Delta_hat) = (ph (nt), gh (nt), dh (T)), the coefficients of the features."""
-    tril = np.tril_indices(T)
-    low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
-    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
-    C, E = model.couplings(_sym(low(pp)), _sym(low(gn)), a.reshape(T, T), b.reshape(T, T), Delta)
-    return C, E, jnp.concatenate([ph, gh, dh])
-
-
-def _price_pairs(T, vary_u, vary_r):
-    """Index pairs (a >= b) of the varying source blocks, their positions in v and the factors 1 (a > b), 1/2."""
-    nt = T * (T + 1) // 2
-    ti, si = np.tril_indices(T)
-    pa, pb, pos, fac = [], [], [], []
-    for off, vary, voff in ((0, vary_u, 0), (T, vary_r, nt)):        # (w offset, varies?, offset in v)
-        if vary:
-            pa.append(ti + off)
-            pb.append(si + off)
-            pos.append(voff + np.arange(nt))
-            fac.append(np.where(ti == si, 0.5, 1.0))
-    cat = lambda q, dt: np.concatenate(q).astype(dt) if q else np.zeros(0, dt)  # noqa: E731
-    return cat(pa, int), cat(pb, int), cat(pos, int), cat(fac, float)
-
-
-
-
-_JIT: dict = {}
-
-
-class LocalEstimator:
-    """Monte Carlo estimate of ln Z_l of one layer kind (T, activation, which source blocks vary) and its
-    gradient and Hessian over the local variables v, from chunked per-path sums (common random numbers),
-    valid at a causal base point with zero hats (the saddle).
-
-    Derivatives in the reduced variables theta = (C, E (full T x T), hats).  There, per path, ln F = hats . f(x)
-    + ell(C, E) with ell = -ln det(I - J(x)) and F = 1; ell = 0 on the whole causal subspace, so
-        dF/dhats = f,  dF/dc = dell/dc (nonzero only for anti-causal c),  d2F/dhats2 = f f^T,
-        d2F/dhats dc = df/dc + f dell/dc^T  (df/dc = f'(x) dx/dc, dx/dC(t,s) = R0[:, t] g(s),
-                                             dx/dE(t,s) = R0[:, T+t] phi(h(s)), R0 = (I - J0)^-1),
-        d2F/dc dc' = d2ell + dell dell^T, whose causal-causal block vanishes: only the T^2 anti-causal
-        directions are needed.
-    Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
-    [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
-    The per-path sums come from the closed-form derivatives of :class:`dmftc.runtime.site_moments.SiteMoments`; the
-    autodiff estimators they are tested against ('struct', 'full') are in :mod:`dmftc.reference.deep_autodiff`."""
-
-    method = "fast"
-    # Price blocks: source directions whose eigenvalue is at least price_tol times the block's largest are
-    # integrated by parts (Stein), the rest pathwise; None: all pathwise (see log_z)
-    price_tol = 1e-2
-
-    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
-        activation = as_activation(activation)
-        self.T, self.activation = T, activation
-        self.vary_u = bool(vary_u)
-        tri = np.tril_indices(T)[0]
-        self.feature_time = np.concatenate([tri, tri, np.arange(T)])     # p p^T, g g^T (t >= s: time t), readout
-        nt = T * (T + 1) // 2
-        self.nt, self.nf = nt, 2 * nt + T
-        self.nv = 4 * nt + 2 * T * T + 2 * T
-        self.pa, self.pb, self.pos, self.fac = _price_pairs(T, vary_u, vary_r)
-        tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-        self.anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])   # T^2 entries
-        self._setup(vary_u, vary_r, chunk)
-
-    def _setup(self, vary_u, vary_r, chunk):
-        key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk)
-        if key not in _JIT:
-            _JIT[key] = SiteMoments(T=self.T, activation=self.activation, pa=self.pa, pb=self.pb, anti=self.anti,
-                                    chunk=chunk)
-        self._site = _JIT[key]
-
-    def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
-        C0, E0, _ = _couplings(jnp.asarray(v), self.T, model)
-        feature = model.features() if top else (0.0, 0.0)
-        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
-                                  stein=stein)
-
-    def log_z(self, v, W, X0, *, top, model, weights=None):
-        """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
-        folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
-        T, S, T2 = self.T, W.shape[0], self.T * self.T
-        pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
-        if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
-                or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
-            raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
-                                 "use method='full' elsewhere")
-        by_parts = self.price_tol is not None and self.vary_u       # the forward source u varies: block 0
-        Z, Pg = stein_plan(pp, T, self.price_tol) if by_parts else (None, None)
-        out = self.moments(v, W, X0, top=top, model=model, weights=weights, stein=Z)
-        Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = out[:9]
-        if by_parts:
-            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], Pg, T=T, anti=self.anti, feature_time=self.feature_time)
-        if l2 > 1e-16 * S:
-            what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
-            raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
-                                 "are not causal or x0 is not the solution of the single-site equations")
-        Zb = Fs / S                                       # = 1 at the base point
-        nc, nf = 2 * T2, self.nf
-        m = np.concatenate([gl, f]) / S                   # <dF/dtheta>, theta = (c, hats)
-        # theta-Hessian H_theta = E[d2F]/Z - m m^T / Z^2 (Z = 1).  Its causal-causal block vanishes (F = 1 on the
-        # causal subspace; m = 0 there), so only the columns R = (anti-causal couplings, hats) are needed, and
-        # each theta in R is a single entry of v (a, b or a hat): the chain rule is a placement plus the causal
-        # rows, which depend on (a, Phi, Delta) or (b, G, Delta).
-        caus = np.setdiff1d(np.arange(nc), self.anti)
-        if np.abs(m[caus]).max() > 0:
-            raise NumericalError("nonzero mean derivative along a causal coupling: not a causal base point")
-        R = np.concatenate([self.anti, nc + np.arange(nf)])
-        na = len(self.anti)
-        HR = np.empty((nc + nf, len(R)))                  # H_theta[:, R]
-        HR[:nc, :na] = Ha.T / S
-        HR[self.anti, :na] = 0.5 * (Ha[:, self.anti] + Ha[:, self.anti].T) / S
-        HR[:nc, na:] = Jf.T / S
-        HR[nc:, :na] = Jf[:, self.anti] / S
-        HR[nc:, na:] = ff / S
-        HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
-        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model)
-        JR = J[R]
-        if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
-            raise AssertionError("anti-causal couplings and hats must be plain entries of v")
-        vR = JR.indices
-        Jt = J.T.tocsr()                              # theta(v) is affine in most of v: J is very sparse
-        hess = np.zeros((self.nv, self.nv))
-        hess[np.ix_(vR, vR)] = HR[R]
-        B = np.asarray(J[caus].T @ HR[caus])          # (nv, |R|): causal rows through the chain rule
-        hess[:, vR] += B
-        hess[vR, :] += B.T
-        np.add.at(hess, (si, sj), sv)                 # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms)
-        grad = Jt @ m / Zb
-        if len(self.pos):                             # pos: distinct entries of v
-            Pv = self.fac[:, None] * np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
-            hess[self.pos] += Pv
-            hess[:, self.pos] += Pv.T
-        return math.log(Zb), grad, hess
-
-def _theta_jacobian(v, m, T, model: DeepModel):
-    """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
-    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
-    b and k_z, hats = (Phi_hat, G_hat, Delta_hat).  The couplings are elementwise, so every derivative is a
-    partial derivative of k at one entry, taken by JAX from the model's own functions (DeepModel.partials);
-    the second derivatives are those of the causal entries in (kernel entry, Delta(s))."""
-    nt, T2 = T * (T + 1) // 2, T * T
-    o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
-    o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
-    pp, gn = v[o_pp:o_pp + nt], v[o_gn:o_gn + nt]
-    Delta = v[o_D:o_D + T]
-    tri = np.zeros((T, T), int)
-    ti, si = np.tril_indices(T)
-    tri[ti, si] = np.arange(nt)
-    tri[si, ti] = np.arange(nt)
-    t, s = np.divmod(np.arange(T2), T)
-    causal = s < t
-    rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
-        [np.ones(2 * T2)]
-    si_, sj_, sv_ = [], [], []
-    for k, (o_k, ker, which) in enumerate(((o_pp, pp, "h"), (o_gn, gn, "z"))):   # C from (pp, a), E from (gn, b)
-        r = k * T2 + np.flatnonzero(causal)
-        ic, ds = tri[t[causal], s[causal]], s[causal]
-        kq, kd, kqq, kqd, kdd = model.partials(which, ker[ic], Delta[ds])
-        rows += [r, r]
-        cols += [o_k + ic, o_D + ds]
-        vals += [kq, kd]
-        w = m[r]
-        si_ += [o_k + ic, o_k + ic, o_D + ds, o_D + ds]
-        sj_ += [o_k + ic, o_D + ds, o_k + ic, o_D + ds]
-        sv_ += [w * kqq, w * kqd, w * kqd, w * kdd]
-    nh = 2 * nt + T
-    rows.append(2 * T2 + np.arange(nh))
-    cols.append(np.concatenate([o_ph + np.arange(2 * nt), o_dh + np.arange(T)]))
-    vals.append(np.ones(nh))
-    nv = 4 * nt + 2 * T2 + 2 * T
-    J = sparse.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(2 * T2 + nh, nv)).tocsr()
-    return J, (np.concatenate(si_), np.concatenate(sj_), np.concatenate(sv_))
-
-
-_EST: dict = {}
-
-
-def _estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
-    """The ln Z_l estimator of a layer kind; ``method`` 'struct' / 'full' are the autodiff references of
-    :mod:`dmftc.reference.deep_autodiff` (tests only)."""
-    activation = as_activation(activation)
-    if method not in ("fast", "struct", "full"):
-        raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")
-    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
-    if key not in _EST:
-        if method == "fast":
-            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk)
-        else:
-            from dmftc.reference.deep_autodiff import AutodiffEstimator
-
-            _EST[key] = AutodiffEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
-                                          method=method)
-    return _EST[key]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,7 +178,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     def local_hessians():
         for l in range(1, L + 1):
             v, idx = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
-            est = _estimator(T, activation, l > 1, l < L, chunk, method)
+            est = estimator(T, activation, l > 1, l < L, chunk, method)
             ta = _time.perf_counter()
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
                                  model=model, weights=weights)
