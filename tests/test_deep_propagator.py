@@ -506,6 +506,18 @@ def test_unresolved_propagator_says_its_error_bars_understate_the_error():
     assert solve_bias_warning({"propagator_solve_bias_vs_se": {n: 0.3 for n in vs}}) is None
 
 
+def test_solve_bias_warning_names_the_observable_most_off():
+    """Among the observables whose estimated solve bias exceeds its error bar, the warning names the one with the
+    largest bias relative to its peak, not the largest ratio (measured, h + 0.5 sin(2 h), L = 2, T = 10, gamma =
+    1.8, 32 groups of 512 paths: Delta 3.0 standard errors but 1% of its peak, K and G[2] 2.9-3.0 and 23%), and
+    lists the rest."""
+    from dmftc.runtime.solution import solve_bias_warning
+
+    msg = solve_bias_warning({"propagator_solve_bias_vs_se": {"Delta": 3.0, "K": 2.9, "G[1]": 0.5},
+                              "propagator_solve_bias": {"Delta": 0.01, "K": 0.23, "G[1]": 0.4}})
+    assert "N Var K by about 23% of its peak, 2.9 times" in msg and "Delta 1%" in msg and "G[1]" not in msg
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("act, unresolved", [("tanh(2 * h)", False), ("tanh(3 * h)", True), ("sin(2 * h)", True),
                                              ("sqrt(2) * h * (1 + erf(h / (0.8 * sqrt(2)))) / 2", False),

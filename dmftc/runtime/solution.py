@@ -365,14 +365,20 @@ class Solution:
 
 def solve_bias_warning(info: dict) -> str | None:
     """The deep propagator's warning when its estimated solve bias (:mod:`dmftc.runtime.solve_bias`) exceeds its
-    standard error for some observable (``info['propagator_solve_bias_vs_se']``); None otherwise."""
+    standard error for some observable (``info['propagator_solve_bias_vs_se']``); None otherwise.  It names, among
+    the observables whose bias exceeds its error bar, the one with the largest bias relative to its peak (the one
+    most off), and lists the others."""
     vs, rel = info.get("propagator_solve_bias_vs_se"), info.get("propagator_solve_bias", {})
     if not vs or max(vs.values()) <= 1.0:
         return None
-    name = max(vs, key=vs.get)
+    over = [n for n in vs if vs[n] > 1.0]
+    name = max(over, key=lambda n: (rel.get(n, 0.0), vs[n]))
+    others = ", ".join(f"{n} {rel.get(n, float('nan')):.0%}" for n in sorted(over, key=lambda n: -rel.get(n, 0.0))
+                       if n != name)
     return (f"the Monte Carlo propagator is not resolved: solving with the groups' noisy Hessians biases N Var "
-            f"{name} by about {rel.get(name, float('nan')):.0%} of its peak, {vs[name]:.1f} times its standard error "
-            "(info 'propagator_solve_bias'), so the error bars understate the error; increase the propagator's "
+            f"{name} by about {rel.get(name, float('nan')):.0%} of its peak, {vs[name]:.1f} times its standard error"
+            + (f" (also beyond their error bars: {others})" if others else "")
+            + " (info 'propagator_solve_bias'), so the error bars understate the error; increase the propagator's "
             "samples (the bias falls like 1 / samples per group)")
 
 
