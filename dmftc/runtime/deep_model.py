@@ -27,6 +27,7 @@ action fixes that); everything else is the spec's:
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -134,14 +135,20 @@ class DeepModel:
         return np.asarray(_k_jit(("hessian", self.key, self.k_of, L), jax.vmap(one))(jnp.asarray(base)))
 
 
-_K_JIT: dict = {}
+_K_JIT: OrderedDict = OrderedDict()
+_K_JIT_SIZE = 64                    # models kept (a sweep builds one model per solve)
 
 
 def _k_jit(key: tuple, fn: Callable) -> Callable:
-    """jax.jit(fn), kept per (derivative, model, its K function, depth): one compiled program per model instead of an eager
-    dispatch (and an XLA compilation) per primitive, and none again when the same model asks again."""
-    if key not in _K_JIT:
+    """jax.jit(fn), kept per (derivative, model, its K function, depth) for the last _K_JIT_SIZE models: one
+    compiled program per model instead of an eager dispatch (and an XLA compilation) per primitive, and none
+    again when the same model asks again."""
+    if key in _K_JIT:
+        _K_JIT.move_to_end(key)
+    else:
         _K_JIT[key] = jax.jit(fn)
+        while len(_K_JIT) > _K_JIT_SIZE:
+            _K_JIT.popitem(last=False)
     return _K_JIT[key]
 
 
