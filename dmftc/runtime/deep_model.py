@@ -27,7 +27,6 @@ action fixes that); everything else is the spec's:
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -102,54 +101,51 @@ class DeepModel:
 
     def k_jacobian(self, dPhi, dG):
         """(dK/dPhi[l](t,t) for l = 1..L, dK/dG[l](t,t) for l = 1..L), each a list of (T,) arrays: the scalar
-        K is time-local, so a forward derivative with a ones tangent per layer gives its diagonal Jacobian."""
+        K is time-local, so a forward derivative with a ones tangent per layer gives its diagonal Jacobian.
+        One compiled program per depth and model family (:func:`family_jit`)."""
         L = len(dPhi) - 1
         base = [jnp.asarray(a, jnp.float64) for a in dPhi] + [jnp.asarray(a, jnp.float64) for a in dG]
-        fn = lambda *xs: self.k_of(list(xs[:L + 1]), list(xs[L + 1:]))  # noqa: E731
-
-        def all_columns(base):
-            out = []
-            for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
-                tang = [jnp.zeros_like(x) for x in base]
-                tang[i] = jnp.ones_like(base[i])
-                out.append(jax.jvp(fn, base, tang)[1])
-            return out
-
-        out = [np.asarray(v) for v in _k_jit(("jacobian", self.key, self.k_of, L), all_columns)(base)]
+        fn = family_jit(_K_JACOBIAN, (L,), self, lambda model_of: lambda base, vals: _k_columns(
+            model_of(vals).k_of, base, L))
+        out = [np.asarray(v) for v in fn(base)]
         return out[:L], out[L:]
 
     def k_hessian(self, dPhi, dG):
         """Second derivatives of K(t) in the fluctuating diagonals Phi[1..L](t,t), G[1..L](t,t), in that order:
-        (T, 2L, 2L) (K is time-local, so per time one small Hessian; by JAX from ``k_of``)."""
+        (T, 2L, 2L) (K is time-local, so per time one small Hessian; by JAX from ``k_of``, one compiled program
+        per depth and model family)."""
         L = len(dPhi) - 1
         base = np.stack([np.asarray(a, float) for a in dPhi] + [np.asarray(a, float) for a in dG], axis=1)  # (T, 2L+2)
-        var = list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1))       # Phi[1..L], G[1..L] (G[l] at L + l)
-
-        def one(row):
-            def k(xs):
-                full = jnp.asarray(row).at[jnp.asarray(var)].set(xs)
-                vals = [full[i:i + 1] for i in range(2 * L + 2)]
-                return jnp.sum(jnp.asarray(self.k_of(vals[:L + 1], vals[L + 1:]), jnp.float64))
-            return jax.hessian(k)(jnp.asarray(row)[jnp.asarray(var)])
-
-        return np.asarray(_k_jit(("hessian", self.key, self.k_of, L), jax.vmap(one))(jnp.asarray(base)))
+        fn = family_jit(_K_HESSIAN, (L,), self, lambda model_of: lambda rows, vals: jax.vmap(
+            lambda row: _k_row_hessian(model_of(vals).k_of, row, L))(rows))
+        return np.asarray(fn(jnp.asarray(base)))
 
 
-_K_JIT: OrderedDict = OrderedDict()
-_K_JIT_SIZE = 64                    # models kept (a sweep builds one model per solve)
+_K_JACOBIAN: dict = {}
+_K_HESSIAN: dict = {}
 
 
-def _k_jit(key: tuple, fn: Callable) -> Callable:
-    """jax.jit(fn), kept per (derivative, model, its K function, depth) for the last _K_JIT_SIZE models: one
-    compiled program per model instead of an eager dispatch (and an XLA compilation) per primitive, and none
-    again when the same model asks again."""
-    if key in _K_JIT:
-        _K_JIT.move_to_end(key)
-    else:
-        _K_JIT[key] = jax.jit(fn)
-        while len(_K_JIT) > _K_JIT_SIZE:
-            _K_JIT.popitem(last=False)
-    return _K_JIT[key]
+def _k_columns(k_of, base, L):
+    """The diagonal Jacobian columns of K(t) in Phi[1..L], G[1..L] (``base``: Phi[0..L], G[1..L+1] diagonals)."""
+    fn = lambda *xs: k_of(list(xs[:L + 1]), list(xs[L + 1:]))  # noqa: E731
+    out = []
+    for i in list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)):   # Phi[1..L], G[1..L]
+        tang = [jnp.zeros_like(x) for x in base]
+        tang[i] = jnp.ones_like(base[i])
+        out.append(jax.jvp(fn, list(base), tang)[1])
+    return out
+
+
+def _k_row_hessian(k_of, row, L):
+    """Hessian of K at one time in Phi[1..L], G[1..L] (G[l] at L + l), ``row`` all 2L + 2 diagonals there."""
+    var = jnp.asarray(list(range(1, L + 1)) + list(range(L + 1, 2 * L + 1)))
+
+    def k(xs):
+        full = row.at[var].set(xs)
+        vals = [full[i:i + 1] for i in range(2 * L + 2)]
+        return jnp.sum(jnp.asarray(k_of(vals[:L + 1], vals[L + 1:]), jnp.float64))
+
+    return jax.hessian(k)(row[var])
 
 
 def _std_k(dPhi, dG):
