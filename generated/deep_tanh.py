@@ -23,13 +23,15 @@ LAYER = 'l'
 DEPTH = 'L'
 ACTIVATION = 'phi'
 LINEAR = False
-# lowest derivative of phi (<= 4) holding a delta function, mollified to a Gaussian of the solve's
-# dirac_width in the generated code (None: smooth through fourth order)
+# the gradient field is phi'(h) z (gradient descent), or else a(h) z + b(h) as in gradient()
+STANDARD_GRADIENT = True
+# lowest derivative of phi (<= 4; a and b of the gradient field count one order more) holding a delta
+# function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)
 KINK_ORDER = None
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')
 # what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with
-# source r ~ GP(0, G[l+1]), gradient g = phi'(h) z, kernels Phi = <phi phi>, G = <g g>,
+# source r ~ GP(0, G[l+1]), gradient g = a(h) z + b(h), kernels Phi = <phi phi>, G = <g g>,
 # responses A = <d phi(h(t)) / d r(s)>, B = <d g(t) / d u(s)> (spec names on the right)
 ROLES = {'A': 'A', 'B': 'B', 'G': 'G', 'Phi': 'Phi', 'g': 'g', 'h': 'h', 'r': 'r', 'u': 'u', 'z': 'z'}
 SOURCES = (('u', 'Phi', -1), ('r', 'G', 1))  # (name, covariance, layer offset)
@@ -84,6 +86,31 @@ def d4phi(x, p, width):
 def activation(x, p, width):
     """(phi, phi', phi'', phi''', phi'''') at x (delta functions of width ``width``)."""
     return (phi(x, p, width), dphi(x, p, width), ddphi(x, p, width), d3phi(x, p, width), d4phi(x, p, width))
+
+
+def gradient(x, p, width):
+    """(a, a', a'', a''', b, b', b'', b''') at x, of the gradient field g = a(h) z + b(h):
+    a = phi'(x),  b = 0
+
+    a: 1 - tanh(x)**2
+    da: 2*(tanh(x)**2 - 1)*tanh(x)
+    d2a: -2*(tanh(x)**2 - 1)*(3*tanh(x)**2 - 1)
+    d3a: 8*(tanh(x)**2 - 1)*(3*tanh(x)**2 - 2)*tanh(x)
+    b: 0
+    db: 0
+    d2b: 0
+    d3b: 0
+    """
+    return (
+        (1.0 + (-1.0 * (jnp.tanh(x) ** 2))),
+        (2.0 * (-1.0 + (jnp.tanh(x) ** 2)) * jnp.tanh(x)),
+        (-2.0 * (-1.0 + (jnp.tanh(x) ** 2)) * (-1.0 + (3.0 * (jnp.tanh(x) ** 2)))),
+        (8.0 * (-1.0 + (jnp.tanh(x) ** 2)) * (-2.0 + (3.0 * (jnp.tanh(x) ** 2))) * jnp.tanh(x)),
+        jnp.full_like(x, 0.0),
+        jnp.full_like(x, 0.0),
+        jnp.full_like(x, 0.0),
+        jnp.full_like(x, 0.0),
+    )
 
 
 def boundaries(p):

@@ -71,16 +71,17 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"TIME = {{'var': {tm.var!r}, 'steps': {tm.steps_name!r}, 'step': {tm.step_name!r}}}\n")
     w(f"LAYER = {lv!r}\nDEPTH = {depth!r}\n")
     w(f"ACTIVATION = {m.activation.name!r}\n")
-    kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
     w(f"LINEAR = {d.linear!r}\n")
-    w("# lowest derivative of phi (<= 4) holding a delta function, mollified to a Gaussian of the solve's\n"
-      "# dirac_width in the generated code (None: smooth through fourth order)\n")
-    w(f"KINK_ORDER = {kink!r}\n")
+    w("# the gradient field is phi'(h) z (gradient descent), or else a(h) z + b(h) as in gradient()\n")
+    w(f"STANDARD_GRADIENT = {d.standard_gradient!r}\n")
+    w("# lowest derivative of phi (<= 4; a and b of the gradient field count one order more) holding a delta\n"
+      "# function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)\n")
+    w(f"KINK_ORDER = {d.kink_order!r}\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")
     w(f"RESPONSES = {tuple(m.responses)!r}\n")
     w("# what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with\n"
-      "# source r ~ GP(0, G[l+1]), gradient g = phi'(h) z, kernels Phi = <phi phi>, G = <g g>,\n"
+      "# source r ~ GP(0, G[l+1]), gradient g = a(h) z + b(h), kernels Phi = <phi phi>, G = <g g>,\n"
       "# responses A = <d phi(h(t)) / d r(s)>, B = <d g(t) / d u(s)> (spec names on the right)\n")
     w(f"ROLES = {dict(sorted(r.items()))!r}\n")
     w(f"SOURCES = {tuple((g.name, g.cov_family, g.offset) for g in m.sources)!r}  # (name, covariance, layer offset)\n")
@@ -105,6 +106,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
           f"{sp.sstr(d.phi[k])}\"\"\"\n")
         w(f"    return {_broadcast(pc(d.phi[k]), d.phi[k], x)}\n\n")
     w(ACTIVATION_FN)
+    _emit_gradient(w, d, pc)
     # boundaries
     bc = _Code({sp.Symbol(n): f"p[{n!r}]" for n in d.params})
     w("\ndef boundaries(p):\n    \"\"\"Boundary values of the layer families (constants over (t, s)).\"\"\"\n    return {\n")
@@ -162,6 +164,19 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
         emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params))
     text = "".join(out)
     return prune_imports(text.rstrip("\n") + "\n")
+
+
+def _emit_gradient(w, d: DeepDerivation, pc) -> None:
+    """gradient(x, p, width): the coefficients of g = a(h) z + b(h) and their first three derivatives."""
+    r, x = d.roles, d.act_arg
+    a, b = (sp.sstr(e) for e in d.grad_abstract)
+    q = '"' * 3
+    w(f"\ndef gradient(x, p, width):\n    {q}(a, a', a'', a''', b, b', b'', b''') at x, of the gradient field "
+      f"{r['g']} = a({r['h']}) {r['z']} + b({r['h']}):\n    a = {a},  b = {b}\n\n")
+    for name, e in zip(("a", "da", "d2a", "d3a", "b", "db", "d2b", "d3b"), d.grad):
+        w(f"    {name}: {sp.sstr(e)}\n")
+    body = "".join(f"        {_broadcast(pc(e), e, x)},\n" for e in d.grad)
+    w(f"    {q}\n    return (\n{body}    )\n\n")
 
 
 def _act_text(a) -> str:

@@ -205,7 +205,8 @@ class Activation:
 class SiteActivation:
     """What the numerical code needs of an activation: ``fn(h) -> (phi, phi', phi'', phi''', phi'''')``
     (jax.numpy, elementwise), a hashable ``key`` for compilation caches, a label for messages, the order of
-    the first derivative holding a (mollified) delta function, and whether phi(h) = h."""
+    the first derivative holding a (mollified) delta function, whether phi(h) = h, and the coefficients of
+    a deep network's gradient field (:meth:`gradient`)."""
 
     key: tuple
     label: str
@@ -214,6 +215,18 @@ class SiteActivation:
     linear: bool = False
     width: float = 0.1
     rewidth: object = field(default=None, compare=False, hash=False, repr=False)
+    # the gradient field g = a(h) z + b(h) of a deep network: h -> its coefficients (gradient()); None is
+    # gradient descent, a = phi' and b = 0 (a compiled deep spec supplies its generated gradient())
+    grad: object = field(default=None, compare=False, hash=False, repr=False)
+    standard_gradient: bool = True
+
+    def gradient(self, h):
+        """(a, a', a'', a''', b, b', b'', b''') of the gradient field g = a(h) z + b(h) at h."""
+        if self.grad is not None:
+            return self.grad(h)
+        _, d1, d2, d3, d4 = self.fn(h)
+        zero = 0.0 * d1
+        return d1, d2, d3, d4, zero, zero, zero, zero
 
     def at_width(self, width: float) -> "SiteActivation":
         """The same activation with delta functions of another width (for the extrapolation width -> 0)."""

@@ -3,7 +3,8 @@
 What is derived, for the generic hidden layer ``l`` (time arguments explicit, ``t`` the current step):
 
 * the roles of the spec's names: the forward field ``h`` (its source ``u ~ gp(0, Phi[l-1])``), the backward
-  field ``z`` (source ``r ~ gp(0, G[l+1])``), the gradient field ``g = phi'(h) z``, the kernels
+  field ``z`` (source ``r ~ gp(0, G[l+1])``), the gradient field ``g = a(h) z + b(h)`` (gradient descent:
+  ``a = phi'``, ``b = 0``; other a and b, e.g. a surrogate derivative, are derived alike), the kernels
   ``Phi[l] = <phi(h) phi(h)>`` and ``G[l] = <g g>`` and the responses ``A[l] = <d phi(h(t)) / d r(s)>``,
   ``B[l] = <d g(t) / d u(s)>`` (the names are the user's);
 * the coupling kernels: ``h(t) = u(t) + sum_{s<t} c_h(t, s) g(s)`` and
@@ -68,11 +69,26 @@ class DeepDerivation:
     params: tuple               # scalar parameter names (declaration order), then steps, step
     positions: tuple = ()       # ((what, Pos), ...): spec text of 'h', 'z', each scalar, each boundary 'Phi[0]'
     site: object = None         # the single-site program (dmftc.derive.site.SiteProgram), printed for the site march
+    grad: tuple = ()            # (a, a', a'', a''', b, b', b'', b''') of g = a(h) z + b(h), concrete, in act_arg
+    grad_abstract: tuple = ()   # (a, b) with the activation's derivatives as abstract functions (printing)
+
+    @property
+    def standard_gradient(self) -> bool:
+        """g = phi'(h) z: the gradient field of gradient descent."""
+        return sp.simplify(self.grad[0] - self.phi[1]) == 0 and sp.simplify(self.grad[4]) == 0
 
     @property
     def linear(self) -> bool:
-        """phi(h) = h exactly: every field is Gaussian."""
-        return sp.simplify(self.phi[0] - self.act_arg) == 0
+        """phi(h) = h and g = z exactly: every field is Gaussian, and the network is the deep linear one."""
+        return sp.simplify(self.phi[0] - self.act_arg) == 0 and self.standard_gradient
+
+    @property
+    def kink_order(self):
+        """The lowest derivative order holding a delta function: phi^(k), or a^(k-1), b^(k-1) of the gradient
+        field (one derivative of phi further along); None when smooth through that order."""
+        orders = [k for k, e in enumerate(self.phi) if e.has(sp.DiracDelta)]
+        orders += [k % 4 + 1 for k, e in enumerate(self.grad) if e.has(sp.DiracDelta)]
+        return min(orders, default=None)
 
     def rowname(self, family: str, ref: str) -> str:
         return f"{family}[{ref}]"
@@ -106,17 +122,15 @@ class _Deriver(DeepLowering):
         z = next((n for n, (e, _) in parsed.items() if e.has(src(bwd_name))), None)
         if h is None or z is None or h == z or len(m.fields) != 3:
             raise self.err("a deep spec has three per-layer fields: a forward field with the forward source, a "
-                           "backward field with the backward source, and the gradient field g = phi'(h) z",
+                           "backward field with the backward source, and the gradient field g = a(h) z + b(h) (phi'(h) z for "
+                           "gradient descent)",
                            m.fields[0].pos if m.fields else m.spec.model.pos)
         g = next(n for n in eqs if n not in (h, z))
         lv = m.layer_var
         F = lambda n, arg: sp.Function(f"{n}[{lv}]")(arg)  # noqa: E731
         phi = self.phi_f[0]
         # gradient field
-        gexpr, gsums = parsed[g]
-        if gsums or sp.simplify(gexpr - self.phi_f[1](F(h, t)) * F(z, t)) != 0:
-            raise self.err(f"the gradient field must be {g}[{lv}]({m.time_var}) = {self.act.name}'({h}[{lv}]"
-                           f"({m.time_var})) * {z}[{lv}]({m.time_var})", eqs[g].body.pos)
+        grad_abstract = self.gradient_field(parsed[g], F(h, t), F(z, t), eqs[g], g, h, z)
         h_past, h_upto = self.split(h, parsed[h], src(fwd_name), F(g, s), eqs[h])
         if h_upto != 0:  # pragma: no cover - a same-time cycle, rejected by the checker
             raise self.err("the forward field cannot use the gradient field at the same time", eqs[h].body.pos)
@@ -196,9 +210,58 @@ class _Deriver(DeepLowering):
         positions += [(f"{name}[{ref.text()}]", eq.pos) for name, bs in m.boundaries.items() for ref, eq in bs]
         from dmftc.derive.site import site_program
 
+        grad = self.gradient_derivatives(grad_abstract, phis, eqs[g])
         return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,
                               tuple(scalars), stein, params, tuple((k, p) for k, p in positions if p is not None),
-                              site_program(self.ir))
+                              site_program(self.ir), grad, grad_abstract)
+
+    # ------------------------------------------------------------ the gradient field
+    def gradient_field(self, parsed, H, Z, eq, g, h, z):
+        """(a, b) of the gradient field g(t) = a(h(t)) z(t) + b(h(t)), as expressions in the activation's
+        argument x (the activation's derivatives as the abstract functions phi', phi'', ...); a located error
+        for any other form."""
+        m, lv, tv = self.m, self.m.layer_var, self.m.time_var
+        gexpr, gsums = parsed
+        form = f"{g}[{lv}]({tv}) = a({h}[{lv}]({tv})) * {z}[{lv}]({tv}) + b({h}[{lv}]({tv}))"
+        hint = (f"gradient descent is {g}[{lv}]({tv}) = {self.act.name}'({h}[{lv}]({tv})) * {z}[{lv}]({tv}); a "
+                f"surrogate derivative replaces {self.act.name}' by another function of {h}[{lv}]({tv})")
+        x = self.x
+        a = sp.expand(sp.diff(gexpr, Z)).subs(H, x)
+        b = sp.expand(gexpr.subs(Z, 0)).subs(H, x)
+        others = {str(f) for e in (a, b) for f in e.atoms(sp.core.function.AppliedUndef)}
+        params = {p.name for p in m.spec.params}
+        syms = {str(v) for e in (a, b) for v in e.xreplace({f: sp.Integer(1) for f in e.atoms(sp.core.function.AppliedUndef)})
+                .free_symbols} - params - {str(x)}
+        if gsums or a.has(Z) or others or syms or sp.simplify(a) == 0:
+            if gsums:
+                what = "a sum over time"
+            elif a.has(Z):
+                what = f"a term nonlinear in {z}[{lv}]({tv})"
+            elif others or syms:
+                what = ", ".join(sorted(others | syms))
+            else:
+                what = f"no {z}[{lv}]({tv})"
+            raise self.err(f"the gradient field must be {form}, with functions a and b of the same layer's "
+                           f"{h}[{lv}]({tv}) only; this one has {what}", eq.body.pos, hint=hint)
+        return sp.simplify(a), sp.simplify(b)
+
+    def gradient_derivatives(self, ab, phis, eq):
+        """(a, a', a'', a''', b, b', b'', b''') in the activation's argument, concrete (the spec's phi, whose
+        derivatives ``phis`` are distributions); derivatives in the sense of distributions, as for the activation
+        (:mod:`dmftc.derive.activation`)."""
+        def concrete(e):
+            return e.xreplace({f: phis[self.phi_f.index(type(f))].subs(self.x, f.args[0])
+                               for f in e.atoms(sp.Function) if type(f) in self.phi_f})
+
+        if ab[0] == self.phi_f[1](self.x) and ab[1] == 0:           # gradient descent: phi' and its derivatives
+            return tuple(phis[1:5]) + (sp.Integer(0),) * 4
+        out = []
+        for e in ab:
+            try:
+                out.extend(act_derivatives(concrete(e), 3))
+            except (ValueError, TypeError, NotImplementedError) as err:
+                raise self.err(f"cannot differentiate the gradient field three times: {err}", eq.body.pos) from None
+        return tuple(out)
 
     def split(self, name, parsed, source, driver, eq):
         """expr = source + sum_{s<t} c_past * driver + sum_{s<=t} c_upto * driver: return (c_past, c_upto)."""

@@ -41,8 +41,8 @@ def unroll(d: DeepDerivation, T: int, concrete: bool = False) -> Unrolled:
     """Build the layer's fields at t = 0..T-1 from the derived couplings (``concrete``: the spec's phi)."""
     m, r = d.model, d.roles
     lv = m.layer_var
-    phi = activation_functions(m.activation.name) if not concrete else tuple(
-        sp.Lambda(d.act_arg, e) for e in d.phi)
+    abstract = activation_functions(m.activation.name)
+    phi = abstract if not concrete else tuple(sp.Lambda(d.act_arg, e) for e in d.phi)
     fam2 = {f"{r['Phi']}[{lv}-1]", f"{r['G']}[{lv}+1]"}
 
     def at(expr, tt, ss):
@@ -57,6 +57,9 @@ def unroll(d: DeepDerivation, T: int, concrete: bool = False) -> Unrolled:
             rep[f] = sp.Function(n)(*args)
         return expr.xreplace(rep).subs({d.t: tt, d.s: ss})
 
+    a, b = (sp.Lambda(d.act_arg, e.xreplace({f: phi[type(f).__name__.count("'")](f.args[0])
+                                             for f in e.atoms(sp.Function) if f.func in abstract}))
+            for e in d.grad_abstract)                      # gradient field g = a(h) z + b(h)
     u = tuple(sp.Symbol(f"{r['u']}({k})") for k in range(T))
     rr = tuple(sp.Symbol(f"{r['r']}({k})") for k in range(T))
     h, z, g = [], [], []
@@ -65,7 +68,7 @@ def unroll(d: DeepDerivation, T: int, concrete: bool = False) -> Unrolled:
         zt = rr[tt] + sum((at(d.couplings.z_upto, tt, ss) * phi[0](h[ss]) for ss in range(tt + 1)), sp.Integer(0))
         zt += sum((at(d.couplings.z_past, tt, ss) * phi[0](h[ss]) for ss in range(tt)), sp.Integer(0))
         z.append(zt)
-        g.append(phi[1](h[tt]) * zt)
+        g.append(a(h[tt]) * zt + b(h[tt]))
     cu = sp.Matrix(T, T, lambda a, b: sp.Function(f"{r['Phi']}[{lv}-1]")(max(a, b), min(a, b)))
     cr = sp.Matrix(T, T, lambda a, b: sp.Function(f"{r['G']}[{lv}+1]")(max(a, b), min(a, b)))
     return Unrolled(T, {r["h"]: tuple(h), r["z"]: tuple(z), r["g"]: tuple(g)}, {"u": u, "r": rr},
@@ -158,7 +161,7 @@ def blocks_text(d: DeepDerivation) -> list[str]:
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{G}[{lv}+1](t', s')   [+ the source {rs}: Price term]")
     w.append(f"  d{z}(t)/d{B}[{lv}+1](t', s') = [t' = t, s' <= t] ({sp.sstr(dz_dB.subs(d.s, sq))}) {ph}({h}(s')) "
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{B}[{lv}+1](t', s')")
-    w.append(f"  d{g}(t)/dq = {ph}''({h}(t)) {z}(t) d{h}(t)/dq + {ph}'({h}(t)) d{z}(t)/dq")
+    w.append(f"  d{g}(t)/dq = (a'({h}(t)) {z}(t) + b'({h}(t))) d{h}(t)/dq + a({h}(t)) d{z}(t)/dq")
     w.append("Price-theorem term (a source covariance is an order parameter): for O = O(" + u + ") at fixed "
              f"couplings, d<O>/d{Phi}[{lv}-1](t', s') = w(t', s') <d^2 O / d{u}(t') d{u}(s')>, "
              "w = 1/2 if t' = s' else 1 (the symmetric entry is two matrix entries); likewise "
@@ -228,9 +231,10 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
         for eq in m.from_action:
             lhs = f"{eq.name}{'[' + ', '.join(eq.indices) + ']' if eq.indices else ''}({eq.time}"
             w(f"  {lhs}{', ' + eq.time2 if eq.time2 else ''}) = {expr_text(eq.body)}")
-    kink = next((k for k, e in enumerate(d.phi) if e.has(sp.DiracDelta)), None)
+    kink = d.kink_order
     if kink is not None:
-        w(f"  non-smooth: derivative {kink} of {m.activation.name} holds a delta function (derivatives are taken "
+        w(f"  non-smooth: derivative {kink} of {m.activation.name} (or {kink - 1} of the gradient field's a, b) "
+          "holds a delta function (derivatives are taken "
           "as distributions; the generated code replaces each delta by a Gaussian of width dirac_width, a bias "
           "of the propagator's Monte Carlo estimate)")
     w("")
@@ -241,7 +245,10 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({r['h']}(s)) + sum_{{s<t}} "
       f"c_{r['z']}(t, s) {m.activation.name}({r['h']}(s)),")
     w(f"      c0_{r['z']}(t, s) = {f(d.couplings.z_upto)},   c_{r['z']}(t, s) = {f(d.couplings.z_past)}")
-    w(f"  {r['g']}(t) = {m.activation.name}'({r['h']}(t)) {r['z']}(t)")
+    ga, gb = (sp.sstr(e.subs(d.act_arg, sp.Symbol(f"{r['h']}(t)"))) for e in d.grad_abstract)
+    w(f"  {r['g']}(t) = a({r['h']}(t)) {r['z']}(t) + b({r['h']}(t)),   a = {ga},   b = {gb}"
+      + ("   (gradient descent)" if d.standard_gradient else "   (not gradient descent: a != "
+                                                              f"{m.activation.name}' or b != 0)"))
     w("")
     w("saddle-point equations (l = 1..L), boundaries:")
     for name in m.families + m.responses:

@@ -31,9 +31,16 @@ from dmftc.derive.activation import as_activation
 
 
 def _act_jax(act):
-    """(phi, phi', phi'') of an activation (anything dmftc.derive.activation.as_activation reads), in JAX."""
+    """(h, z) -> (phi(h), phi'(h), g, dg/dh, dg/dz) with the gradient field g = a(h) z + b(h) of an activation
+    (anything dmftc.derive.activation.as_activation reads), in JAX; higher derivatives are JAX's own."""
     act = as_activation(act)
-    return lambda h: act.fn(h)[:3]
+
+    def fields(h, z):
+        p, p1 = act.fn(h)[:2]
+        a, a1, _, _, b, b1, _, _ = act.gradient(h)
+        return p, p1, a * z + b, a1 * z + b1, a
+
+    return fields
 
 jax.config.update("jax_enable_x64", True)
 
@@ -47,10 +54,9 @@ def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
     zero = jnp.zeros((T, T))
 
     def system(x):
-        hh, zz = x[:T], x[T:]
-        p, d1, d2 = act(hh)
-        R = x - w - jnp.concatenate([C @ (d1 * zz), E @ p])
-        Jm = jnp.block([[C * (d2 * zz)[None, :], C * d1[None, :]], [E * d1[None, :], zero]])
+        p, p1, g, gh, gz = act(x[:T], x[T:])
+        R = x - w - jnp.concatenate([C @ g, E @ p])
+        Jm = jnp.block([[C * gh[None, :], C * gz[None, :]], [E * p1[None, :], zero]])
         return R, Jm
 
     J0 = jax.lax.stop_gradient(system(x0)[1])
@@ -85,8 +91,7 @@ def _features(x, *, T, activation, feature):
     act = _act_jax(activation)
     tril = np.tril_indices(T)
     hh, zz = x[:T], x[T:]
-    p, d1, _ = act(hh)
-    g = d1 * zz
+    p, _, g, _, _ = act(hh, zz)
     return jnp.concatenate([-jnp.outer(p, p)[tril], -jnp.outer(g, g)[tril], fa * (zz * p - zz[0] * p[0]) + (fa + fb) * zz[0] * p[0]])
 
 
@@ -119,8 +124,8 @@ def _second(fn, w, a, b):
 
 def _site_map(x, C, E, T, activation):
     """F(x) of the single-site equations x = w + F(x) (used for J0 = dF/dx at the base point)."""
-    p, d1, _ = _act_jax(activation)(x[:T])
-    return jnp.concatenate([C @ (d1 * x[T:]), E @ p])
+    p, _, g, _, _ = _act_jax(activation)(x[:T], x[T:])
+    return jnp.concatenate([C @ g, E @ p])
 
 
 _THETA: dict = {}
@@ -249,11 +254,10 @@ class AutodiffEstimator(LocalEstimator):
             Ha = jax.vmap(lambda i: jax.jvp(lambda c: jax.grad(ell)(c, w, x0), (c0,),
                                             (jnp.zeros(2 * T2).at[i].set(1.0),))[1])(anti)       # (T^2, 2T^2)
             hh, zz = x0[:T], x0[T:]
-            p, d1, _ = _act_jax(act)(hh)
+            p, _, g, _, _ = _act_jax(act)(hh, zz)
             # dx/dc at the base point: (I - J0)^-1 dF/dc with dF_h(t)/dC(t,s) = g(s), dF_z(t)/dE(t,s) = phi(h(s))
             J0 = jax.lax.stop_gradient(jax.jacfwd(lambda x: _site_map(x, C0, E0, T, act))(x0))
             R0 = _nilpotent_inverse(J0)
-            g = d1 * zz
             dx = jnp.concatenate([(R0[:, :T, None] * g[None, None, :]).reshape(2 * T, T2),
                                   (R0[:, T:, None] * p[None, None, :]).reshape(2 * T, T2)], axis=1)
             f0, Df = feats(x0), jax.jacfwd(feats)(x0)

@@ -32,6 +32,8 @@ class TemplateKernels(SpecKernels):
 
     def activation(self, p):
         mod = self.module
+        if not getattr(mod, "STANDARD_GRADIENT", True):
+            raise ValueError(f"the structured march has the gradient field phi'(h) z only, not that of {mod.SPEC_PATH}")
         return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
 
     def forward_rows(self, c, l, t, T, p):
@@ -76,6 +78,9 @@ class ModelKernels(TemplateKernels):
     def __init__(self, activation, model):
         self.module = None
         self.site, self.model = activation, model
+        if not activation.standard_gradient:
+            raise ValueError(f"the structured march has the gradient field phi'(h) z only, not that of "
+                             f"{activation.label}")
         self.key = ("model", activation, model.family if model.bind is not None else model.key)
         self.names = {"Phi": "Phi", "A": "A", "G": "G", "B": "B"}
         self.scalars = ("K",)

@@ -123,7 +123,8 @@ class SpecKernels:
         self.scalars = tuple(module.SCALARS)
 
     def site_activation(self, params: dict, width: float):
-        """The spec's activation with its four derivatives (generated functions) at fixed parameter values."""
+        """The spec's activation with its four derivatives and its gradient field's coefficients (generated
+        functions) at fixed parameter values."""
         from dmftc.derive.activation import SiteActivation
 
         mod = self.module
@@ -132,7 +133,9 @@ class SpecKernels:
                               label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
                               fn=lambda h: mod.activation(h, p, float(width)),
                               kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
-                              rewidth=lambda w: self.site_activation(params, w))
+                              rewidth=lambda w: self.site_activation(params, w),
+                              grad=lambda h: mod.gradient(h, p, float(width)),
+                              standard_gradient=bool(mod.STANDARD_GRADIENT))
 
     def _boundary(self, role, layer, T, p, depth):
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""

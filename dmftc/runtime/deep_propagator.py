@@ -9,7 +9,7 @@ Single-site problem of layer l
 ------------------------------
 Fields x = (h(0..T-1), z(0..T-1)), sources w = (u, r) ~ N(0, Sw), Sw = diag(Phi[l-1], G[l+1]), and
 
-    x = w + F(x),   F_h(t) = sum_s C(t,s) g(s),  F_z(t) = sum_s E(t,s) phi(h(s)),  g = phi'(h) z,
+    x = w + F(x),   F_h(t) = sum_s C(t,s) g(s),  F_z(t) = sum_s E(t,s) phi(h(s)),  g = a(h) z + b(h),
     C = A^{l-1} + [s<t] k_h(Phi[l-1](t,s), Delta(s)),   E = B^l + [s<t] k_z(G[l+1](t,s), Delta(s))
 
 with the coupling coefficients k_h, k_z, the readout, the boundary kernels and K of a
@@ -287,7 +287,8 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
         raise ParameterError(
             f"no deep propagator for {activation.label}: its derivative of order {activation.kink_order} holds a "
             "delta function (a kink in phi or phi'), and the per-path estimator takes third source derivatives of "
-            "g = phi'(h) z, which need phi''' and phi'''' as functions; here they are derivatives of delta "
+            "g = phi'(h) z (of a and b in g = a(h) z + b(h)), which need phi''' and phi'''' (a'', a''', b'', b''') as "
+            "functions; here they are derivatives of delta "
             "functions, whose mollified samples have no usable variance (sqrt(2) max(0, h) at L = 2, T = 6, "
             "400 paths: N Var K grew from 2e2 to 8e31; issue 13).  The means are available; activations with a "
             "kink in phi'' only (e.g. h / (1 + abs(h))) are extrapolated in the delta width")

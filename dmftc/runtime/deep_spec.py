@@ -9,7 +9,8 @@ integral is Gaussian: the propagator (and the O(1/N) mean correction) is the aut
 log-det action (:mod:`dmftc.runtime.deep_linear`), after checking that the action so read reproduces the
 spec's own march (so the two readings of the spec cannot drift apart).  For any other activation the means
 come from the spec-driven march and the propagator from :mod:`dmftc.runtime.deep_propagator` (computed on first
-use of ``var``/``sigma``), with the generated activation and its four derivatives.
+use of ``var``/``sigma``), with the generated activation and its four derivatives and the coefficients of the
+spec's gradient field g = a(h) z + b(h) with their first three.
 
     m = dmftc.load("specs/deep_tanh.dmft")
     sol = m.solve(L=3, T=20, samples=20000)

@@ -5,7 +5,8 @@ This is the fast path behind :mod:`dmftc.runtime.deep_propagator`: the same sums
 the single-site fields, so that the cost is a handful of batched matrix products per path instead of one
 Hessian-vector product per anti-causal coupling and one reverse pass per source-covariance entry.
 
-Single-site system of one layer (one path, T steps; x = (h, z), outputs y = (p, g) = (phi(h), phi'(h) z)):
+Single-site system of one layer (one path, T steps; x = (h, z), outputs y = (p, g) = (phi(h), a(h) z + b(h)),
+with the gradient field's coefficients a, b from the spec; a = phi', b = 0 for gradient descent):
 
     x = w + K y(x),     K = [[0, C], [E, 0]]   (h(t) = u(t) + sum_s C(t,s) g(s),  z(t) = r(t) + sum_s E(t,s) p(s))
 
@@ -106,13 +107,16 @@ class SiteMoments:
     # ------------------------------------------------------------------ one path
     def _path(self, C, E, w, x0, fa, fb):
         T, n = self.T, 2 * self.T
-        act = self.activation.fn                        # (phi, phi', phi'', phi''', phi'''') of the spec
         h, z = x0[:T], x0[T:]
-        p, d1, d2, d3, d4 = act(h)
-        g = d1 * z
+        p, p1, p2, p3, _ = self.activation.fn(h)        # phi and its derivatives
+        a, a1, a2, a3, b, b1, b2, b3 = self.activation.gradient(h)
+        # local derivatives of y = (p, g) in x = (h, z), g = a(h) z + b(h):  p_h = p1, p_hh = p2, p_hhh = p3;
+        # g_z = a, g_hz = a1, g_hhz = a2 (g_zz = 0);  g_h = gh, g_hh = ghh, g_hhh = ghhh
+        g = a * z + b
+        gh, ghh, ghhh = a1 * z + b1, a2 * z + b2, a3 * z + b3
         y = jnp.concatenate([p, g])
         i = jnp.arange(T)
-        Y1 = jnp.zeros((n, n)).at[i, i].set(d1).at[T + i, i].set(d2 * z).at[T + i, T + i].set(d1)
+        Y1 = jnp.zeros((n, n)).at[i, i].set(p1).at[T + i, i].set(gh).at[T + i, T + i].set(a)
         zero = jnp.zeros((T, T))
         K = jnp.block([[zero, C], [E, zero]])
         Ry = _nilpotent_inverse(Y1 @ K)
@@ -123,8 +127,8 @@ class SiteMoments:
         # second order, all pairs of slots: V2[k, i, i'] = Y2_k[X1_i, X1_i']
         hh = Xh[:, :, None] * Xh[:, None, :]
         hz = Xh[:, :, None] * Xz[:, None, :]
-        V2 = jnp.concatenate([d2[:, None, None] * hh,
-                              (d3 * z)[:, None, None] * hh + d2[:, None, None] * (hz + jnp.swapaxes(hz, 1, 2))])
+        V2 = jnp.concatenate([p2[:, None, None] * hh,
+                              ghh[:, None, None] * hh + a1[:, None, None] * (hz + jnp.swapaxes(hz, 1, 2))])
         Xi2 = jnp.einsum("ok,kij->oij", Ry, V2)          # d2 y / dw dw
         X2 = jnp.einsum("xk,kij->xij", K, Xi2)           # d2 x / dw dw
         X2h, X2z = X2[:T], X2[T:]
@@ -151,13 +155,13 @@ class SiteMoments:
             Bh, Bz = X2h[:, vb][:, :, vb], X2z[:, vb][:, :, vb]          # (T_s, T_a, T_b)
             hh = Ah[:, :, None] * Ah[:, None, :]
             hz = Ah[:, :, None] * Az[:, None, :] + Az[:, :, None] * Ah[:, None, :]
-            U1 = d3[:, None, None] * hh + d2[:, None, None] * Bh                        # with Rp, j-factor Xh
-            U2 = ((d4 * z)[:, None, None] * hh + d3[:, None, None] * hz
-                  + (d3 * z)[:, None, None] * Bh + d2[:, None, None] * Bz)                # with Rg, j-factor Xh
-            U3 = d3[:, None, None] * hh + d2[:, None, None] * Bh                          # with Rg, j-factor Xz
-            P3h = (Rp[:, :, None] * (d2[:, None] * Ah)[None] + Rg[:, :, None] * ((d3 * z)[:, None] * Ah
-                                                                                + d2[:, None] * Az)[None])
-            P4 = Rg[:, :, None] * (d2[:, None] * Ah)[None]                                 # (o, s, b)
+            U1 = p3[:, None, None] * hh + p2[:, None, None] * Bh                        # with Rp, j-factor Xh
+            U2 = (ghhh[:, None, None] * hh + a2[:, None, None] * hz
+                  + ghh[:, None, None] * Bh + a1[:, None, None] * Bz)                     # with Rg, j-factor Xh
+            U3 = a2[:, None, None] * hh + a1[:, None, None] * Bh                          # with Rg, j-factor Xz
+            P3h = (Rp[:, :, None] * (p2[:, None] * Ah)[None] + Rg[:, :, None] * (ghh[:, None] * Ah
+                                                                                + a1[:, None] * Az)[None])
+            P4 = Rg[:, :, None] * (a1[:, None] * Ah)[None]                                 # (o, s, b)
             for kind, orows, jslots in (("C", slice(T, n), slice(0, T)), ("E", slice(0, T), slice(T, n))):
                 Ro_p, Ro_g = Rp[orows], Rg[orows]                                         # (T_o, T_s)
                 # separable terms: sum_s R[o,s] X[s,j] U[s,q] -> factors (m, s, o, j) and (m, s, q)

@@ -104,15 +104,31 @@ def draw_deep_parameters(rng: np.random.Generator, n_members: int, N: int, L: in
 
 # Layer l = 1..L is stored at list index l-1.  matvec(l, v) = W^l v and rmatvec(l, v) = W^l^T v
 # (l = 1..L-1) abstract over the dense (deep_gd_step) and low-rank (simulator) representations.
+def gradient_fns(activation):
+    """h -> (phi(h), a(h), b(h)) in numpy: the activation and the coefficients of the backward signal
+    g = a(h) z + b(h) (b None for gradient descent, a = phi').  A
+    :class:`dmftc.derive.activation.SiteActivation` of a compiled deep spec carries its spec's gradient field
+    (e.g. a surrogate derivative); anything else is gradient descent (:func:`activation_fns`)."""
+    if getattr(activation, "standard_gradient", True):
+        fns = activation_fns(activation)
+        return lambda h: fns(h) + (None,)
+    import jax
+
+    site = activation
+    fn = jax.jit(lambda h: (site.fn(h)[0],) + tuple(site.gradient(h)[k] for k in (0, 4)))
+    return lambda h: tuple(np.array(v) for v in fn(h))
+
+
 def _forward(W0, w, matvec, act, L, gamma, x=1.0):
-    """phis, dphis (lists of L arrays (B,N)) and f (B,); input x = [x], D = 1 (|x|^2 / D = x^2)."""
+    """phis, coefs (lists of L arrays (B,N), and of L pairs (a, b) of the backward signal g = a z + b, b None for
+    0) and f (B,); input x = [x], D = 1 (|x|^2 / D = x^2).  ``act``: :func:`gradient_fns`."""
     N = W0.shape[1]
     phis, dphis = [], []
     h = W0 if x == 1.0 else W0 * x
     for l in range(1, L + 1):
-        p, dp = act(h)
+        p, a, b = act(h)
         phis.append(p)
-        dphis.append(dp)
+        dphis.append((a, b))
         if l < L:
             h = matvec(l, p)
             h /= math.sqrt(N)
@@ -120,15 +136,23 @@ def _forward(W0, w, matvec, act, L, gamma, x=1.0):
     return phis, dphis, f
 
 
-def _backward(w, dphis, rmatvec, L):
-    """gs: list of L arrays g^l (B,N)."""
+def _backward(w, coefs, rmatvec, L):
+    """gs: list of L arrays g^l = a(h^l) z^l + b(h^l) (B,N), z^L = w (``coefs``: the pairs (a, b) of _forward)."""
     N = w.shape[1]
-    g = dphis[L - 1] * w
+
+    def signal(l, z):
+        a, b = coefs[l - 1]
+        g = a * z
+        if b is not None:
+            g += b
+        return g
+
+    g = signal(L, w)
     gs = [g]
     for l in range(L - 1, 0, -1):
         z = rmatvec(l, g)
         z /= math.sqrt(N)
-        g = dphis[l - 1] * z
+        g = signal(l, z)
         gs.append(g)
     return gs[::-1]
 
@@ -146,7 +170,7 @@ def _update_vectors(W0, w, phis, gs, delta, eta, gamma, x=1.0):
 
 def deep_forward(W0, w, Ws, *, activation: str, gamma: float):
     """Dense forward + backward pass: (phis, gs, f) for parameters W0 (B,N), w (B,N), Ws list of (B,N,N)."""
-    act = activation_fns(activation)
+    act = gradient_fns(activation)
     L = len(Ws) + 1
     phis, dphis, f = _forward(W0, w, lambda l, v: (Ws[l - 1] @ v[:, :, None])[:, :, 0], act, L, gamma)
     gs = _backward(w, dphis, lambda l, v: (v[:, None, :] @ Ws[l - 1])[:, 0, :], L)
@@ -248,11 +272,13 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
                   seed: int = 0, batch: int | None = None, keep_samples: bool = False,
                   progress: bool = False, input_norm: float = 1.0) -> DeepEnsembleStats:
     """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
-    ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1).
+    ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1).  ``activation``: an expression in h, a
+    shorthand, or a :class:`dmftc.derive.activation.SiteActivation` (a compiled deep spec's carries its backward
+    signal, e.g. a surrogate derivative: :func:`gradient_fns`).
 
     ``batch`` members are processed together (default: ~16 MB of work arrays per batch); ``progress``
     shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`."""
-    act = activation_fns(activation)
+    act = gradient_fns(activation)
     L = _positive_int("L", L)
     N = _positive_int("N", N)
     E = _positive_int("E", E, 2)
