@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc import __version__
-from dmftc.codegen.two_layer import ExprPrinter, default_code, emit_defaults, prune_imports
+from dmftc.codegen.two_layer import ExprPrinter, emit_defaults, prune_imports
 from dmftc.derive.deep import DeepDerivation
 from dmftc.frontend import ast
 
