@@ -16,11 +16,9 @@ import pytest
 import sympy as sp
 
 import dmftc
-from dmftc.runtime.deep_action import Layout, _gather_local, saddle_point_vector
 from dmftc.runtime.deep_dmft import SpecKernels
 from dmftc.runtime.deep_model import from_spec
-from dmftc.runtime.deep_propagator import mc_saddle
-from dmftc.runtime.local_estimator import estimator
+from models import assert_site_moments_equal_autodiff  # noqa: E402  (tests/models.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 GD = "g[l](t) = phi'(h[l](t)) z[l](t)"
@@ -82,27 +80,8 @@ def test_site_moments_equal_autodiff_for_a_nonstandard_gradient_field(tmp_path):
     with the spec's a, a', a'', a''' and b, ..., b''') equals the autodiff reference, which differentiates the
     generated a and b with JAX, on the same paths of the spec's own saddle, for the three layer kinds of L = 3."""
     m = _load(tmp_path, *SURROGATE)
-    L, T, S = 3, 3, 64
-    p, site = _site(m, L=L, T=T, gamma=1.3, y=-0.8, eta=0.4)
-    model = from_spec(m.module, p)
-    xi = np.random.default_rng(5).standard_normal((2, L, S, T))
-    sad, fields = mc_saddle(activation=site, L=L, T=T, xiu=xi[0], xir=xi[1], model=model)
-    x0 = saddle_point_vector(sad)
-    lay = Layout(L, T)
-    names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
-    for l in range(1, L + 1):
-        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
-        fast, ref = (estimator(T, site, l > 1, l < L, method=meth).moments(
-            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
-            for meth in ("fast", "struct"))
-        assert fast[1] < 1e-24 * S                       # the march's fields solve the single-site equations
-        for name, a, b in zip(names, fast, ref):
-            if name == "residual":
-                continue
-            a, b = np.asarray(a), np.asarray(b)
-            scale = np.abs(b).max()
-            assert scale > 1e-3, (l, name)
-            assert np.abs(a - b).max() <= 1e-12 * scale, (l, name, np.abs(a - b).max(), scale)
+    p, site = _site(m, L=3, T=3, gamma=1.3, y=-0.8, eta=0.4)
+    assert_site_moments_equal_autodiff(site, from_spec(m.module, p))
 
 
 def _z(theory, theory_se, ens, ens_se):

@@ -23,7 +23,7 @@ from dmftc.runtime.deep_propagator import deep_propagator, mc_saddle
 from dmftc.runtime.local_estimator import LocalEstimator, estimator as _estimator
 from dmftc.reference.deep_autodiff import local_logf
 from dmftc.errors import NumericalError, ParameterError
-from models import odd_model  # noqa: E402  (tests/models.py)
+from models import assert_site_moments_equal_autodiff, odd_model  # noqa: E402  (tests/models.py)
 
 
 # ------------------------------------------------------------------ 1. Newton steps vs a converged solver
@@ -232,28 +232,7 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
     summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
     paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying); for the standard
     network and for a model with other couplings, readout and boundaries."""
-    L, T, S = 3, 3, 64
-    model = odd_model() if odd else standard(gamma=1.3, y=1.0, eta=0.4)
-    kw = dict(L=L, T=T, model=model)
-    xi = np.random.default_rng(5).standard_normal((2, L, S, T))
-    sad, fields = mc_saddle(activation=activation, xiu=xi[0], xir=xi[1], **kw)
-    lay = Layout(L, T)
-    x0 = saddle_point_vector(sad)
-    names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
-    for l in range(1, L + 1):
-        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
-        fast, ref = (_estimator(T, activation, l > 1, l < L, method=m).moments(
-            np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
-            for m in ("fast", "struct"))
-        assert fast[1] < 1e-24 * S                       # the march's fields solve the single-site equations
-        for name, a, b in zip(names, fast, ref):
-            if name == "residual":
-                continue
-            a, b = np.asarray(a), np.asarray(b)
-            assert a.shape == b.shape, (l, name)
-            scale = np.abs(b).max()
-            assert scale > 1e-3, (l, name)            # every block is exercised
-            assert np.abs(a - b).max() <= 1e-12 * scale, (l, name, np.abs(a - b).max(), scale)
+    assert_site_moments_equal_autodiff(activation, odd_model() if odd else standard(gamma=1.3, y=1.0, eta=0.4))
 
 
 def test_causal_blocking_of_the_price_products_is_exact():
