@@ -89,15 +89,11 @@ class DeepModel:
 
     def partials(self, which, q, Delta):
         """Elementwise partial derivatives of k (``which`` 'h' or 'z') at kernel entries q (n,) and Delta (n,):
-        (k_q, k_D, k_qq, k_qD, k_DD), each (n,)."""
-        k = self.k_h if which == "h" else self.k_z
-        f = lambda a, d: k(a, d)  # noqa: E731
-        g1 = jax.vmap(jax.grad(f, argnums=(0, 1)))
-        g2 = jax.vmap(jax.hessian(f, argnums=(0, 1)))
-        q, Delta = jnp.asarray(q, jnp.float64), jnp.asarray(Delta, jnp.float64)
-        kq, kd = g1(q, Delta)
-        (hqq, hqd), (_, hdd) = g2(q, Delta)
-        return tuple(np.asarray(v) for v in (kq, kd, hqq, hqd, hdd))
+        (k_q, k_D, k_qq, k_qD, k_DD), each (n,).  One compiled program per coupling and model family
+        (:func:`family_jit`)."""
+        fn = family_jit(_K_PARTIALS, (which,), self, lambda model_of: lambda q, d, vals: _k_partials(
+            model_of(vals).k_h if which == "h" else model_of(vals).k_z, q, d))
+        return tuple(np.asarray(v) for v in fn(jnp.asarray(q, jnp.float64), jnp.asarray(Delta, jnp.float64)))
 
     def k_jacobian(self, dPhi, dG):
         """(dK/dPhi[l](t,t) for l = 1..L, dK/dG[l](t,t) for l = 1..L), each a list of (T,) arrays: the scalar
@@ -123,6 +119,14 @@ class DeepModel:
 
 _K_JACOBIAN: dict = {}
 _K_HESSIAN: dict = {}
+_K_PARTIALS: dict = {}
+
+
+def _k_partials(k, q, d):
+    """(k_q, k_D, k_qq, k_qD, k_DD) of a coupling k(q, D), elementwise over the entries of q and d."""
+    kq, kd = jax.vmap(jax.grad(k, argnums=(0, 1)))(q, d)
+    (hqq, hqd), (_, hdd) = jax.vmap(jax.hessian(k, argnums=(0, 1)))(q, d)
+    return kq, kd, hqq, hqd, hdd
 
 
 def _k_columns(k_of, base, L):
