@@ -28,6 +28,7 @@ STANDARD_GRADIENT = True
 # lowest derivative of phi (<= 4; a and b of the gradient field count one order more) holding a delta
 # function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)
 KINK_ORDER = None
+ACTIVATION_PARAMS = ()  # the parameters phi and the gradient field read
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')
 # what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with

@@ -466,3 +466,23 @@ def test_propagator_reads_the_action_at_any_parameter_scale(tmp_path):
     with pytest.raises(StructureSpecError, match="response 'B' must be") as err:
         dmftc.load(spec, tmp_path / "gen")
     assert "scaled_response.dmft:" in str(err.value) and "^" in str(err.value)
+
+
+def test_spec_activation_is_keyed_by_the_parameters_it_reads(tmp_path):
+    """The spec's activation (and so every program compiled for it, e.g. the propagator's per-path sums) is keyed
+    by the parameters phi and the gradient field read: a gamma sweep reuses them, another slope does not, and
+    the slope reaches the numbers."""
+    from dmftc.runtime.deep_dmft import SpecKernels
+
+    text = (Path(__file__).resolve().parent.parent / "specs" / "deep_tanh.dmft").read_text()
+    text = text.replace("activation phi(h) = tanh(h)", "activation phi(h) = tanh(beta * h)").replace(
+        'param y = 1.0 "training target"', 'param y = 1.0 "training target"\nparam beta = 1.5 "slope"')
+    (tmp_path / "slope.dmft").write_text(text)
+    mod = dmftc.load(tmp_path / "slope.dmft", tmp_path / "gen").module
+    assert mod.ACTIVATION_PARAMS == ("beta",)
+    spec = SpecKernels(mod)
+    key = lambda **p: spec.site_activation(mod.defaults(p), 0.0).key        # noqa: E731
+    assert key(gamma=1.0) == key(gamma=2.0) and key(beta=1.5) != key(beta=0.5)
+    h = np.linspace(-2, 2, 5)
+    np.testing.assert_allclose(np.asarray(spec.site_activation(mod.defaults({"beta": 0.5}), 0.0).fn(h)[0]),
+                               np.tanh(0.5 * h), rtol=1e-15)

@@ -77,6 +77,8 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w("# lowest derivative of phi (<= 4; a and b of the gradient field count one order more) holding a delta\n"
       "# function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)\n")
     w(f"KINK_ORDER = {d.kink_order!r}\n")
+    used = sorted({str(v) for e in d.phi + d.grad for v in e.free_symbols} & set(d.params))
+    w(f"ACTIVATION_PARAMS = {tuple(used)!r}  # the parameters phi and the gradient field read\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")
     w(f"RESPONSES = {tuple(m.responses)!r}\n")

@@ -129,7 +129,10 @@ class SpecKernels:
 
         mod = self.module
         p = {k: float(v) for k, v in params.items()}
-        return SiteActivation(key=self.key + (tuple(sorted(p.items())), float(width)),
+        # keyed by the parameters the activation and the gradient field read (a sweep of the others reuses
+        # every program compiled for them, e.g. the per-path sums of dmftc.runtime.site_moments)
+        used = tuple((k, p[k]) for k in mod.ACTIVATION_PARAMS)
+        return SiteActivation(key=self.key + (used, float(width)),
                               label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
                               fn=lambda h: mod.activation(h, p, float(width)),
                               kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
