@@ -28,6 +28,7 @@ COVERED = {
     "fig4_whitened": "tests/test_validation.py::test_theory_matches_finite_width_networks[linear_whitened]",
     "fig5_deep_linear": "tests/test_deep_linear.py::test_propagator_matches_finite_width_networks",
     "fig6_eos": "tests/test_validation.py::test_theory_matches_finite_width_networks[eos_large_step]",
+    "deep_gradient_fields": "tests/test_deep_gradient_field.py::test_surrogate_gradient_matches_networks_short",
 }
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 
