@@ -12,6 +12,9 @@ Parameterisation (width N, L >= 1 hidden layers; all weights N(0, 1) iid at t = 
 
 with W^0 (N,) (= the N x 1 first layer), W^l (N, N), w (N,).  Gradient signals
 g^l = gamma N df/dh^l are g^L = phi'(h^L) * w, g^l = phi'(h^l) * (W^l^T g^{l+1}) / sqrt(N).
+A spec's other backward signal (a surrogate derivative a(h) in place of phi'(h), plus a term b(h): the
+gradient field g = a(h) z + b(h) of a deep spec) replaces these by g^L = a(h^L) * w + b(h^L) and
+g^l = a(h^l) * (W^l^T g^{l+1}) / sqrt(N) + b(h^l); the updates below use g as written (:func:`gradient_fns`).
 GD with learning rate eta N gamma^2, theta <- theta - eta N gamma^2 dloss/dtheta, i.e. the
 simultaneous update (right-hand sides at the old parameters)::
 
@@ -123,17 +126,17 @@ def _forward(W0, w, matvec, act, L, gamma, x=1.0):
     """phis, coefs (lists of L arrays (B,N), and of L pairs (a, b) of the backward signal g = a z + b, b None for
     0) and f (B,); input x = [x], D = 1 (|x|^2 / D = x^2).  ``act``: :func:`gradient_fns`."""
     N = W0.shape[1]
-    phis, dphis = [], []
+    phis, coefs = [], []
     h = W0 if x == 1.0 else W0 * x
     for l in range(1, L + 1):
         p, a, b = act(h)
         phis.append(p)
-        dphis.append((a, b))
+        coefs.append((a, b))
         if l < L:
             h = matvec(l, p)
             h /= math.sqrt(N)
     f = (phis[-1][:, None, :] @ w[:, :, None])[:, 0, 0] / (gamma * N)
-    return phis, dphis, f
+    return phis, coefs, f
 
 
 def _backward(w, coefs, rmatvec, L):
@@ -172,8 +175,8 @@ def deep_forward(W0, w, Ws, *, activation: str, gamma: float):
     """Dense forward + backward pass: (phis, gs, f) for parameters W0 (B,N), w (B,N), Ws list of (B,N,N)."""
     act = gradient_fns(activation)
     L = len(Ws) + 1
-    phis, dphis, f = _forward(W0, w, lambda l, v: (Ws[l - 1] @ v[:, :, None])[:, :, 0], act, L, gamma)
-    gs = _backward(w, dphis, lambda l, v: (v[:, None, :] @ Ws[l - 1])[:, 0, :], L)
+    phis, coefs, f = _forward(W0, w, lambda l, v: (Ws[l - 1] @ v[:, :, None])[:, :, 0], act, L, gamma)
+    gs = _backward(w, coefs, lambda l, v: (v[:, None, :] @ Ws[l - 1])[:, 0, :], L)
     return phis, gs, f
 
 
@@ -218,8 +221,8 @@ def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl, x=1.0):
     f0 = None
     for t in range(T):
         with np.errstate(over="ignore", invalid="ignore"):   # divergence is detected and reported below
-            phis, dphis, f = _forward(W0, w, matvec, act, L, gamma, x)
-            gs = _backward(w, dphis, rmatvec, L)
+            phis, coefs, f = _forward(W0, w, matvec, act, L, gamma, x)
+            gs = _backward(w, coefs, rmatvec, L)
             if f0 is None:
                 f0 = f
             delta = y - (f - f0)
