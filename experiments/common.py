@@ -221,6 +221,46 @@ def label_deep_panels(axes, kind: str) -> None:
         ax.set(title=titles[k] + (" variance" if kind == "var" and k < 2 else ""), ylabel=label)
 
 
+def add_deep_ensembles(agree: Agreement, label: str, sol, raw, big, names, curves: dict, arrays: dict) -> None:
+    """Means and N Var of a deep solution against ensembles at widths N (``raw``) and 2N (``big``), Richardson-
+    extrapolated: one comparison each in ``agree``; ``curves[(label, n)]`` = (theory N Var, its se, width-N N Var,
+    extrapolated N Var, its se) for :func:`plot_deep_rows`; the arrays saved with the figure go to ``arrays``."""
+    diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731
+    for n in names:
+        mu, mu_se = richardson(diag(raw.mean[n]), diag(raw.se_mean[n]), diag(big.mean[n]), diag(big.se_mean[n]))
+        v, v_se = richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
+        th_v, th_se = sol.var(n), sol.var_stderr(n)
+        agree.add(f"{label}: <{n}>", diag(sol.mean(n)), diag(sol.mean_stderr(n)), mu, mu_se, raw=diag(raw.mean[n]))
+        agree.add(f"{label}: N Var({n})", th_v, th_se, v, v_se, raw=raw.nvar[n])
+        curves[(label, n)] = (th_v, th_se, raw.nvar[n], v, v_se)
+        arrays.update({f"{label}_theory_nvar_{n}": th_v, f"{label}_theory_nvar_se_{n}": th_se,
+                       f"{label}_extrap_nvar_{n}": v, f"{label}_extrap_nvar_se_{n}": v_se,
+                       f"{label}_ens_nvar_{n}": raw.nvar[n], f"{label}_theory_mean_{n}": diag(sol.mean(n)),
+                       f"{label}_extrap_mean_{n}": mu})
+
+
+def plot_deep_rows(plt, rows: dict, curves: dict, times, L: int, N: int):
+    """One row of four N Var panels (Delta, K, Phi[l], G[l]) per entry of ``rows`` (label -> row title) from
+    :func:`add_deep_ensembles`' curves: width-N ensembles solid, extrapolated dotted, theory dashed with a 2 se
+    band.  Returns the figure."""
+    fig, axes = plt.subplots(len(rows), 4, figsize=(15, 3.4 * len(rows)), squeeze=False)
+    panels = [["Delta"], ["K"], [f"Phi[{l}]" for l in range(1, L + 1)], [f"G[{l}]" for l in range(1, L + 1)]]
+    colors = ["tab:blue", "tab:orange", "tab:green"]
+    for i, (label, title) in enumerate(rows.items()):
+        for ax, group in zip(axes[i], panels):
+            for c, n in zip(colors, group):
+                th, se, rawv, v, _ = curves[(label, n)]
+                ax.plot(times, rawv, color=c, lw=2.2, alpha=0.85, label=f"N = {N}" if len(group) == 1 else n)
+                ax.plot(times, v, color=c, lw=1.0, ls=":")
+                ax.fill_between(times, th - 2 * se, th + 2 * se, color="0.6", alpha=0.35, lw=0)
+                ax.plot(times, th, **THEORY)
+            ax.set_title(f"{title}: N Var {group[0].split('[')[0]}", fontsize=9 if len(title) < 30 else 8)
+            ax.set_xlabel("t")
+            if len(group) > 1:
+                ax.legend(fontsize=7)
+    return fig
+
+
 def save_figure(fig, out: Path, name: str) -> Path:
     path = out / f"{name}.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")

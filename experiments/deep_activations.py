@@ -69,7 +69,6 @@ def main():
                       activations=acts)
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
-    diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731
     arrays, curves, flags = {}, {}, {}
     for k, (act, expr) in enumerate(ACTIVATIONS.items()):
         if act not in acts:
@@ -83,18 +82,7 @@ def main():
         kw = dict(activation=expr, L=L, gamma=GAMMA, y=Y, eta=eta, T=T, E=E)
         raw = simulate_deep(N=N, seed=SEED + 10 * k + 1, **kw)
         big = simulate_deep(N=2 * N, seed=SEED + 10 * k + 2, **kw)
-        for n in names:
-            mu, mu_se = common.richardson(diag(raw.mean[n]), diag(raw.se_mean[n]), diag(big.mean[n]),
-                                          diag(big.se_mean[n]))
-            v, v_se = common.richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
-            th_v, th_se = sol.var(n), sol.var_stderr(n)
-            agree.add(f"{act}: <{n}>", diag(sol.mean(n)), diag(sol.mean_stderr(n)), mu, mu_se, raw=diag(raw.mean[n]))
-            agree.add(f"{act}: N Var({n})", th_v, th_se, v, v_se, raw=raw.nvar[n])
-            curves[(act, n)] = (th_v, th_se, raw.nvar[n], v, v_se)
-            arrays.update({f"{act}_theory_nvar_{n}": th_v, f"{act}_theory_nvar_se_{n}": th_se,
-                           f"{act}_extrap_nvar_{n}": v, f"{act}_extrap_nvar_se_{n}": v_se,
-                           f"{act}_ens_nvar_{n}": raw.nvar[n], f"{act}_theory_mean_{n}": diag(sol.mean(n)),
-                           f"{act}_extrap_mean_{n}": mu})
+        common.add_deep_ensembles(agree, act, sol, raw, big, names, curves, arrays)
         agree.meta[f"{act}_ensemble_se_over_peak"] = max(
             float(np.max(curves[(act, n)][4]) / np.max(np.abs(curves[(act, n)][3]))) for n in names)
         agree.meta[f"{act}_theory_se_over_peak"] = max(
@@ -102,21 +90,7 @@ def main():
     np.savez_compressed(args.out / "deep_activations.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig, axes = plt.subplots(len(acts), 4, figsize=(15, 3.4 * len(acts)), squeeze=False)
-    panels = [["Delta"], ["K"], [f"Phi[{l}]" for l in range(1, L + 1)], [f"G[{l}]" for l in range(1, L + 1)]]
-    colors = ["tab:blue", "tab:orange", "tab:green"]
-    for i, act in enumerate(acts):
-        for ax, group in zip(axes[i], panels):
-            for c, n in zip(colors, group):
-                th, se, rawv, v, _ = curves[(act, n)]
-                ax.plot(times, rawv, color=c, lw=2.2, alpha=0.85, label=f"N = {N}" if len(group) == 1 else n)
-                ax.plot(times, v, color=c, lw=1.0, ls=":")
-                ax.fill_between(times, th - 2 * se, th + 2 * se, color="0.6", alpha=0.35, lw=0)
-                ax.plot(times, th, **common.THEORY)
-            ax.set_title(f"{ACTIVATIONS[act]}: N Var {group[0].split('[')[0]}", fontsize=9)
-            ax.set_xlabel("t")
-            if len(group) > 1:
-                ax.legend(fontsize=7)
+    fig = common.plot_deep_rows(plt, {act: ACTIVATIONS[act] for act in acts}, curves, times, L, N)
     fig.suptitle(f"Deep networks (L = {L}) with new activations: width {N} ensembles (E = {E}; solid, dotted = "
                  f"extrapolated from {N}/{2 * N}) vs the propagator compiled from the spec (dashed, band 2 se)",
                  fontsize=9)

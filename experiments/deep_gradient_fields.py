@@ -68,7 +68,6 @@ def main():
                                                      for k, (a, g, gm, y) in CASES.items()})
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
-    diag = lambda a: a if a.ndim == 1 else np.diag(a)  # noqa: E731
     arrays, curves = {}, {}
     for k, (case, (act, gline, gamma, y)) in enumerate(CASES.items()):
         m = dmftc.load(spec_with_gradient(case, act, gline, args.out), args.out)
@@ -78,38 +77,14 @@ def main():
         site = SpecKernels(m.module).site_activation(m.module.defaults(dict(kw)), 0.0)   # carries the spec's g
         raw = simulate_deep(activation=site, N=N, E=E, seed=SEED + 10 * k + 1, **kw)
         big = simulate_deep(activation=site, N=2 * N, E=E, seed=SEED + 10 * k + 2, **kw)
-        for n in names:
-            mu, mu_se = common.richardson(diag(raw.mean[n]), diag(raw.se_mean[n]), diag(big.mean[n]),
-                                          diag(big.se_mean[n]))
-            v, v_se = common.richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
-            th_v, th_se = sol.var(n), sol.var_stderr(n)
-            agree.add(f"{case}: <{n}>", diag(sol.mean(n)), diag(sol.mean_stderr(n)), mu, mu_se, raw=diag(raw.mean[n]))
-            agree.add(f"{case}: N Var({n})", th_v, th_se, v, v_se, raw=raw.nvar[n])
-            curves[(case, n)] = (th_v, th_se, raw.nvar[n], v, v_se)
-            arrays.update({f"{case}_theory_nvar_{n}": th_v, f"{case}_theory_nvar_se_{n}": th_se,
-                           f"{case}_extrap_nvar_{n}": v, f"{case}_extrap_nvar_se_{n}": v_se,
-                           f"{case}_ens_nvar_{n}": raw.nvar[n], f"{case}_theory_mean_{n}": diag(sol.mean(n)),
-                           f"{case}_extrap_mean_{n}": mu})
+        common.add_deep_ensembles(agree, case, sol, raw, big, names, curves, arrays)
         agree.meta[f"{case}_ensemble_se_over_peak"] = max(
             float(np.max(curves[(case, n)][4]) / np.max(np.abs(curves[(case, n)][3]))) for n in names)
     np.savez_compressed(args.out / "deep_gradient_fields.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig, axes = plt.subplots(len(CASES), 4, figsize=(15, 3.4 * len(CASES)), squeeze=False)
-    panels = [["Delta"], ["K"], [f"Phi[{l}]" for l in range(1, L + 1)], [f"G[{l}]" for l in range(1, L + 1)]]
-    colors = ["tab:blue", "tab:orange", "tab:green"]
-    for i, (case, (act, gline, gamma, y)) in enumerate(CASES.items()):
-        for ax, group in zip(axes[i], panels):
-            for c, n in zip(colors, group):
-                th, se, rawv, v, _ = curves[(case, n)]
-                ax.plot(times, rawv, color=c, lw=2.2, alpha=0.85, label=f"N = {N}" if len(group) == 1 else n)
-                ax.plot(times, v, color=c, lw=1.0, ls=":")
-                ax.fill_between(times, th - 2 * se, th + 2 * se, color="0.6", alpha=0.35, lw=0)
-                ax.plot(times, th, **common.THEORY)
-            ax.set_title(f"phi = {act}, {gline.split('= ', 1)[1]}: N Var {group[0].split('[')[0]}", fontsize=8)
-            ax.set_xlabel("t")
-            if len(group) > 1:
-                ax.legend(fontsize=7)
+    rows = {case: f"phi = {act}, {gline.split('= ', 1)[1]}" for case, (act, gline, _, _) in CASES.items()}
+    fig = common.plot_deep_rows(plt, rows, curves, times, L, N)
     fig.suptitle(f"Deep networks (L = {L}) trained with other backward signals: width {N} ensembles (E = {E}; solid, "
                  f"dotted = extrapolated from {N}/{2 * N}) vs the propagator compiled from the spec (dashed, band 2 se)",
                  fontsize=9)
