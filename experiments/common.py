@@ -239,10 +239,11 @@ def add_deep_ensembles(agree: Agreement, label: str, sol, raw, big, names, curve
                        f"{label}_extrap_mean_{n}": mu})
 
 
-def plot_deep_rows(plt, rows: dict, curves: dict, times, L: int, N: int):
+def plot_deep_rows(plt, rows: dict, curves: dict, times, *, L: int, N: int, E: int, what: str, out: Path,
+                   name: str) -> Path:
     """One row of four N Var panels (Delta, K, Phi[l], G[l]) per entry of ``rows`` (label -> row title) from
     :func:`add_deep_ensembles`' curves: width-N ensembles solid, extrapolated dotted, theory dashed with a 2 se
-    band.  Returns the figure."""
+    band; titled "Deep networks (L = ..) <what>: ..." and saved as out/<name>.png."""
     fig, axes = plt.subplots(len(rows), 4, figsize=(15, 3.4 * len(rows)), squeeze=False)
     panels = [["Delta"], ["K"], [f"Phi[{l}]" for l in range(1, L + 1)], [f"G[{l}]" for l in range(1, L + 1)]]
     colors = ["tab:blue", "tab:orange", "tab:green"]
@@ -258,7 +259,20 @@ def plot_deep_rows(plt, rows: dict, curves: dict, times, L: int, N: int):
             ax.set_xlabel("t")
             if len(group) > 1:
                 ax.legend(fontsize=7)
-    return fig
+    fig.suptitle(f"Deep networks (L = {L}) {what}: width {N} ensembles (E = {E}; solid, dotted = extrapolated from "
+                 f"{N}/{2 * N}) vs the propagator compiled from the spec (dashed, band 2 se)", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, out, name)
+
+
+def finish_deep(agree: Agreement, out: Path, rel_max: float, **extra) -> None:
+    """:meth:`Agreement.finish` (z <= Z_MAX), and in full mode also every N Var within ``rel_max`` of its peak."""
+    too_far = {k: r["rel_max"] for k, r in agree.rows.items()
+               if not agree.quick and "N Var" in k and r["rel_max"] > rel_max}
+    agree.finish(out, **extra, max_rel_nvar=max(r["rel_max"] for k, r in agree.rows.items() if "N Var" in k))
+    if too_far:
+        sys.exit(f"FAILED: {agree.name}: N Var differs by more than {100 * rel_max:g}% of its peak: "
+                 + ", ".join(f"{k} {v:.3f}" for k, v in too_far.items()))
 
 
 def save_figure(fig, out: Path, name: str) -> Path:

@@ -90,18 +90,9 @@ def main():
     np.savez_compressed(args.out / "deep_activations.npz", times=times, **arrays)
 
     plt = common.pyplot()
-    fig = common.plot_deep_rows(plt, {act: ACTIVATIONS[act] for act in acts}, curves, times, L, N)
-    fig.suptitle(f"Deep networks (L = {L}) with new activations: width {N} ensembles (E = {E}; solid, dotted = "
-                 f"extrapolated from {N}/{2 * N}) vs the propagator compiled from the spec (dashed, band 2 se)",
-                 fontsize=9)
-    fig.tight_layout()
-    common.save_figure(fig, args.out, "deep_activations")
-    too_far = {k: r["rel_max"] for k, r in agree.rows.items()
-               if not args.quick and "N Var" in k and r["rel_max"] > REL_MAX}
-    agree.finish(args.out, flags=flags, max_rel_nvar=max(r["rel_max"] for k, r in agree.rows.items() if "N Var" in k))
-    if too_far:
-        sys.exit("FAILED: deep_activations: N Var differs by more than 5% of its peak: "
-                 + ", ".join(f"{k} {v:.3f}" for k, v in too_far.items()))
+    common.plot_deep_rows(plt, {act: ACTIVATIONS[act] for act in acts}, curves, times, L=L, N=N, E=E,
+                          what="with new activations", out=args.out, name="deep_activations")
+    common.finish_deep(agree, args.out, REL_MAX, flags=flags)
 
 
 if __name__ == "__main__":

@@ -84,18 +84,9 @@ def main():
 
     plt = common.pyplot()
     rows = {case: f"phi = {act}, {gline.split('= ', 1)[1]}" for case, (act, gline, _, _) in CASES.items()}
-    fig = common.plot_deep_rows(plt, rows, curves, times, L, N)
-    fig.suptitle(f"Deep networks (L = {L}) trained with other backward signals: width {N} ensembles (E = {E}; solid, "
-                 f"dotted = extrapolated from {N}/{2 * N}) vs the propagator compiled from the spec (dashed, band 2 se)",
-                 fontsize=9)
-    fig.tight_layout()
-    common.save_figure(fig, args.out, "deep_gradient_fields")
-    too_far = {k: r["rel_max"] for k, r in agree.rows.items()
-               if not args.quick and "N Var" in k and r["rel_max"] > REL_MAX}
-    agree.finish(args.out, max_rel_nvar=max(r["rel_max"] for k, r in agree.rows.items() if "N Var" in k))
-    if too_far:
-        sys.exit("FAILED: deep_gradient_fields: N Var differs by more than 5% of its peak: "
-                 + ", ".join(f"{k} {v:.3f}" for k, v in too_far.items()))
+    common.plot_deep_rows(plt, rows, curves, times, L=L, N=N, E=E,
+                          what="trained with other backward signals", out=args.out, name="deep_gradient_fields")
+    common.finish_deep(agree, args.out, REL_MAX)
 
 
 if __name__ == "__main__":
