@@ -225,14 +225,13 @@ class _Deriver(DeepLowering):
         form = f"{g}[{lv}]({tv}) = a({h}[{lv}]({tv})) * {z}[{lv}]({tv}) + b({h}[{lv}]({tv}))"
         hint = (f"gradient descent is {g}[{lv}]({tv}) = {self.act.name}'({h}[{lv}]({tv})) * {z}[{lv}]({tv}); a "
                 f"surrogate derivative replaces {self.act.name}' by another function of {h}[{lv}]({tv})")
-        x = self.x
-        a = sp.expand(sp.diff(gexpr, Z)).subs(H, x)
-        b = sp.expand(gexpr.subs(Z, 0)).subs(H, x)
-        others = {str(f) for e in (a, b) for f in e.atoms(sp.core.function.AppliedUndef)}
-        params = {p.name for p in m.spec.params}
-        syms = {str(v) for e in (a, b) for v in e.xreplace({f: sp.Integer(1) for f in e.atoms(sp.core.function.AppliedUndef)})
-                .free_symbols} - params - {str(x)}
-        if gsums or a.has(Z) or others or syms or sp.simplify(a) == 0:
+        x, undef = self.x, sp.core.function.AppliedUndef
+        a = sp.simplify(sp.expand(sp.diff(gexpr, Z)).subs(H, x))
+        b = sp.simplify(sp.expand(gexpr.subs(Z, 0)).subs(H, x))
+        others = {str(f) for e in (a, b) for f in e.atoms(undef)}          # fields and sources of any layer
+        syms = {str(v) for e in (a, b) for v in e.xreplace({f: sp.Integer(1) for f in e.atoms(undef)}).free_symbols}
+        syms -= {p.name for p in m.spec.params} | {str(x)}
+        if gsums or a.has(Z) or others or syms or a == 0:
             if gsums:
                 what = "a sum over time"
             elif a.has(Z):
@@ -243,7 +242,7 @@ class _Deriver(DeepLowering):
                 what = f"no {z}[{lv}]({tv})"
             raise self.err(f"the gradient field must be {form}, with functions a and b of the same layer's "
                            f"{h}[{lv}]({tv}) only; this one has {what}", eq.body.pos, hint=hint)
-        return sp.simplify(a), sp.simplify(b)
+        return a, b
 
     def gradient_derivatives(self, ab, phis, eq):
         """(a, a', a'', a''', b, b', b'', b''') in the activation's argument, concrete (the spec's phi, whose

@@ -57,7 +57,7 @@ def unroll(d: DeepDerivation, T: int, concrete: bool = False) -> Unrolled:
             rep[f] = sp.Function(n)(*args)
         return expr.xreplace(rep).subs({d.t: tt, d.s: ss})
 
-    a, b = (sp.Lambda(d.act_arg, e.xreplace({f: phi[type(f).__name__.count("'")](f.args[0])
+    a, b = (sp.Lambda(d.act_arg, e.xreplace({f: phi[abstract.index(f.func)](f.args[0])
                                              for f in e.atoms(sp.Function) if f.func in abstract}))
             for e in d.grad_abstract)                      # gradient field g = a(h) z + b(h)
     u = tuple(sp.Symbol(f"{r['u']}({k})") for k in range(T))

@@ -32,7 +32,7 @@ class TemplateKernels(SpecKernels):
 
     def activation(self, p):
         mod = self.module
-        if not getattr(mod, "STANDARD_GRADIENT", True):
+        if not mod.STANDARD_GRADIENT:
             raise ValueError(f"the structured march has the gradient field phi'(h) z only, not that of {mod.SPEC_PATH}")
         return lambda h, w: (mod.phi(h, p, w), mod.dphi(h, p, w), mod.ddphi(h, p, w))
 
