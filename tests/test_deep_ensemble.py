@@ -13,7 +13,7 @@ import pytest
 
 from dmftc.validation.deep_ensemble import (deep_gd_step, deep_names, deep_truth, draw_deep_parameters,
                                  simulate_deep)
-from dmftc.validation.ensemble import ACTIVATIONS, simulate_two_layer
+from dmftc.validation.ensemble import ACTIVATIONS, inputs_from_gram, simulate_two_layer
 from dmftc.errors import NumericalError
 
 ACTS = sorted(ACTIVATIONS)
@@ -243,3 +243,124 @@ def test_rich_regime_delta_decreases_monotonically():
     D = st.samples["Delta"]
     assert np.all(D > 0) and np.all(np.diff(D, axis=1) < 0)
     assert np.all(np.diff(st.mean["Delta"]) < 0)
+
+
+# ----------------------------------------------------------------------------- 5. P training points
+def _gram(P, seed):
+    """A random Gram matrix x_mu . x_nu / D of P points in D = 6 dimensions."""
+    Z = np.random.default_rng(seed).standard_normal((P, 6))
+    return Z @ Z.T / 6
+
+
+def _jax_points_net(params, eps, phi, gamma, X):
+    """(f (P,), [phi(h^l) (P, N)]) of one network on the inputs X (P, D); eps[l] is added to h^{l+1}."""
+    W0, Ws, w = params
+    N, D = W0.shape
+    h, phis = X @ W0.T / jnp.sqrt(D) + eps[0], []
+    for l in range(len(Ws) + 1):
+        phis.append(phi(h))
+        if l < len(Ws):
+            h = phis[-1] @ Ws[l].T / jnp.sqrt(N) + eps[l + 1]
+    return phis[-1] @ w / (gamma * N), phis
+
+
+def _jax_points_record(params, phi, gamma, X):
+    """f, phis, gs (g^l_mu = gamma N df_mu / dh^l_mu), K_{mu nu} = N gamma^2 grad f_mu . grad f_nu."""
+    N, P, L = params[0].shape[0], X.shape[0], len(params[1]) + 1
+    zeros = [jnp.zeros((P, N)) for _ in range(L)]
+    f, phis = _jax_points_net(params, zeros, phi, gamma, X)
+    jac = jax.jacrev(lambda e: _jax_points_net(params, e, phi, gamma, X)[0])(zeros)   # [l] (P, P, N)
+    gs = [gamma * N * np.asarray(j)[np.arange(P), np.arange(P)] for j in jac]
+    leaves = jax.tree_util.tree_leaves(jax.jacrev(lambda p: _jax_points_net(p, zeros, phi, gamma, X)[0])(params))
+    flat = jnp.concatenate([j.reshape(P, -1) for j in leaves], axis=1)
+    return np.asarray(f), [np.asarray(p) for p in phis], gs, np.asarray(N * gamma**2 * flat @ flat.T)
+
+
+def _jax_points_step(params, y, f0, phi, gamma, eta, X):
+    """theta - eta N gamma^2 grad loss, loss = 1/2 sum_mu (y_mu - f_mu + f0_mu)^2 (jax.grad)."""
+    N, P, L = params[0].shape[0], X.shape[0], len(params[1]) + 1
+    zeros = [jnp.zeros((P, N)) for _ in range(L)]
+    loss = lambda p: 0.5 * jnp.sum((y - _jax_points_net(p, zeros, phi, gamma, X)[0] + f0) ** 2)  # noqa: E731
+    grads = jax.grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - eta * N * gamma**2 * g, params, grads)
+
+
+@pytest.mark.parametrize("activation", ACTS)
+def test_one_step_on_points_matches_jax_grad(activation):
+    N, L, P, gamma, eta = 6, 3, 3, 0.8, 0.3
+    X = inputs_from_gram(_gram(P, 2))
+    y = np.array([0.7, -0.4, 1.1])
+    W0, w, Ws = draw_deep_parameters(np.random.default_rng(1), 2, N, L, D=P)
+    f0 = np.array([[0.25, -0.4, 0.1], [0.0, 0.3, -0.2]])
+    W0n, wn, Wsn = deep_gd_step(W0, w, Ws, y, f0, activation=activation, gamma=gamma, eta=eta, X=X)
+    for m in range(2):
+        ref = _jax_points_step(_member(W0, w, Ws, m), y, f0[m], _jax_phi(activation), gamma, eta, X)
+        np.testing.assert_allclose(W0n[m], ref[0], rtol=1e-10, atol=1e-12)
+        for l in range(L - 1):
+            np.testing.assert_allclose(Wsn[l][m], ref[1][l], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(wn[m], ref[2], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_recorded_trajectories_on_points_match_jax(activation):
+    """Delta_mu, the NTK K_{mu nu}, Phi[l] and G[l] between points (same-time samples and two-time means) along
+    jax-trained GD on P = 3 points of a random Gram matrix, targets of both signs."""
+    N, L, P, gamma, eta, T, E, seed = 5, 3, 3, 0.9, 0.3, 4, 2, 7
+    Kx, y = _gram(P, 4), np.array([1.2, -0.6, 0.3])
+    st = simulate_deep(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=E, seed=seed,
+                       keep_samples=True, Kx=Kx)
+    X = inputs_from_gram(Kx)
+    W0, w, Ws = draw_deep_parameters(np.random.default_rng(seed), E, N, L, D=P)
+    phi = _jax_phi(activation)
+    two = {f"{k}[{l}]": np.zeros((E, P, P, T, T)) for k in ("Phi", "G") for l in range(1, L + 1)}
+    for m in range(E):
+        params = _member(W0, w, Ws, m)
+        hist = []
+        f0 = None
+        for t in range(T):
+            f, phis, gs, K = _jax_points_record(params, phi, gamma, X)
+            f0 = f if f0 is None else f0
+            np.testing.assert_allclose(st.samples["Delta"][m, :, t], y - (f - f0), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(st.samples["K"][m, :, :, t], K, rtol=1e-10, atol=1e-12)
+            hist.append((phis, gs))
+            params = _jax_points_step(params, y, f0, phi, gamma, eta, X)
+        for l in range(L):
+            for k, i in (("Phi", 0), ("G", 1)):
+                H = np.array([h[i][l] for h in hist])                       # (T, P, N)
+                two[f"{k}[{l + 1}]"][m] = np.einsum("tmn,sun->muts", H, H) / N
+    for name, x in two.items():
+        np.testing.assert_allclose(st.samples[name], np.diagonal(x, axis1=3, axis2=4), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(st.mean[name], x.mean(axis=0), rtol=1e-10, atol=1e-12)
+    assert st.mean["Delta"].shape == st.nvar["Delta"].shape == (P, T)
+    assert st.nvar["Phi[2]"].shape == (P, P, T) and st.se_mean["G[1]"].shape == (P, P, T, T)
+
+
+def test_one_point_is_the_gram_matrix_of_one_point():
+    kw = dict(activation="erf", L=2, gamma=0.6, eta=0.3, T=5, N=12, E=4, seed=9, keep_samples=True)
+    one = simulate_deep(y=0.7, **kw)
+    gram = simulate_deep(y=np.array([0.7]), Kx=np.array([[1.0]]), **kw)
+    np.testing.assert_allclose(gram.samples["Delta"][:, 0], one.samples["Delta"], rtol=1e-13, atol=1e-15)
+    for name in deep_names(2)[1:]:
+        np.testing.assert_allclose(gram.samples[name][:, 0, 0], one.samples[name], rtol=1e-13)
+        np.testing.assert_allclose(gram.mean[name][0, 0], one.mean[name], rtol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_single_hidden_layer_on_points_equals_two_layer_simulator(activation):
+    Kx, y = _gram(4, 8), np.array([0.5, -1.0, 0.8, -0.2])
+    kw = dict(activation=activation, gamma=0.7, eta=0.2, T=6, N=24, E=5, seed=13, keep_samples=True)
+    deep = simulate_deep(L=1, y=y, Kx=Kx, **kw)
+    two = simulate_two_layer(Kx_all=Kx, y=y, **kw)
+    np.testing.assert_allclose(deep.samples["Delta"], two.samples["Delta"], rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(deep.samples["K"], two.samples["K"], rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(deep.nvar["K"], two.nvar["K"], rtol=1e-9, atol=1e-12)
+
+
+def test_points_input_validation():
+    base = dict(activation="tanh", L=2, gamma=1.0, eta=0.1, T=3, N=4, E=3, Kx=_gram(3, 1))
+    with pytest.raises(ValueError, match=r"one target per point"):
+        simulate_deep(y=np.ones(2), **base)
+    with pytest.raises(ValueError, match="not both"):
+        simulate_deep(y=np.ones(3), input_norm=2.0, **base)
+    with pytest.raises(ValueError, match="symmetric"):
+        simulate_deep(y=np.ones(3), **(base | {"Kx": np.triu(np.ones((3, 3)))}))

@@ -1,16 +1,16 @@
 """Ground-truth ensembles of finite-width DEEP networks trained by discrete GD.
 
-The exact network (no DMFT approximation), in the
-mean-field / muP parameterisation, trained on one point x with |x|^2 = D.  Only
-x.x/D = 1 matters, so we take D = 1, x = [1].
+The exact network (no DMFT approximation), in the mean-field / muP parameterisation, trained on one point x
+with |x|^2 = D (only x.x/D matters, so D = 1, x = [1], or sqrt(input_norm)) or on P points with Gram matrix
+Kx[mu, nu] = x_mu . x_nu / D (built as in :func:`dmftc.validation.ensemble.inputs_from_gram`, D = P).
 
 Parameterisation (width N, L >= 1 hidden layers; all weights N(0, 1) iid at t = 0)::
 
-    h^1 = W^0 x / sqrt(D) = W^0,        h^{l+1} = W^l phi(h^l) / sqrt(N)   (l = 1..L-1)
-    f   = w . phi(h^L) / (gamma N),     ftilde(t) = f(t) - f(0)   (background subtraction)
-    Delta(t) = y - ftilde(t),           loss = Delta^2 / 2
+    h^1_mu = W^0 x_mu / sqrt(D),        h^{l+1}_mu = W^l phi(h^l_mu) / sqrt(N)   (l = 1..L-1)
+    f_mu   = w . phi(h^L_mu) / (gamma N),     ftilde(t) = f(t) - f(0)   (background subtraction)
+    Delta_mu(t) = y_mu - ftilde_mu(t),       loss = sum_mu Delta_mu^2 / 2
 
-with W^0 (N,) (= the N x 1 first layer), W^l (N, N), w (N,).  Gradient signals
+with W^0 (N, D), W^l (N, N), w (N,).  Below, one point (the index mu dropped) for brevity.  Gradient signals
 g^l = gamma N df/dh^l are g^L = phi'(h^L) * w, g^l = phi'(h^l) * (W^l^T g^{l+1}) / sqrt(N).
 A spec's other backward signal (a surrogate derivative a(h) in place of phi'(h), plus a term b(h): the
 gradient field g = a(h) z + b(h) of a deep spec) replaces these by g^L = a(h^L) * w + b(h^L) and
@@ -22,21 +22,24 @@ simultaneous update (right-hand sides at the old parameters)::
     W^l += eta gamma Delta g^{l+1} phi(h^l)^T / sqrt(N)      (l = 1..L-1)
     W^0 += eta gamma Delta g^1 x / sqrt(D)
 
-Recorded at t = 0..T-1, each *before* the t-th update (t = 0 is initialisation), l = 1..L::
+(on P points each update is the sum over mu of these terms).  Recorded at t = 0..T-1, each *before* the t-th
+update (t = 0 is initialisation), l = 1..L (on P points: Phi[l]_{mu nu}(t,s) = phi(h^l_mu(t)) . phi(h^l_nu(s)) / N,
+G likewise, K_{mu nu}(t) with Phi[0] = Kx; the NTK between the points)::
 
     Phi[l](t,s) = phi(h^l(t)) . phi(h^l(s)) / N,   G[l](t,s) = g^l(t) . g^l(s) / N,
     K(t) = sum_{l=0..L} G[l+1](t,t) Phi[l](t,t)   (Phi[0] = G[L+1] = 1; = N gamma^2 |grad_theta f|^2),
     Delta(t).
 
 Activations as in :mod:`dmftc.validation.ensemble` ('tanh', 'relu' = sqrt(2) max(0, h), 'linear', 'erf').
-Randomness: member m uses the m-th block of 2N + (L-1) N^2 standard normals of
+Randomness: member m uses the m-th block of (D + 1) N + (L-1) N^2 standard normals of
 np.random.default_rng(seed): first (W^0_i, w_i) interleaved for i = 0..N-1 (the same layout
-as :func:`dmftc.validation.ensemble.draw_parameters` with D = 1, so for L = 1 the networks coincide
-with :func:`dmftc.validation.ensemble.simulate_two_layer` on Kx_all = [[1]]), then W^1, ..., W^{L-1}
-row-major.  Results therefore do not depend on the batch size.
+as :func:`dmftc.validation.ensemble.draw_parameters`, so for L = 1 the networks coincide
+with :func:`dmftc.validation.ensemble.simulate_two_layer` on the same Kx), then W^1, ..., W^{L-1}
+row-major; one point with x = 1 and P = 1 point with Kx = [[1]] are the same networks.  Results therefore do
+not depend on the batch size.
 
-Implementation: the hidden matrices are never rewritten.  Since every update is rank one,
-W^l(t) = W^l(0) + (eta gamma / sqrt N) sum_{s<t} Delta(s) g^{l+1}(s) phi(h^l(s))^T exactly, and
+Implementation: the hidden matrices are never rewritten.  Since every update has rank P,
+W^l(t) = W^l(0) + (eta gamma / sqrt N) sum_{s<t, mu} Delta_mu(s) g^{l+1}_mu(s) phi(h^l_mu(s))^T exactly, and
 W^l(t) v is evaluated as W^l(0) v plus that sum, using the stored histories phi(h^l(s)), g^{l+1}(s)
 (needed anyway for the two-time kernels).  This is the same arithmetic as the dense update up
 to float round-off (nothing is linearised) and costs two N^2 matrix-vector products per hidden
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmftc.validation.ensemble import _positive_int, _summarise, activation_fns
+from dmftc.validation.ensemble import _positive_int, _summarise, activation_fns, inputs_from_gram
 from dmftc.errors import NumericalError
 from dmftc.progress import Progress
 
@@ -83,30 +86,36 @@ class DeepEnsembleStats:
     samples: dict[str, np.ndarray] | None = None
 
     def ncov(self, name_a: str, name_b: str) -> np.ndarray:
-        """(T, T) matrix N Cov(a(t), b(s)) over members (ddof=1) of time-diagonal values."""
+        """N Cov over members (ddof=1) of the time-diagonal values, (T, T) for one point; on P points the
+        per-member arrays are flattened (Delta (P, T) -> P T entries, mu-major)."""
         if self.samples is None:
             raise ValueError("ncov needs per-member samples: run simulate_deep(..., keep_samples=True) "
                              "(Richardson-extrapolated results carry no samples)")
         for name in (name_a, name_b):
             if name not in self.samples:
                 raise ValueError(f"unknown quantity {name!r}; expected one of {list(self.samples)}")
-        a = self.samples[name_a] - self.samples[name_a].mean(axis=0)
-        b = self.samples[name_b] - self.samples[name_b].mean(axis=0)
+        a, b = (self.samples[n].reshape(self.E, -1) for n in (name_a, name_b))
+        a, b = a - a.mean(axis=0), b - b.mean(axis=0)
         return self.N * (a.T @ b) / (self.E - 1)
 
 
-def draw_deep_parameters(rng: np.random.Generator, n_members: int, N: int, L: int):
-    """Next n_members blocks of rng as (W0 (B,N), w (B,N), [W^1..W^{L-1}] each (B,N,N)).
+def draw_deep_parameters(rng: np.random.Generator, n_members: int, N: int, L: int, D: int | None = None):
+    """Next n_members blocks of rng as (W0, w (B,N), [W^1..W^{L-1}] each (B,N,N)).
 
-    W0 and w are fresh arrays; the hidden matrices are views of the drawn block."""
-    z = rng.standard_normal((n_members, 2 * N + (L - 1) * N * N))
-    W0, w = z[:, 0:2 * N:2].copy(), z[:, 1:2 * N:2].copy()
-    hid = z[:, 2 * N:].reshape(n_members, L - 1, N, N)
-    return W0, w, [hid[:, k] for k in range(L - 1)]
+    Per member: the first layer and readout in the layout of :func:`dmftc.validation.ensemble.draw_parameters`
+    (neuron i's D input weights, then w_i), then the hidden matrices row-major.  ``D`` None: one input (D = 1)
+    and W0 (B,N); else W0 (B,N,D).  W0 and w are fresh arrays; the hidden matrices are views of the drawn block."""
+    d = 1 if D is None else D
+    z = rng.standard_normal((n_members, N * (d + 1) + (L - 1) * N * N))
+    first = z[:, :N * (d + 1)].reshape(n_members, N, d + 1)
+    W0, w = np.ascontiguousarray(first[..., :d]), np.ascontiguousarray(first[..., d])
+    hid = z[:, N * (d + 1):].reshape(n_members, L - 1, N, N)
+    return (W0[..., 0] if D is None else W0), w, [hid[:, k] for k in range(L - 1)]
 
 
-# Layer l = 1..L is stored at list index l-1.  matvec(l, v) = W^l v and rmatvec(l, v) = W^l^T v
-# (l = 1..L-1) abstract over the dense (deep_gd_step) and low-rank (simulator) representations.
+# Layer l = 1..L is stored at list index l-1.  Per-neuron arrays are (B, P, N): member, training point, neuron.
+# matvec(l, v) = W^l v and rmatvec(l, v) = W^l^T v (l = 1..L-1), applied to each point's vector, abstract over
+# the dense (deep_gd_step) and low-rank (simulator) representations.
 def gradient_fns(activation):
     """h -> (phi(h), a(h), b(h)) in numpy: the activation and the coefficients of the backward signal
     g = a(h) z + b(h) (b None for gradient descent, a = phi').  A
@@ -122,12 +131,12 @@ def gradient_fns(activation):
     return lambda h: tuple(np.array(v) for v in fn(h))
 
 
-def _forward(W0, w, matvec, act, L, gamma, x=1.0):
-    """phis, coefs (lists of L arrays (B,N), and of L pairs (a, b) of the backward signal g = a z + b, b None for
-    0) and f (B,); input x = [x], D = 1 (|x|^2 / D = x^2).  ``act``: :func:`gradient_fns`."""
-    N = W0.shape[1]
+def _forward(W0t, w, matvec, act, L, gamma, XsT):
+    """phis, coefs (lists of L arrays (B,P,N), and of L pairs (a, b) of the backward signal g = a z + b, b None
+    for 0) and f (B,P).  W0t (B,D,N) holds the first layer transposed; XsT = X / sqrt(D) (P,D) the inputs."""
+    N = W0t.shape[-1]
     phis, coefs = [], []
-    h = W0 if x == 1.0 else W0 * x
+    h = XsT @ W0t
     for l in range(1, L + 1):
         p, a, b = act(h)
         phis.append(p)
@@ -135,13 +144,13 @@ def _forward(W0, w, matvec, act, L, gamma, x=1.0):
         if l < L:
             h = matvec(l, p)
             h /= math.sqrt(N)
-    f = (phis[-1][:, None, :] @ w[:, :, None])[:, 0, 0] / (gamma * N)
+    f = (phis[-1] @ w[:, :, None])[:, :, 0] / (gamma * N)
     return phis, coefs, f
 
 
 def _backward(w, coefs, rmatvec, L):
-    """gs: list of L arrays g^l = a(h^l) z^l + b(h^l) (B,N), z^L = w (``coefs``: the pairs (a, b) of _forward)."""
-    N = w.shape[1]
+    """gs: list of L arrays g^l = a(h^l) z^l + b(h^l) (B,P,N), z^L = w (``coefs``: the pairs (a, b) of _forward)."""
+    N = w.shape[-1]
 
     def signal(l, z):
         a, b = coefs[l - 1]
@@ -150,7 +159,7 @@ def _backward(w, coefs, rmatvec, L):
             g += b
         return g
 
-    g = signal(L, w)
+    g = signal(L, w[:, None, :])
     gs = [g]
     for l in range(L - 1, 0, -1):
         z = rmatvec(l, g)
@@ -160,100 +169,124 @@ def _backward(w, coefs, rmatvec, L):
     return gs[::-1]
 
 
-def _update_vectors(W0, w, phis, gs, delta, eta, gamma, x=1.0):
-    """New (W0, w): W0 + eta gamma Delta g^1 x, w + eta gamma Delta phi(h^L) (same op order as ensemble.py)."""
-    dW0 = gs[0] * delta[:, None]
-    dW0 *= eta * gamma * x
-    dW0 += W0
-    dw = phis[-1] * delta[:, None]
+def _update_vectors(W0t, w, phis, gs, delta, eta, gamma, XpT):
+    """New (W0t, w): W0 + eta gamma sum_mu Delta_mu g^1_mu x_mu^T / sqrt(D), w + eta gamma sum_mu Delta_mu
+    phi(h^L_mu) (same op order as ensemble.py); XpT = X^T / sqrt(D) (D,P), delta (B,P)."""
+    dW0 = XpT @ (gs[0] * delta[:, :, None])
+    dW0 *= eta * gamma
+    dW0 += W0t
+    dw = (delta[:, None, :] @ phis[-1])[:, 0, :]
     dw *= eta * gamma
     dw += w
     return dW0, dw
 
 
-def deep_forward(W0, w, Ws, *, activation: str, gamma: float):
-    """Dense forward + backward pass: (phis, gs, f) for parameters W0 (B,N), w (B,N), Ws list of (B,N,N)."""
+def _inputs(W0, X):
+    """(W0t (B,D,N), X (P,D)) from W0 (B,N) and X None (one input, x = 1) or W0 (B,N,D) and X (P,D)."""
+    W0 = np.asarray(W0, np.float64)
+    if X is None:
+        return W0[:, None, :], np.ones((1, 1))
+    return np.ascontiguousarray(W0.transpose(0, 2, 1)), np.asarray(X, np.float64)
+
+
+def deep_forward(W0, w, Ws, *, activation, gamma: float, X=None):
+    """Dense forward + backward pass: (phis, gs, f) for parameters W0, w (B,N), Ws list of (B,N,N).  One input
+    (``X`` None): W0 (B,N), phis and gs (B,N), f (B,); P inputs X (P,D): W0 (B,N,D), phis and gs (B,P,N), f (B,P)."""
     act = gradient_fns(activation)
     L = len(Ws) + 1
-    phis, coefs, f = _forward(W0, w, lambda l, v: (Ws[l - 1] @ v[:, :, None])[:, :, 0], act, L, gamma)
-    gs = _backward(w, coefs, lambda l, v: (v[:, None, :] @ Ws[l - 1])[:, 0, :], L)
+    W0t, X = _inputs(W0, X)
+    phis, coefs, f = _forward(W0t, np.asarray(w, np.float64), lambda l, v: v @ Ws[l - 1].transpose(0, 2, 1), act,
+                              L, gamma, X / math.sqrt(X.shape[1]))
+    gs = _backward(np.asarray(w, np.float64), coefs, lambda l, v: v @ Ws[l - 1], L)
+    if X.shape == (1, 1):
+        return [p[:, 0] for p in phis], [g[:, 0] for g in gs], f[:, 0]
     return phis, gs, f
 
 
-def deep_gd_step(W0, w, Ws, y, f0, *, activation: str, gamma: float, eta: float):
-    """One dense GD step (module docstring) for a batch; f0 (B,) is the output at initialisation.
+def deep_gd_step(W0, w, Ws, y, f0, *, activation, gamma: float, eta: float, X=None):
+    """One dense GD step (module docstring) for a batch, loss 1/2 sum_mu Delta_mu^2; f0 is the output at
+    initialisation ((B,) for one input, (B,P) for inputs X (P,D) with targets y (P,)).
 
-    Returns (W0_new, w_new, Ws_new).  Shares the forward/backward code with :func:`simulate_deep`."""
-    W0, w = np.asarray(W0, np.float64), np.asarray(w, np.float64)
+    Returns (W0_new, w_new, Ws_new) in the shapes given.  Shares the forward/backward code with :func:`simulate_deep`."""
+    one = X is None
+    W0t, Xa = _inputs(W0, X)
+    w = np.asarray(w, np.float64)
     Ws = [np.asarray(W, np.float64) for W in Ws]
-    N = W0.shape[1]
-    phis, gs, f = deep_forward(W0, w, Ws, activation=activation, gamma=gamma)
-    delta = y - (f - f0)
-    c = eta * gamma * delta / math.sqrt(N)
-    Ws_new = [W + c[:, None, None] * gs[l][:, :, None] * phis[l - 1][:, None, :] for l, W in enumerate(Ws, 1)]
-    W0n, wn = _update_vectors(W0, w, phis, gs, delta, eta, gamma)
-    return W0n, wn, Ws_new
+    N, D = w.shape[1], Xa.shape[1]
+    act = gradient_fns(activation)
+    phis, coefs, f = _forward(W0t, w, lambda l, v: v @ Ws[l - 1].transpose(0, 2, 1), act, len(Ws) + 1, gamma,
+                              Xa / math.sqrt(D))
+    gs = _backward(w, coefs, lambda l, v: v @ Ws[l - 1], len(Ws) + 1)
+    delta = np.reshape(y, (1, -1)) - (f - np.reshape(f0, (f.shape[0], -1)))
+    c = eta * gamma * delta / math.sqrt(N)                                   # (B,P)
+    Ws_new = [W + (gs[l].transpose(0, 2, 1) * c[:, None, :]) @ phis[l - 1] for l, W in enumerate(Ws, 1)]
+    W0n, wn = _update_vectors(W0t, w, phis, gs, delta, eta, gamma, Xa.T / math.sqrt(D))
+    return (W0n[:, 0, :] if one else W0n.transpose(0, 2, 1)), wn, Ws_new
 
 
-def _run_batch(W0, w, Ws, act, L, gamma, y, eta, T, out, sl, x=1.0):
-    """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] and
-    returns (B, {two-time name: (batch mean (T,T), sum of squared deviations (T,T))})."""
-    B, N = W0.shape
-    P = [np.zeros((B, T, N)) for _ in range(L)]       # phi(h^l(s))
-    G = [np.zeros((B, T, N)) for _ in range(L)]       # g^l(s)
-    cs = np.zeros((B, T))                              # eta gamma Delta(s) / sqrt(N)
-    t = 0
+def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx):
+    """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] (Delta (B,T,P), the
+    others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each})."""
+    B, N = w.shape
+    P, D = X.shape
+    XsT, XpT = X / math.sqrt(D), X.T / math.sqrt(D)
+    Ph = [np.zeros((B, T * P, N)) for _ in range(L)]   # phi(h^l_nu(s)) at row s P + nu
+    G = [np.zeros((B, T * P, N)) for _ in range(L)]    # g^l_nu(s)
+    cs = np.zeros((B, T * P))                           # eta gamma Delta_nu(s) / sqrt(N)
+    k = 0                                               # rows recorded so far (t P)
 
-    def matvec(l, v):    # W^l(t) v = W^l(0) v + sum_{s<t} cs(s) g^{l+1}(s) (phi^l(s) . v)
-        a = (Ws[l - 1] @ v[:, :, None])[:, :, 0]
-        if t:
-            coef = (P[l - 1][:, :t] @ v[:, :, None])[:, :, 0] * cs[:, :t]
-            a += (coef[:, None, :] @ G[l][:, :t])[:, 0, :]
+    def matvec(l, v):    # W^l(t) v = W^l(0) v + sum_{s<t, nu} cs g^{l+1}_nu(s) (phi^l_nu(s) . v)
+        a = (Ws[l - 1] @ v.transpose(0, 2, 1)).transpose(0, 2, 1)
+        if k:
+            coef = (v @ Ph[l - 1][:, :k].transpose(0, 2, 1)) * cs[:, None, :k]
+            a += coef @ G[l][:, :k]
         return a
 
-    def rmatvec(l, v):   # W^l(t)^T v = W^l(0)^T v + sum_{s<t} cs(s) phi^l(s) (g^{l+1}(s) . v)
-        a = (v[:, None, :] @ Ws[l - 1])[:, 0, :]
-        if t:
-            coef = (G[l][:, :t] @ v[:, :, None])[:, :, 0] * cs[:, :t]
-            a += (coef[:, None, :] @ P[l - 1][:, :t])[:, 0, :]
+    def rmatvec(l, v):   # W^l(t)^T v = W^l(0)^T v + sum_{s<t, nu} cs phi^l_nu(s) (g^{l+1}_nu(s) . v)
+        a = v @ Ws[l - 1]
+        if k:
+            coef = (v @ G[l][:, :k].transpose(0, 2, 1)) * cs[:, None, :k]
+            a += coef @ Ph[l - 1][:, :k]
         return a
+
+    def gram(x):
+        return (x @ x.transpose(0, 2, 1)) / N
 
     f0 = None
     for t in range(T):
         with np.errstate(over="ignore", invalid="ignore"):   # divergence is detected and reported below
-            phis, coefs, f = _forward(W0, w, matvec, act, L, gamma, x)
+            phis, coefs, f = _forward(W0t, w, matvec, act, L, gamma, XsT)
             gs = _backward(w, coefs, rmatvec, L)
             if f0 is None:
                 f0 = f
             delta = y - (f - f0)
-            K = np.einsum("bn,bn->b", gs[0], gs[0]) / N
-            if x != 1.0:
-                K *= x * x
-            for l in range(1, L + 1):
-                g2 = np.einsum("bn,bn->b", gs[l], gs[l]) / N if l < L else 1.0
-                K = K + g2 * np.einsum("bn,bn->b", phis[l - 1], phis[l - 1]) / N
+            grams = {f"Phi[{l}]": gram(phis[l - 1]) for l in range(1, L + 1)}
+            grams.update({f"G[{l}]": gram(gs[l - 1]) for l in range(1, L + 1)})
+            K = grams["G[1]"] * Kx + grams[f"Phi[{L}]"]
+            for l in range(1, L):
+                K = K + grams[f"G[{l + 1}]"] * grams[f"Phi[{l}]"]
         if not (np.all(np.isfinite(delta)) and np.all(np.isfinite(K))):
             raise NumericalError(f"simulate_deep: non-finite values at step t={t} (members {sl.start}.."
                                  f"{sl.stop - 1}): training diverged; reduce eta (= {eta}) or gamma")
         out["Delta"][sl, t] = delta
         out["K"][sl, t] = K
+        for name, v in grams.items():
+            out[name][sl, t] = v
         for l in range(L):
-            P[l][:, t] = phis[l]
-            G[l][:, t] = gs[l]
-        cs[:, t] = eta * gamma * delta / math.sqrt(N)
+            Ph[l][:, k:k + P] = phis[l]
+            G[l][:, k:k + P] = gs[l]
+        cs[:, k:k + P] = eta * gamma * delta / math.sqrt(N)
+        k += P
         if t + 1 < T:
             with np.errstate(over="ignore", invalid="ignore"):
-                W0, w = _update_vectors(W0, w, phis, gs, delta, eta, gamma, x)
+                W0t, w = _update_vectors(W0t, w, phis, gs, delta, eta, gamma, XpT)
 
     two = {}
-    for kind, hist in (("Phi", P), ("G", G)):
+    for kind, hist in (("Phi", Ph), ("G", G)):
         for l in range(1, L + 1):
-            X = hist[l - 1] @ hist[l - 1].transpose(0, 2, 1)
-            X /= N                                                    # (B, T, T) per member
-            name = f"{kind}[{l}]"
-            out[name][sl] = np.diagonal(X, axis1=1, axis2=2)
-            m = X.mean(axis=0)
-            two[name] = (m, ((X - m) ** 2).sum(axis=0))
+            Xk = gram(hist[l - 1]).reshape(B, T, P, T, P)        # per member
+            m = Xk.mean(axis=0)
+            two[f"{kind}[{l}]"] = (m, ((Xk - m) ** 2).sum(axis=0))
     return B, two
 
 
@@ -271,14 +304,37 @@ def _finite(name, value, *, positive=False, nonneg=False):
     return v
 
 
-def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
-                  seed: int = 0, batch: int | None = None, keep_samples: bool = False,
-                  progress: bool = False, input_norm: float = 1.0) -> DeepEnsembleStats:
-    """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
-    ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1).  ``activation``: an expression in h, a
-    shorthand, or a :class:`dmftc.derive.activation.SiteActivation` (a compiled deep spec's carries its backward
-    signal, e.g. a surrogate derivative: :func:`gradient_fns`).
+def _design(y, Kx, input_norm):
+    """(X (P,D), Kx (P,P), y (P,), vector): the inputs and targets of a run.  ``Kx`` None: one point with
+    |x|^2 / D = input_norm, the results without sample axes; else the Gram matrix of P points (targets y (P,))."""
+    if Kx is None:
+        y = _finite("y", y)
+        x = math.sqrt(_finite("input_norm", input_norm, positive=True))
+        return np.array([[x]]), np.array([[x * x]]), np.array([y]), False
+    if input_norm != 1.0:
+        raise ValueError("give either input_norm (one point) or Kx (P points), not both")
+    X = inputs_from_gram(Kx)
+    P = X.shape[0]
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape != (P,):
+        raise ValueError(f"y must have one target per point of Kx, shape ({P},), got shape {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite")
+    return X, X @ X.T / P, y, True
 
+
+def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
+                  seed: int = 0, batch: int | None = None, keep_samples: bool = False,
+                  progress: bool = False, input_norm: float = 1.0, Kx=None) -> DeepEnsembleStats:
+    """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
+
+    One training point (``Kx`` None): ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1), ``y``
+    its target; Delta, K and the time diagonals have shape (T,), two-time kernels (T, T).  P points: ``Kx`` their
+    Gram matrix x_mu . x_nu / D (P, P) and ``y`` (P,), loss 1/2 sum_mu Delta_mu^2; Delta (P, T), K and the
+    same-time kernels (P, P, T), two-time kernels (P, P, T, T) indexed [mu, nu, t, s].
+
+    ``activation``: an expression in h, a shorthand, or a :class:`dmftc.derive.activation.SiteActivation` (a
+    compiled deep spec's carries its backward signal, e.g. a surrogate derivative: :func:`gradient_fns`).
     ``batch`` members are processed together (default: ~16 MB of work arrays per batch); ``progress``
     shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`."""
     act = gradient_fns(activation)
@@ -289,16 +345,15 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
     seed = _positive_int("seed", seed, 0)
     gamma = _finite("gamma", gamma, positive=True)
     eta = _finite("eta", eta, nonneg=True)
-    y = _finite("y", y)
-    x = math.sqrt(_finite("input_norm", input_norm, positive=True))
-    per_member = (L - 1) * N * N + 2 * L * T * (N + T) + 4 * N
+    X, Kx, y, vector = _design(y, Kx, input_norm)
+    P, D = X.shape
+    per_member = (L - 1) * N * N + 2 * L * T * P * (N + T * P) + (4 + D) * N
     if batch is None:   # ~2M doubles (16 MB) per batch
         batch = max(1, min(E, (1 << 21) // per_member))
     batch = _positive_int("batch", batch)
 
     names = deep_names(L)
-    out = {q: np.empty((E, T)) for q in names}
-    two_names = names[2:]
+    out = {q: np.empty((E, T, P) if q == "Delta" else (E, T, P, P)) for q in names}
     acc = {}                                  # name -> (count, mean, M2), combined in member order
 
     def combine(fut):
@@ -323,8 +378,9 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
         try:
             for b0 in range(0, E, batch):
                 sl = slice(b0, min(E, b0 + batch))
-                W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L)
-                pending.append(pool.submit(_run_batch, W0, w, Ws, act, L, gamma, y, eta, T, out, sl, x))
+                W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L, D if vector else None)
+                W0t, _ = _inputs(W0, X if vector else None)
+                pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx))
                 while len(pending) > 2 * workers:
                     combine(pending.pop(0))
             while pending:
@@ -333,27 +389,32 @@ def simulate_deep(*, activation: str, L: int, gamma: float, y: float, eta: float
             for fut in pending:
                 fut.cancel()
 
+    if vector:      # sample axes first, time last (as dmftc.validation.ensemble)
+        out = {q: np.ascontiguousarray(np.moveaxis(v, 1, -1)) for q, v in out.items()}
+        two = lambda a: np.ascontiguousarray(a.transpose(1, 3, 0, 2))        # noqa: E731
+    else:
+        out = {q: np.ascontiguousarray(v.reshape(E, T)) for q, v in out.items()}
+        two = lambda a: a[:, 0, :, 0]                                        # noqa: E731
     mean, nvar, se_mean, se_nvar = {}, {}, {}, {}
     for q in names:
-        m, nv, sem, sev = _summarise(out[q], N)
-        mean[q], nvar[q], se_mean[q], se_nvar[q] = m, nv, sem, sev
-    for q in two_names:
+        mean[q], nvar[q], se_mean[q], se_nvar[q] = _summarise(out[q], N)
+    for q in names[2:]:
         n, m, m2 = acc[q]
-        mean[q], se_mean[q] = m, np.sqrt(m2 / (n - 1) / n)
+        mean[q], se_mean[q] = two(m), two(np.sqrt(m2 / (n - 1) / n))
     return DeepEnsembleStats(N=N, E=E, T=T, L=L, mean=mean, nvar=nvar, se_mean=se_mean, se_nvar=se_nvar,
                              samples=out if keep_samples else None)
 
 
-def deep_truth(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
+def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                seed: int = 0, extrapolate: bool = True, progress: bool = False,
-               input_norm: float = 1.0) -> DeepEnsembleStats:
+               input_norm: float = 1.0, Kx=None) -> DeepEnsembleStats:
     """Ground truth with the O(1/N) corrections removed (as :func:`dmftc.validation.truth.finite_width_truth`).
 
     With ``extrapolate``, ensembles at widths N (seed) and 2N (seed + 1) give x = 2 x(2N) - x(N) for
     means and N*Var, with standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N and
     carries no samples.  Without, it is ``simulate_deep`` at width N."""
     kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress,
-              input_norm=input_norm)
+              input_norm=input_norm, Kx=Kx)
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
