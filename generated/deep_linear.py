@@ -29,6 +29,9 @@ STANDARD_GRADIENT = True
 # function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)
 KINK_ORDER = None
 ACTIVATION_PARAMS = ()  # the parameters phi and the gradient field read
+# the point index of a spec on several training points, folded into time: the runtime's index tau = t P + mu
+# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point)
+POINTS = None
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')
 # what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with

@@ -65,7 +65,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"MODEL = {spec.model.name!r}\nDESCRIPTION = {spec.model.description!r}\n")
     w(f"DMFTC_VERSION = {__version__!r}\nSPEC_PATH = {spec_path!r}\nSPEC_SHA256 = {spec_sha256!r}\n")
     w("KIND = 'deep'\n")
-    params = tuple((p.name, p.dims, p.description) for p in spec.params)
+    pts = m.points
+    dims = dict(pts.params) if pts is not None else {}
+    params = tuple((p.name, (pts.size,) * dims[p.name] if p.name in dims else p.dims, p.description)
+                   for p in spec.params)
     w(f"PARAMS = {params!r}\n")
     tm = spec.time
     w(f"TIME = {{'var': {tm.var!r}, 'steps': {tm.steps_name!r}, 'step': {tm.step_name!r}}}\n")
@@ -79,6 +82,11 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"KINK_ORDER = {d.kink_order!r}\n")
     used = sorted({str(v) for e in d.phi + d.grad for v in e.free_symbols} & set(d.params))
     w(f"ACTIVATION_PARAMS = {tuple(used)!r}  # the parameters phi and the gradient field read\n")
+    w("# the point index of a spec on several training points, folded into time: the runtime's index tau = t P + mu\n"
+      "# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point)\n")
+    points = None if pts is None else {"index": pts.names, "size": pts.size, "params": pts.params,
+                                       "orders": pts.orders}
+    w(f"POINTS = {points!r}\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")
     w(f"RESPONSES = {tuple(m.responses)!r}\n")

@@ -223,6 +223,14 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
       f"step {m.spec.time.step_name}")
     w(f"activation: {m.activation.name}(x) = {f(d.phi[0])};  {m.activation.name}'(x) = {f(d.phi[1])};  "
       f"{m.activation.name}''(x) = {f(d.phi[2])}")
+    if m.points is not None:
+        pts = m.points
+        w(f"training points {', '.join(pts.names)} = 1..{pts.size}, folded into time: the steps are the pairs "
+          f"tau = ({tv}, {pts.names[0]}) in causal order, tau = {tv} {pts.size} + {pts.names[0]}; below, a time stands "
+          f"for such a pair, sum_(s<{tv}) runs over every point at the earlier times, and a kernel such as "
+          f"Phi[{lv}](t, s) is the matrix over pairs (t, mu), (s, nu)")
+        carried = [f"{n}[{', '.join(pts.names[:k])}]" for n, k in pts.params + pts.orders]
+        w(f"  with their points: {', '.join(carried)}")
     if m.from_action:
         from dmftc.frontend.action_deep import expr_text
 

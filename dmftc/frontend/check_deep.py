@@ -24,6 +24,7 @@ from dmftc.frontend import ast
 from dmftc.frontend.action_deep import lower_deep_action
 from dmftc.frontend.check import _Checker, _suggest
 from dmftc.frontend.check_deep_expr import DeepExpressionChecks, LayerRef, _children, _kind
+from dmftc.frontend.points_deep import fold_points
 from dmftc.errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
 
 
@@ -53,6 +54,7 @@ class DeepModel:
     definitions: dict                               # family/response/scalar name -> its defining equation
     boundaries: dict                                # family/response name -> ((LayerRef, equation), ...)
     from_action: tuple = ()                         # the definitions derived from the spec's action, if any
+    points: object = None                           # the point index (dmftc.frontend.points_deep.PointAxis)
 
     @property
     def name(self) -> str:
@@ -75,13 +77,15 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         if s.time is None:
             raise self.err(StructureSpecError, "the spec declares no time grid", s.model.pos,
                            hint="add a line such as 'time t: T = 20 steps of eta = 0.05'")
-        if s.indices:
-            raise self.err(StructureSpecError, "sample indices are not supported in deep specs yet", s.indices[0].pos,
-                           hint="deep specs describe one training point")
+        if any(p.dims for p in s.params) and not s.indices:
+            p = next(p for p in s.params if p.dims)
+            raise self.err(StructureSpecError, f"array parameter '{p.name}' in a deep spec without a point index",
+                           self.word_pos(p.name, p.pos), hint="declare the training points, e.g. 'index mu, nu in "
+                           f"1..{p.dims[0]}', and write the per-point quantities with it")
+        # several training points: the point index is checked and folded into time (dmftc.frontend.points_deep)
+        s, self.points = fold_points(s, lambda cls, msg, pos, hint=None: self.err(cls, msg, pos, hint=hint))
+        self.spec = s
         for p in s.params:
-            if p.dims:
-                raise self.err(StructureSpecError, f"array parameter '{p.name}' in a deep spec",
-                               self.word_pos(p.name, p.pos), hint="deep specs have scalar parameters only")
             self.declare("param", p.name, (), p.pos)
         tm = s.time
         self.declare_time()
@@ -235,7 +239,8 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         if deferred:
             raise deferred[0]
         return DeepModel(s, dict(self.symbols), tm.var, lay.var, lay.depth, act, tuple(scalars), tuple(families),
-                         tuple(responses), gps, tuple(byname[n] for n in order), definitions, boundaries, derived)
+                         tuple(responses), gps, tuple(byname[n] for n in order), definitions, boundaries, derived,
+                         self.points)
 
     # ------------------------------------------------------------ pieces
     def lookup(self, name, pos, locals_=frozenset(), extra=()):

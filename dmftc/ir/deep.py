@@ -162,7 +162,9 @@ class DeepLowering:
         spec = m.spec
         params = tuple(p.name for p in spec.params) + (spec.time.steps_name, spec.time.step_name)
         return ModelIR(m, "deep", params, (m.time_var, spec.time.steps_name, spec.time.step_name),
-                       (Axis(lv, m.depth, "layer"),), ((self.act.name, self.x, self.concrete_phi(0)),),
+                       (Axis(lv, m.depth, "layer"),) + tuple(Axis(n, m.points.size, "sample") for n in
+                                                             (m.points.names if m.points else ())),
+                       ((self.act.name, self.x, self.concrete_phi(0)),),
                        tuple(orders), sources, tuple(fields), boundaries=bounds)
 
 

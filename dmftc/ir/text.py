@@ -50,6 +50,9 @@ def format_ir(ir: ModelIR) -> str:
     w(f"parameters: {', '.join(ir.params)};  time {tv}: {steps} steps of {step}")
     for a in ir.axes:
         w(f"axis {a.name} in 1..{a.size} ({a.kind})")
+    if ir.kind == "deep" and any(a.kind == "sample" for a in ir.axes):
+        w("  (the training points are folded into time: every time below is a pair (time, point), "
+          "dmftc.frontend.points_deep)")
     for name, x, body in ir.activations:
         w(f"activation {name}({x}) = {sp.sstr(body)}".replace("__x", "x"))
     w("")

@@ -71,6 +71,11 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     from dmftc.runtime.deep_dmft import SpecKernels
     from dmftc.runtime.deep_dmft import solve_deep as march
 
+    if getattr(mod, "POINTS", None):              # several training points (dmftc.runtime.deep_points)
+        from dmftc.runtime.deep_points import solve_points
+
+        return solve_points(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
+                            correction=correction, progress=progress, **given)
     p, L, T = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
     steps, step = mod.TIME["steps"], mod.TIME["step"]

@@ -7,8 +7,10 @@ import numpy as np
 from dmftc.errors import DmftcError
 
 
-def _equal_time(sol, m):
-    return np.diagonal(m) if sol.kind == "deep" and m.ndim == 2 else m
+def _equal_time(sol, m, name=None):
+    """A deep two-time kernel on its time diagonal ((T, T), or (P, P, T, T) on several points -> (P, P, T))."""
+    two = name in sol.info["two_time"] if "two_time" in sol.info else m.ndim == 2
+    return np.diagonal(m, axis1=-2, axis2=-1) if sol.kind == "deep" and two else m
 
 
 def plot_solution(sol, path, width=None):
@@ -27,7 +29,7 @@ def plot_solution(sol, path, width=None):
     for j, (fam, members) in enumerate(families.items()):
         missing = None
         for n in members:
-            m = _equal_time(sol, sol.mean(n))
+            m = _equal_time(sol, sol.mean(n), n)
             try:
                 v = sol.var(n)
             except DmftcError as err:
@@ -40,7 +42,7 @@ def plot_solution(sol, path, width=None):
                 if cv is not None:
                     axes[1, j].plot(sol.times, cv, color=line.get_color(), label=label)
                 if width and cv is not None:
-                    mw = _equal_time(sol, sol.mean_at_width(n, width)).reshape(-1, m.shape[-1])[k]
+                    mw = _equal_time(sol, sol.mean_at_width(n, width), n).reshape(-1, m.shape[-1])[k]
                     spread = 2 * np.sqrt(np.clip(cv, 0, None) / width)
                     axes[0, j].plot(sol.times, mw, color=line.get_color(), lw=1.5)
                     axes[0, j].fill_between(sol.times, mw - spread, mw + spread, color=line.get_color(), alpha=0.2)

@@ -39,23 +39,34 @@ from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, laye
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["Evaluator", "layer_number", "schedule", "site_march"]
+__all__ = ["Evaluator", "boundary_row", "layer_number", "point_params", "schedule", "site_march"]
 
 
 class Evaluator:
-    """The values the generated ``site_*`` functions read at step t in layer l (see dmftc.codegen.site)."""
+    """The values the generated ``site_*`` functions read at step t in layer l (see dmftc.codegen.site).
 
-    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None):
+    On P training points (``points``) the steps are the pairs tau = t P + mu (dmftc.frontend.points_deep): t is
+    tau, a strictly causal sum runs over the earlier times (every point), a fixed time k reads the pair
+    (k, mu), a boundary kernel given per pair of points is read at (mu, nu), and a parameter with one point
+    index is read at mu (``p``)."""
+
+    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
-        self.hist, self.rows, self.q1, self.src, self.p, self._act = hist, rows, q1, src, p, act
-        self.width, self.bounds, self.terms = width, bounds, terms or {}
+        self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
+        self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
         self.idx = jnp.arange(T)
-        self.past = (self.idx < t).astype(jnp.float64)          # [s < t] (dmftc.derive.site.PAST)
+        self.mu = t % points
+        self._given, self.p = p, point_params(mod, p, self.mu)
+        self.past = (self.idx // points < t // points).astype(jnp.float64)   # [s < t] (dmftc.derive.site.PAST)
 
     def at(self, l):
         """The same step seen from layer l."""
-        return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self.p,
-                         self._act, self.width, self.bounds, terms=self.terms)
+        return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
+                         self._act, self.width, self.bounds, terms=self.terms, points=self.points)
+
+    def fixed(self, k):
+        """The step of the fixed time k at this step's point."""
+        return k * self.points + self.mu
 
     def layer(self, ref):
         return layer_number(ref, self.l, self.L, self.mod.LAYER, self.mod.DEPTH)
@@ -67,7 +78,7 @@ class Evaluator:
         h = self.hist[key]
         if time == "s":
             return h
-        v = h[:, self.t] if time == "t" else h[:, time]
+        v = h[:, self.t] if time == "t" else h[:, self.fixed(time)]
         return v[:, None] if vec else v
 
     def term(self, name):
@@ -81,7 +92,7 @@ class Evaluator:
     def row(self, name, ref):
         l = self.layer(ref)
         full = self.rows.get((name, l))
-        return self.boundary(name, l) * jnp.ones(self.T) if full is None else full[self.t]
+        return boundary_row(self.boundary(name, l), self.t, self.T, self.points) if full is None else full[self.t]
 
     def diag(self, name, ref):
         return self.row(name, ref)[self.t]
@@ -94,19 +105,37 @@ class Evaluator:
 
     def q(self, name, time):
         v = self.q1[name]
-        return v if time == "s" else (v[self.t] if time == "t" else v[time])
+        return v if time == "s" else (v[self.t] if time == "t" else v[self.fixed(time)])
 
     def act(self, k, x):
         return self._act[k](x)
 
     def causal_dot(self, P, C, upto):
-        mask = ((self.idx <= self.t) if upto else (self.idx < self.t)).astype(jnp.float64)
+        mask = (self.idx <= self.t).astype(jnp.float64) if upto else self.past
         row = C * mask if jnp.ndim(C) else jnp.full((self.T,), C) * mask
         if P is None:
             return jnp.sum(row)
         if jnp.shape(P)[-1] != self.T:                        # a factor constant in s (a field at t)
             return P[..., 0] * jnp.sum(row)
         return P @ row
+
+
+def point_params(mod, p: dict, mu):
+    """The parameters as the step of point ``mu`` reads them: one with one point index (y[mu]) at mu."""
+    pts = getattr(mod, "POINTS", None)
+    if not pts:
+        return p
+    one = {n for n, k in pts["params"] if k == 1}
+    return {k: (v[mu] if k in one else v) for k, v in p.items()}
+
+
+def boundary_row(value, t, T: int, points: int = 1):
+    """Row t (T,) of a boundary kernel: a constant, or (P points) a matrix over the pairs of points read at
+    (point of t, point of s)."""
+    if jnp.ndim(value) == 2:
+        idx = jnp.arange(T)
+        return jnp.asarray(value)[t % points][idx % points]
+    return value * jnp.ones(T)
 
 
 def schedule(site: dict, L: int, var: str, depth: str) -> list:
@@ -143,7 +172,7 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
 
 
 def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
-               pivot_tol: float = _PIVOT_TOL, tangent_wts=None):
+               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1):
     """One march of the generated module ``mod`` on standard normals ``xi`` (source name -> (L, S, T)) with path
     weights ``wts`` (S,) summing to 1 (or 1 per row of an exact basis).  ``act``: (phi, phi', phi'', ...) as
     functions of x; ``p``: parameter values; ``width``: the delta functions' width (where the generated code
@@ -154,7 +183,9 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     zero in the sources' Cholesky factors (an exact basis needs the tighter ``deep_dmft._PIVOT_TOL_EXACT``).
     ``tangent_wts``: the weights of the averages of tangents (responses, the Stein term); default ``wts``.  On an
     exact basis (rows = basis directions of the sources, ``wts`` = 1 each, exact for the quadratic averages of
-    linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows."""
+    linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows.
+    ``points``: P of a spec on several training points, whose steps are then the T = (time steps) P pairs
+    (time, point) (:class:`Evaluator`)."""
     site = mod.SITE
     if "terms" not in site:
         raise StructureSpecError(f"{mod.SPEC_PATH}: its generated module predates the site march's path factors; "
@@ -178,7 +209,8 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
         onehot = (idx == t).astype(jnp.float64)
 
         def ev(l, srcs=src, cur=None, tv=tval):
-            return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv)
+            return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv,
+                             points=points)
 
         E0 = ev(1)
 
@@ -200,7 +232,8 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
         for kind, name, l in order:
             if kind == "source":
                 fam, off = covs[name]
-                row = rows[(fam, l + off)][t] if 1 <= l + off <= L else E0.at(l).boundary(fam, l + off) * jnp.ones(T)
+                row = (rows[(fam, l + off)][t] if 1 <= l + off <= L
+                       else boundary_row(E0.at(l).boundary(fam, l + off), t, T, points))
                 chol[(name, l)] = C = _extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
                 src[(name, l)] = xi[name][l - 1] @ C[t]
             elif kind == "field":
@@ -241,14 +274,15 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                     fam, off = covs[x]
                     Yf = getattr(mod, f"site_stein_{sym}")
                     dY = tangent_at_t(Yf, L, x, 1)
-                    cov = rows[(fam, L + off)][t] if 1 <= L + off <= L else EL.boundary(fam, L + off) * jnp.ones(T)
+                    cov = (rows[(fam, L + off)][t] if 1 <= L + off <= L
+                           else boundary_row(EL.boundary(fam, L + off), t, T, points))
                     val = jnp.sum(cov * (idx <= t) * (twts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
                     avg[("stein", sym)] = avg[("stein", sym)].at[t].set(val)
             vals = {}
             for sym in syms:
                 base, k = fixed.get(sym, (sym, None))
                 kind = "stein" if (base in stein and not direct) else "direct"
-                vals[sym] = avg[(kind, base)][t if k is None else k]
+                vals[sym] = avg[(kind, base)][t if k is None else k * points + t % points]
             q1[qname] = q1[qname].at[t].set(getattr(mod, f"site_constraint_{qname}")(EL, vals))
         return {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
 

@@ -316,12 +316,13 @@ class Solution:
             if self.blocks is not None and n not in self.blocks.names:
                 continue                          # a response function: mean only
             m, se = self.mean(n), self.mean_stderr(n)
-            final, fse = (m[..., -1], se[..., -1]) if self.kind != "deep" or m.ndim == 1 else (m[-1, -1], se[-1, -1])
+            two = self.kind == "deep" and (n in self.info["two_time"] if "two_time" in self.info else m.ndim != 1)
+            final, fse = (m[..., -1, -1], se[..., -1, -1]) if two else (m[..., -1], se[..., -1])
             if np.ndim(final) == 0:
                 fm, fs = f"{float(final):13.5g}", f"{float(fse):11.2g}"
             else:
                 fm, fs = f"{'|.|=' + format(np.linalg.norm(final), '.4g'):>13}", f"{float(np.max(fse)):11.2g}"
-            shape = "x".join(map(str, m.shape[:-1] if self.kind != "deep" else ())) or "()"
+            shape = "x".join(map(str, m.shape[:-2] if two else m.shape[:-1])) or "()"
             try:
                 v = self.var(n)
                 flat = v.reshape(-1, v.shape[-1])

@@ -1,0 +1,215 @@
+"""Runtime of deep specs on several training points (``POINTS`` in the generated module).
+
+The spec's point index is folded into time (:mod:`dmftc.frontend.points_deep`): the march of
+:mod:`dmftc.runtime.site_march` runs the spec's own single-site program over the T P steps tau = t P + mu, causal
+in t, with sources that are Gaussian processes over (time, point) and kernels and responses that are
+(T P) x (T P) matrices.  This module resolves the parameters (``Kx`` (P, P), ``y`` (P,), ...), runs the march in
+independent groups of Monte Carlo paths (or once on the exact Gaussian basis for a linear activation) and
+returns a :class:`dmftc.runtime.solution.Solution` in the spec's names and the shapes of the points:
+
+    Delta (P, T), K (P, P, T) (a same-time pair of points), Phi[l], G[l], A[l], B[l] (P, P, T, T) [mu, nu, t, s].
+
+The finite-width propagator of deep specs on several points is not implemented yet: ``sol.var`` says so.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time as _time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dmftc.errors import ParameterError
+from dmftc.runtime.solution import Solution
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = ["resolve_point_params", "solve_points", "NO_PROPAGATOR"]
+
+NO_PROPAGATOR = ("the finite-width propagator of deep specs on several training points is not implemented yet "
+                 "(issue 12); the means and their Monte Carlo errors are available")
+_JIT: dict = {}
+
+
+def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
+    """The spec's defaults overridden by ``given``, validated: (params, L, T, P); parameters with point indices
+    as arrays ((P,) or (P, P); a number given for one with one point index is every point's value)."""
+    pts = mod.POINTS
+    counts = dict(pts["params"])
+    steps, step, depth, size = mod.TIME["steps"], mod.TIME["step"], mod.DEPTH, pts["size"]
+    declared = [n for n, _, _ in mod.PARAMS] + [steps, step]
+    for name in given:
+        if name not in declared:
+            raise ParameterError(f"unknown parameter '{name}' for model {mod.MODEL} (parameters: {', '.join(declared)})")
+    p, seen = {}, {}
+    for k, v in given.items():
+        if k in counts:
+            try:
+                arr = np.asarray(v, dtype=float)
+            except (TypeError, ValueError):
+                arr = None
+            if arr is None or isinstance(v, (str, bytes, bool)) or not np.all(np.isfinite(arr)):
+                raise ParameterError(f"parameter '{k}' must be finite numbers, got {v!r}")
+            p[k] = arr
+            if arr.ndim == counts[k] and arr.ndim:
+                seen[k] = arr.shape[0]
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise ParameterError(f"parameter '{k}' must be a finite real number, got {v!r}")
+        p[k] = float(v)
+    for name, what in ((depth, "the number of hidden layers"), (steps, "the number of steps"),
+                       (size, "the number of training points")):
+        if name in p and (p[name] != int(p[name]) or p[name] < 1):
+            raise ParameterError(f"parameter '{name}' ({what}) must be an integer >= 1, got {given.get(name)!r}")
+    if size not in given and seen:          # the number of points from the arrays given
+        if len(set(seen.values())) > 1:
+            raise ParameterError(f"the arrays given disagree on the number of points {size}: "
+                                 + ", ".join(f"'{k}' has {n}" for k, n in seen.items()))
+        p[size] = float(next(iter(seen.values())))
+    p = mod.defaults(p)
+    P = int(p[size])
+    for k, n in counts.items():
+        arr = np.asarray(p[k], dtype=float)
+        if arr.ndim == 0 and n == 1:
+            arr = np.full(P, float(arr))
+        if arr.shape != (P,) * n:
+            raise ParameterError(f"parameter '{k}' must have shape {(P,) * n} ({size} = {P}), got {arr.shape}")
+        if n == 2:
+            if not np.allclose(arr, arr.T, rtol=0, atol=1e-12 * max(1.0, np.abs(arr).max())):
+                raise ParameterError(f"parameter '{k}' must be symmetric")
+            lam = np.linalg.eigvalsh(0.5 * (arr + arr.T))
+            if lam.min() < -1e-10 * max(1.0, np.abs(lam).max()):
+                raise ParameterError(f"parameter '{k}' must be positive semi-definite (a Gram matrix of the points; "
+                                     f"smallest eigenvalue {lam.min():.3g})")
+        p[k] = arr
+    p = {k: (v if k in counts else float(v)) for k, v in p.items()}
+    if p[step] <= 0:
+        raise ParameterError(f"parameter '{step}' (time step) must be positive, got {p[step]!r}")
+    return p, int(p[depth]), int(p[steps]), P
+
+
+def _march(mod, L, TP, P, exact, direct=False):
+    """The jitted site march over the T P steps; (xi {source: (L, S, T P)}, weights, params) -> its output."""
+    key = (mod.SPEC_SHA256, mod.SPEC_PATH, L, TP, P, exact, direct)
+    if key not in _JIT:
+        from dmftc.runtime.deep_dmft import _PIVOT_TOL, _PIVOT_TOL_EXACT
+        from dmftc.runtime.site_march import site_march
+
+        def run(xi, wts, prm):
+            width = prm["dirac width"]
+            act = [lambda x, k=k: mod.activation(x, prm, width)[k] for k in range(3)]
+            S = wts.shape[0]
+            return site_march(mod, act, L, TP, xi, wts, prm, width=width, direct=direct,
+                              pivot_tol=_PIVOT_TOL_EXACT if exact else _PIVOT_TOL,
+                              tangent_wts=jnp.full(S, 1.0 / S) if exact else None, points=P)
+
+        _JIT[key] = jax.jit(run)
+    return _JIT[key]
+
+
+def _assemble(mod, out, L, T, P, p):
+    """The march's output in the spec's names and the points' shapes (module doc)."""
+    rows, q1, _, avg, _ = out
+    site = mod.SITE
+    to_pairs = lambda m: np.asarray(m).reshape(T, P, T, P).transpose(1, 3, 0, 2)   # noqa: E731  [mu, nu, t, s]
+    arr = {}
+    for name in site["kernels"]:
+        for l in range(1, L + 1):
+            m = np.asarray(rows[(name, l)])
+            arr[f"{name}[{l}]"] = to_pairs(np.tril(m) + np.tril(m, -1).T)
+    for name, _ in site["responses"]:
+        for l in range(1, L + 1):
+            arr[f"{name}[{l}]"] = to_pairs(rows[(name, l)])
+    for name, _ in site["readouts"]:
+        arr[name] = np.asarray(q1[name]).reshape(T, P).T
+    fixed = {sym for sym, _, _ in site["fixed"]}
+    e_t = next(sym for sym in site["readouts"][0][1] if sym not in fixed)
+    kind = "stein" if any(sym == e_t for sym, _, _ in site["stein"]) else "direct"
+    arr["f"] = np.asarray(avg[(kind, e_t)]).reshape(T, P).T
+    bounds = mod.boundaries(p)
+
+    def diag(name, layer):
+        """The same-time (T, P, P) blocks of a kernel of layer ``layer`` (hidden or boundary)."""
+        if 1 <= layer <= L:
+            return np.einsum("mntt->tmn", arr[f"{name}[{layer}]"])
+        from dmftc.runtime.site_march import layer_number
+
+        for (fam, ref), v in bounds.items():
+            if fam == name and layer_number(ref, 0, L, mod.LAYER, mod.DEPTH) == layer:
+                return np.broadcast_to(np.asarray(v, dtype=float), (T, P, P))
+        raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
+
+    counts = dict(mod.POINTS["orders"])
+    for name in mod.SCALARS:
+        v = np.asarray(getattr(mod, f"scalar_{name}")(diag, p), dtype=float)        # (T, P, P)
+        arr[name] = v.transpose(1, 2, 0) if counts.get(name, 2) == 2 else np.einsum("tmm->mt", v)
+    return arr
+
+
+def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
+                 backend: str = "auto", correction: bool = False, progress: bool = False, **given) -> Solution:
+    """Solve a compiled deep spec on several training points (module doc).  ``samples`` source paths in
+    ``groups`` independent marches (means = group averages, standard errors from their spread); a linear spec
+    is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact')."""
+    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, _integer, _number
+
+    for k in ("memory_limit", "propagator_samples", "propagator_groups", "sampler"):
+        given.pop(k, None)                        # options of the propagator, which does not exist here yet
+    if correction:
+        raise ParameterError("the O(1/N) mean correction of deep specs on several training points is not "
+                             "implemented yet (issue 12)")
+    p, L, T, P = resolve_point_params(mod, given)
+    dirac_width = _number("dirac_width", dirac_width, low=0.0)
+    if backend not in ("auto", "exact", "mc"):
+        raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
+    linear = bool(mod.LINEAR)
+    if backend == "exact" and not linear:
+        raise ParameterError("the exact backend needs Gaussian fields (a linear activation); use backend='mc'")
+    exact = linear and backend != "mc"
+    seed, groups = _integer("seed", seed, 0), _integer("groups", groups, 2)
+    samples = _integer("samples", samples, 2 * groups)
+    TP = T * P
+    srcs = [x for x, _, _ in mod.SITE["sources"]]
+    if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
+        raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "
+                             f"{4 * L * (samples // groups) * TP * TP:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
+                             "use more groups or fewer samples")
+    prm = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()} | {"dirac width": jnp.float64(dirac_width)}
+    t0 = _time.perf_counter()
+    if exact:
+        n = len(srcs) * L * TP
+        basis = np.eye(n).reshape(n, len(srcs), L, TP).transpose(1, 2, 0, 3)
+        out = _march(mod, L, TP, P, True)({x: jnp.asarray(basis[i]) for i, x in enumerate(srcs)}, jnp.ones(n), prm)
+        runs = [_assemble(mod, out, L, T, P, p)]
+        diag = dict(backend="exact", basis_size=n)
+    else:
+        per = samples // groups
+        march = _march(mod, L, TP, P, False)
+        key = jax.random.PRNGKey(seed)
+        runs = []
+        for gi in range(groups):
+            xi = jax.random.normal(jax.random.fold_in(key, gi), (len(srcs), L, per, TP), dtype=jnp.float64)
+            out = march({x: xi[i] for i, x in enumerate(srcs)}, jnp.full(per, 1.0 / per), prm)
+            runs.append(_assemble(mod, out, L, T, P, p))
+        diag = dict(backend="mc", samples_per_group=per)
+    means = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
+    se = ({k: np.zeros_like(v) for k, v in means.items()} if exact else
+          {k: np.std([r[k] for r in runs], axis=0, ddof=1) / math.sqrt(groups) for k in runs[0]})
+    bad = [k for k, v in means.items() if not np.all(np.isfinite(v))]
+    if bad:
+        from dmftc.errors import NumericalError
+
+        raise NumericalError(f"{', '.join(bad)} became non-finite in the march of {mod.SPEC_PATH}: the dynamics "
+                             "diverge; reduce the learning rate or the feature strength")
+    diag.update(wall_time=_time.perf_counter() - t0, march="the spec's single-site program over (time, point) "
+                "pairs (dmftc.runtime.site_march)")
+    two = tuple(k for k, v in means.items() if v.ndim == 4)
+    info = dict(diagnostics=diag, backend=diag["backend"], points=P, two_time=two, spec=mod.SPEC_PATH,
+                spec_sha256=mod.SPEC_SHA256, dmftc_version=mod.DMFTC_VERSION)
+    if not exact:
+        info.update(samples=per * groups, seed=seed, groups=groups)
+    params = dict(p) | {"dirac width": dirac_width}
+    return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, None, info, kind="deep",
+                    mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=ParameterError(NO_PROPAGATOR), depth=L)

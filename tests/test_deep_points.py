@@ -1,0 +1,204 @@
+"""Deep specs on several training points (specs/deep_multi.dmft): the point index folded into time.
+
+Checked against (1) the one-point spec: with P = 1 the fold is the identity, so deep_multi and deep_tanh march
+the same standard normals to round-off; (2) deep networks trained on P points by gradient descent
+(dmftc.validation.deep_ensemble, N and 2N extrapolated), pointwise within 4 combined standard errors, on a random
+Gram matrix with targets of both signs; (3) the exact Gaussian basis of a linear activation against its own
+Monte Carlo march.  Bad point indices are located errors.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dmftc
+from dmftc.derive.two_layer import derive
+from dmftc.errors import ParameterError, ShapeSpecError, SpecError, StructureSpecError
+from dmftc.frontend.check import check
+from dmftc.frontend.parse import parse
+from dmftc.validation.deep_ensemble import deep_truth
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+MULTI = (SPECS / "deep_multi.dmft").read_text()
+
+
+def _load(tmp_path, text, name="deep_multi"):
+    p = tmp_path / f"{name}.dmft"
+    p.write_text(text)
+    return dmftc.load(str(p))
+
+
+def _gram(P, seed):
+    Z = np.random.default_rng(seed).standard_normal((P, 8))
+    return Z @ Z.T / 8
+
+
+def _same_time(x):
+    """(P, P, T) equal-time entries of a (P, P, T, T) kernel."""
+    return np.einsum("mntt->mnt", x)
+
+
+def assert_means_match(sol, truth, L, z_max=4.0):
+    """Pointwise |theory - networks| <= z_max combined standard errors for Delta, K and the equal-time kernels."""
+    worst = {}
+    for name in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]:
+        th, se, en, ense = sol.mean(name), sol.mean_stderr(name), truth.mean[name], truth.se_mean[name]
+        if th.ndim == 4:
+            th, se, en, ense = map(_same_time, (th, se, en, ense))
+        assert th.shape == en.shape, name
+        peak = np.abs(en).max()
+        z = np.abs(th - en) / np.sqrt(se ** 2 + ense ** 2 + (1e-12 * peak) ** 2)
+        worst[name] = (float(z.max()), float(np.abs(th - en).max() / peak))
+        assert z.max() <= z_max, (name, worst[name])
+    return worst
+
+
+# ----------------------------------------------------------------------------- the fold with P = 1
+def test_one_point_fold_is_the_one_point_spec(tmp_path):
+    kw = dict(L=2, T=5, eta=0.1, gamma=0.9, samples=400, groups=2, seed=3)
+    one = dmftc.load(str(SPECS / "deep_tanh.dmft")).solve(y=0.8, **kw)
+    multi = _load(tmp_path, MULTI).solve(P=1, Kx=np.array([[1.0]]), y=np.array([0.8]), **kw)
+    np.testing.assert_allclose(multi.mean("Delta")[0], one.mean("Delta"), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(multi.mean("K")[0, 0], one.mean("K"), rtol=1e-10, atol=1e-12)
+    for name in ("Phi[1]", "G[2]", "A[1]", "B[2]"):
+        np.testing.assert_allclose(multi.mean(name)[0, 0], one.mean(name), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(multi.mean_stderr("Delta")[0], one.mean_stderr("Delta"), rtol=1e-8, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------- against networks
+def test_means_on_points_match_networks(tmp_path):
+    """tanh, L = 2, P = 3 points of a random Gram matrix, targets of both signs, gamma = 1.2, T = 6."""
+    P, L, T, eta, gamma = 3, 2, 6, 0.1, 1.2
+    Kx, y = _gram(P, 21), np.array([0.9, -0.7, 0.3])
+    sol = _load(tmp_path, MULTI).solve(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma, samples=8000, groups=8)
+    truth = deep_truth(activation="tanh", L=L, gamma=gamma, y=y, eta=eta, T=T, N=128, E=1500, Kx=Kx, seed=4)
+    assert_means_match(sol, truth, L)
+    # power: the same network trained on the third point alone (the fold with P = 1) is > 20 standard errors off
+    # these networks' Delta of that point (measured: 177), so the test sees the other points' updates
+    alone = _load(tmp_path, MULTI).solve(P=1, Kx=Kx[2:, 2:], y=y[2:], L=L, T=T, eta=eta, gamma=gamma, samples=8000,
+                                         groups=8)
+    z = np.abs(alone.mean("Delta")[0] - truth.mean["Delta"][2]) / np.hypot(alone.mean_stderr("Delta")[0] + 1e-12,
+                                                                         truth.se_mean["Delta"][2])
+    assert z.max() > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act, P, L, T, eta, gamma, seed", [
+    ("sin(h)", 4, 2, 20, 0.05, 1.5, 1),
+    ("tanh(h)", 3, 3, 16, 0.08, 0.8, 2),
+])
+def test_means_on_points_match_networks_long(tmp_path, act, P, L, T, eta, gamma, seed):
+    rng = np.random.default_rng(seed)
+    Kx, y = _gram(P, 100 + seed), rng.uniform(-1, 1, P)
+    text = MULTI.replace("activation phi(h) = tanh(h)", f"activation phi(h) = {act}")
+    sol = _load(tmp_path, text).solve(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma, samples=32000, groups=8)
+    truth = deep_truth(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, N=256, E=3000, Kx=Kx, seed=seed)
+    assert_means_match(sol, truth, L)
+
+
+def test_linear_exact_basis_equals_its_monte_carlo(tmp_path):
+    text = MULTI.replace("activation phi(h) = tanh(h)", "activation phi(h) = h")
+    m = _load(tmp_path, text)
+    kw = dict(P=2, Kx=_gram(2, 5), y=np.array([1.0, -0.5]), L=2, T=4, eta=0.2, gamma=1.0)
+    exact = m.solve(**kw)
+    mc = m.solve(backend="mc", samples=8000, groups=8, **kw)
+    assert exact.info["backend"] == "exact" and mc.info["backend"] == "mc"
+    for name in ("Delta", "K", "Phi[1]", "G[2]"):
+        z = np.abs(exact.mean(name) - mc.mean(name)) / (mc.mean_stderr(name) + 1e-12)
+        assert z.max() <= 4.0, (name, z.max())
+        assert np.all(exact.mean_stderr(name) == 0)
+
+
+# ----------------------------------------------------------------------------- the solution
+def test_shapes_summary_save_and_no_propagator(tmp_path):
+    m = _load(tmp_path, MULTI)
+    sol = m.solve(T=4, samples=200, groups=2)
+    P, T = 3, 4
+    assert sol.mean("Delta").shape == (P, T) and sol.mean("K").shape == (P, P, T)
+    assert sol.mean("Phi[2]").shape == sol.mean("B[1]").shape == (P, P, T, T)
+    np.testing.assert_allclose(sol.mean("Delta")[:, 0], 1.0)                       # y = 1 at every point
+    K = sol.mean("K")
+    np.testing.assert_allclose(K, K.transpose(1, 0, 2), atol=1e-12)
+    with pytest.raises(ParameterError, match="several training points is not implemented"):
+        sol.var("Delta")
+    text = sol.summary()
+    assert "Delta" in text and "3x3" in text and "several training points" in text
+    back = dmftc.Solution.load(sol.save(tmp_path / "r.npz"))
+    np.testing.assert_array_equal(back.mean("Phi[1]"), sol.mean("Phi[1]"))
+
+
+@pytest.mark.parametrize("given, word", [
+    (dict(Kx=np.eye(2), P=3), r"'Kx' must have shape \(3, 3\)"),
+    (dict(y=np.ones(4), P=3), r"'y' must have shape \(3,\)"),
+    (dict(y=np.ones(4), Kx=np.eye(3)), "disagree on the number of points P: 'y' has 4, 'Kx' has 3"),
+    (dict(Kx=np.array([[1.0, 2.0], [0.0, 1.0]]), P=2), "symmetric"),
+    (dict(Kx=np.array([[1.0, 2.0], [2.0, 1.0]]), P=2), "positive semi-definite"),
+    (dict(P=2.5), "integer"),
+    (dict(correction=True), "mean correction"),
+])
+def test_bad_parameters_are_explained(tmp_path, given, word):
+    with pytest.raises(ParameterError, match=word):
+        _load(tmp_path, MULTI).solve(T=3, samples=40, groups=2, **given)
+
+
+def test_array_shapes_set_the_number_of_points(tmp_path):
+    sol = _load(tmp_path, MULTI).solve(T=3, samples=40, groups=2, Kx=_gram(2, 1), y=np.array([1.0, -1.0]))
+    assert sol.mean("K").shape == (2, 2, 3)
+
+
+# ----------------------------------------------------------------------------- located errors
+H_SUM = "sum(s < t: sum(nu: A[l-1, mu, nu](t, s) g[l, nu](s)))"
+
+BAD = [
+    ("missing-point", (("g[l, mu](t) = phi'(h[l, mu](t))", "g[l, mu](t) = phi'(h[l](t))"),), ShapeSpecError,
+     "h[l](t))", "g[l, mu](t) = ", "'h' takes the layer index and one point index", "h[l, mu]"),
+    ("wrong-point-at-t", (("g[l, mu](t) = phi'(h[l, mu](t))", "g[l, mu](t) = phi'(h[l, nu](t))"),), ShapeSpecError,
+     "h[l, nu](t))", "g[l, mu](t) = ", "at the time 't' the point is 'mu', not 'nu'", "sum(nu:"),
+    ("time-sum-without-point-sum", ((H_SUM, "sum(s < t: A[l-1, mu, nu](t, s) g[l, nu](s))"),), ShapeSpecError,
+     "A[l-1, mu, nu](t, s) g", None, "no point is paired with the time 's'", "sum(s < t: sum(nu:"),
+    ("pair-parameter-in-a-field", (("g[l, mu](t) = phi'(h[l, mu](t)) z[l, mu](t)",
+                                    "g[l, mu](t) = phi'(h[l, mu](t)) z[l, mu](t) Kx[mu, nu]"),), ShapeSpecError,
+     "Kx[mu, nu]", "g[l, mu](t) = ", "a parameter with point indices is read with the points of its equation",
+     "Phi[0, mu, nu](t, s) = Kx[mu, nu]"),
+    ("order-without-point", (("order Delta[mu](t)", "order Delta(t)"),), ShapeSpecError, "Delta(t), K",
+     None, "carries the point index", "Delta[mu](t)"),
+    ("family-one-point", (("order Delta[mu](t), K[mu, nu](t), Phi[l, mu, nu](t, s)",
+                           "order Delta[mu](t), K[mu, nu](t), Phi[l, mu](t, s)"),), ShapeSpecError, "Phi[l, mu](t, s)",
+     "order ", "'Phi' takes the layer index and two point indices", "Phi[l, mu, nu]"),
+    ("unpaired-point-sum", (("g[l, mu](t) = phi'(h[l, mu](t)) z[l, mu](t)",
+                             "g[l, mu](t) = phi'(h[l, mu](t)) z[l, mu](t) + sum(nu: h[l, nu](t))"),),
+     StructureSpecError, "sum(nu: h[l, nu](t))", None, "pairs with a sum over earlier times", None),
+    ("array-parameter-size", (('param y[P] = 1.0', 'param y[L] = 1.0'),), ShapeSpecError, "param y[L]", None,
+     "one or two dimensions of size 'P'", "param y[P]"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_point_indices_are_located(case):
+    _, edits, exc, at, after, message, hint = case
+    text = MULTI
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    with pytest.raises(SpecError) as info:
+        derive(check(parse(text, "specs/deep_multi.dmft")))
+    err = info.value
+    assert type(err) is exc, err.render()
+    assert message in err.message, err.render()
+    if hint is not None:
+        assert err.hint and hint in err.hint, err.render()
+    start = text.index(after) + len(after) if after else 0
+    i = text.index(at, start)
+    line, col = text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
+    assert (err.pos.line, err.pos.col) == (line, col), err.render()
+    assert re.fullmatch(rf"specs/deep_multi\.dmft:{line}:{col}: error: .+", err.render().splitlines()[0])
+
+
+def test_array_parameter_without_points_is_explained():
+    text = (SPECS / "deep_tanh.dmft").read_text().replace('param y = 1.0', 'param y[L] = 1.0')
+    with pytest.raises(StructureSpecError, match="without a point index") as info:
+        check(parse(text, "specs/deep_tanh.dmft"))
+    assert "index mu, nu in 1..L" in info.value.hint
