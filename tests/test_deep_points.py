@@ -68,6 +68,24 @@ def test_one_point_fold_is_the_one_point_spec(tmp_path):
     np.testing.assert_allclose(multi.mean_stderr("Delta")[0], one.mean_stderr("Delta"), rtol=1e-8, atol=1e-13)
 
 
+# ----------------------------------------------------------------------------- one hidden layer = two-layer spec
+def test_one_hidden_layer_is_the_two_layer_spec(tmp_path):
+    """deep_multi at L = 1 and specs/two_layer_multi.dmft (tanh) describe the same network on P points: two
+    compilers' independent Monte Carlo saddles agree within 4 combined standard errors (Delta, the NTK K)."""
+    P, T, eta, gamma = 3, 6, 0.1, 1.3
+    Kx, y = _gram(P, 8), np.array([0.8, -0.5, 0.2])
+    text = (SPECS / "two_layer_multi.dmft").read_text().replace("activation phi(h) = sqrt(2) * max(0, h)",
+                                                                 "activation phi(h) = tanh(h)")
+    kw = dict(P=P, Kx=Kx, y=y, gamma=gamma, T=T, eta=eta)
+    two = _load(tmp_path, text, "two_layer_tanh").solve(samples=20000, seed=7, **kw)
+    deep = _load(tmp_path, MULTI).solve(L=1, samples=20000, groups=8, seed=5, **kw)
+    for n in ("Delta", "K"):
+        a, b = two.mean(n), deep.mean(n)
+        assert a.shape == b.shape
+        z = np.abs(a - b) / np.sqrt(two.mean_stderr(n) ** 2 + deep.mean_stderr(n) ** 2 + 1e-24)
+        assert z.max() <= 4.0, (n, z.max())
+
+
 # ----------------------------------------------------------------------------- against networks
 def test_means_on_points_match_networks(tmp_path):
     """tanh, L = 2, P = 3 points of a random Gram matrix, targets of both signs, gamma = 1.2, T = 6."""
