@@ -130,6 +130,41 @@ def test_linear_exact_basis_equals_its_monte_carlo(tmp_path):
         assert np.all(exact.mean_stderr(name) == 0)
 
 
+# ----------------------------------------------------------------------------- the exact propagator of linear specs
+LINEAR = MULTI.replace("activation phi(h) = tanh(h)", "activation phi(h) = h")
+
+
+def test_linear_propagator_with_one_point_is_deep_linear(tmp_path):
+    """With P = 1 the Hessian of the folded action is deep_linear's: the same propagator to round-off."""
+    kw = dict(L=2, T=4, eta=0.2, gamma=1.1)
+    one = dmftc.load(str(SPECS / "deep_linear.dmft")).solve(y=0.7, **kw)
+    pts = _load(tmp_path, LINEAR, "deep_multi_linear").solve(P=1, Kx=np.array([[1.0]]), y=np.array([0.7]), **kw)
+    assert pts.info["diagnostics"]["propagator"]["stationarity"] < 1e-12
+    for n in ("Delta", "K", "Phi[1]", "G[2]"):
+        np.testing.assert_allclose(np.ravel(pts.var(n)), one.var(n), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pts.sigma("K", "Phi[2]")[0, 0, :, 0, 0], one.sigma("K", "Phi[2]"), rtol=1e-9,
+                               atol=1e-12)
+
+
+def test_linear_propagator_on_points_matches_networks(tmp_path):
+    """N Var of Delta_mu, K_{mu nu}, Phi[l]_{mu nu}(t, t), G[l]_{mu nu}(t, t) (every point and pair) of linear deep
+    networks on P = 3 points of a random Gram matrix (N = 128/256 extrapolated, E = 6000), pointwise z <= 4."""
+    P, L, T, eta, gamma = 3, 2, 6, 0.1, 1.0
+    rng = np.random.default_rng(7)
+    Kx, y = _gram(P, 7), rng.uniform(-1, 1, P)
+    sol = _load(tmp_path, LINEAR, "deep_multi_linear").solve(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma)
+    assert sol.info["diagnostics"]["propagator"]["stationarity"] < 1e-12
+    truth = deep_truth(activation="linear", L=L, gamma=gamma, y=y, eta=eta, T=T, N=128, E=6000, Kx=Kx, seed=11)
+    for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]:
+        th, en, se = sol.var(n), truth.nvar[n], truth.se_nvar[n]
+        assert th.shape == en.shape, n
+        z = np.abs(th - en) / np.maximum(se, 1e-12 * np.abs(en).max())
+        assert z.max() <= 4.0, (n, z.max())
+    S = sol.sigma("Delta", "K")
+    assert S.shape == (P, T, P, P, T)
+    np.testing.assert_allclose(np.einsum("mtmt->mt", sol.sigma("Delta", "Delta")), sol.var("Delta"), rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------- the solution
 def test_shapes_summary_save_and_no_propagator(tmp_path):
     m = _load(tmp_path, MULTI)

@@ -69,10 +69,14 @@ def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
     from dmftc.runtime.deep_dmft import _symmetric
 
     Phi, G = list(_symmetric(out["Phi"])), list(_symmetric(out["G"]))
-    K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
-                              [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
     Delta = np.asarray(out["Delta"])
-    return _saddle(model, L, T, Delta, model.y0 - Delta, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
+    if model.points > 1:           # K of a same-time pair of points: left to dmftc.runtime.deep_points
+        K, f = None, np.asarray(model.y_steps(T)) - Delta
+    else:
+        K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
+                                  [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
+        f = model.y0 - Delta
+    return _saddle(model, L, T, Delta, f, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
                    [np.asarray(a) for a in out["Rg"]])
 
 
@@ -177,12 +181,22 @@ def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
     """(names or constants) of the local variables of layer l, in _log_z_local order (boundary kernels
     Phi[0] = phi0, G[L+1] = g_top)."""
     L, T = lay.L, lay.T
-    return [f"Phi[{l - 1}]" if l > 1 else ("const", phi0 * np.ones(lay.nt)),
-            f"G[{l + 1}]" if l < L else ("const", g_top * np.ones(lay.nt)),
+    return [f"Phi[{l - 1}]" if l > 1 else ("const", boundary_tril(phi0, lay)),
+            f"G[{l + 1}]" if l < L else ("const", boundary_tril(g_top, lay)),
             f"A[{l - 1}]" if l > 1 else ("const", np.zeros(T * T)),
             f"B[{l}]" if l < L else ("const", np.zeros(T * T)),
             f"Phi_hat[{l}]", f"G_hat[{l}]", "Delta",
             "Delta_hat" if l == L else ("const", np.zeros(T))]
+
+
+def boundary_tril(value, lay: "Layout"):
+    """Lower triangle (t >= s) of a boundary kernel: a number on every entry, or a (P, P) matrix over the
+    training points read at (point of t, point of s) on the T P steps (time, point) of a spec on P points."""
+    if jnp.ndim(value) == 2:                       # (traced when a family jit traces the parameters)
+        P = jnp.shape(value)[0]
+        ti, si = lay.tril
+        return jnp.asarray(value)[ti % P, si % P]
+    return value * np.ones(lay.nt)
 
 
 def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
@@ -200,6 +214,8 @@ def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
 
 def _bilinear(q, *, L, T, y):
     """The bilinear part: Delta_hat (Delta - y0), the kernel-hat pairings and -Tr(A B)."""
+    if jnp.ndim(y):                                               # (P,) on several points: every step's
+        y = jnp.tile(y, T // jnp.shape(y)[0])
     s = q["Delta_hat"] @ (q["Delta"] - y)
     for l in range(1, L + 1):
         s = s + jnp.sum(q[f"Phi_hat[{l}]"] * q[f"Phi[{l}]"]) + jnp.sum(q[f"G_hat[{l}]"] * q[f"G[{l}]"])

@@ -196,15 +196,15 @@ def march_kernels(activation, model, L: int):
     return kern, kern.params(L)
 
 
-def _compiled(L, T, exact, spec, direct=False, keep=False):
+def _compiled(L, T, exact, spec, direct=False, keep=False, points=1):
     """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
     generated module carries one, else (a DeepModel without a spec) the reference structured march
     (:mod:`dmftc.reference.structured_march`) of ``spec``'s kernels."""
-    key = (spec.key, L, T, exact, direct, keep)
+    key = (spec.key, L, T, exact, direct, keep, points)
     if key not in _JIT:
         if runs_site(spec):
             fn = lambda xiu, xir, wts, prm: _site(xiu, xir, wts, prm, L=L, T=T, mod=spec.module,  # noqa: E731
-                                                  direct=direct, keep=keep, exact=exact)
+                                                  direct=direct, keep=keep, exact=exact, points=points)
         else:
             from dmftc.reference.structured_march import structured_march
 
@@ -214,7 +214,7 @@ def _compiled(L, T, exact, spec, direct=False, keep=False):
     return _JIT[key]
 
 
-def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact):
+def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact, points=1):
     """The site march of a generated deep module, in the structured march's output names (roles)."""
     from dmftc.runtime.site_march import site_march
 
@@ -223,7 +223,8 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact):
     (u, _, _), (r, _, _) = sorted(mod.SITE["sources"], key=lambda src: src[2])       # offsets -1 (u), +1 (r)
     rows, q1, hist, avg, chol = site_march(mod, act, L, T, {u: xiu, r: xir}, wts, prm, width=width, direct=direct,
                                            pivot_tol=_PIVOT_TOL_EXACT if exact else _PIVOT_TOL,
-                                           tangent_wts=jnp.full(xiu.shape[1], 1.0 / xiu.shape[1]) if exact else None)
+                                           tangent_wts=jnp.full(xiu.shape[1], 1.0 / xiu.shape[1]) if exact else None,
+                                           points=points)
     R, layers = mod.ROLES, range(1, L + 1)
     stack = lambda d, name: jnp.stack([d[(name, l)] for l in layers])  # noqa: E731
     fixed = {sym for sym, _, _ in mod.SITE["fixed"]}
@@ -238,8 +239,9 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact):
 
 
 def _traced(prm: dict) -> dict:
-    """Parameter values as the march's traced float64 scalars."""
-    return {k: jnp.asarray(float(v), dtype=jnp.float64) for k, v in prm.items()}
+    """Parameter values as the march's traced float64 scalars (arrays: the parameters with point indices of a
+    spec on several training points)."""
+    return {k: jnp.asarray(v if np.ndim(v) else float(v), dtype=jnp.float64) for k, v in prm.items()}
 
 
 def _symmetric(rows):
@@ -248,13 +250,13 @@ def _symmetric(rows):
     return np.tril(rows) + np.swapaxes(np.tril(rows, -1), -1, -2)
 
 
-def march_exact(spec, prm: dict, L: int, T: int) -> dict:
+def march_exact(spec, prm: dict, L: int, T: int, points: int = 1) -> dict:
     """The march on the exact Gaussian backend (linear fields): the rows are the 2 L T basis vectors of the
     sources, so every average is an exact quadratic form.  ``prm``: the march's parameter values.  Returns
     numpy arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, f, fdir (T,)}."""
     n = 2 * L * T
     basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
-    out = _compiled(L, T, True, spec)(basis[0], basis[1], jnp.ones(n), _traced(prm))
+    out = _compiled(L, T, True, spec, points=points)(basis[0], basis[1], jnp.ones(n), _traced(prm))
     _check_finite(out, L, T, "exact backend")
     return {k: np.asarray(v) for k, v in out.items()}
 

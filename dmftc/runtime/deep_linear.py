@@ -102,7 +102,7 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     model = as_model(model, gamma, y, eta)
     own = bool(getattr(model.module, "LINEAR", False))         # a compiled linear spec: its own program
     kern, prm = march_kernels(None if own else as_activation("linear"), model, L)
-    return saddle_of_march(model, march_exact(kern, prm, L, T), L, T)
+    return saddle_of_march(model, march_exact(kern, prm, L, T, points=model.points), L, T)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,7 +124,8 @@ def _log_z_local(v, model, top, *, T):
     eye, zero = jnp.eye(T), jnp.zeros((T, T))
     M = jnp.block([[eye, -C], [-E, eye]])
     fa, fb = model.features()
-    Qhz = -top * (fa * jnp.diag(dh) + fb * zero.at[0, 0].add(jnp.sum(dh)))
+    P = model.points                   # the fixed-time feature h(0) z(0) of each point (its step at time 0)
+    Qhz = -top * (fa * jnp.diag(dh) + fb * zero.at[jnp.arange(P), jnp.arange(P)].add(dh.reshape(-1, P).sum(0)))
     Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
     Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
     big = jnp.block([[-Q, M.T], [M, Sw]])

@@ -21,6 +21,9 @@ action fixes that); everything else is the spec's:
 * ``readout`` = (y0, c_t, c_0): the error signal must be affine in the averages E[z phi] (a nonlinear readout
   would make the average an order parameter of its own; refused with a located error);
 * ``phi0``, ``g_top``: the constant boundary kernels Phi[0] and G[L+1] (the responses A[0], B[L+1] must be 0);
+* ``points``: P of a spec on several training points (dmftc.frontend.points_deep), whose action runs over the
+  T P pairs (time, point) tau = t P + mu: the couplings' strict mask is then [time of s < time of t], a boundary
+  kernel may be a (P, P) matrix over the points (the input Gram matrix), and y0 a (P,) vector;
 * ``k_of``: the scalar K(t) as a function of the time diagonals of the kernels (layers 0..L+1), linearised by
   JAX for the propagator of K.
 """
@@ -52,13 +55,14 @@ class DeepModel:
     k_h: Callable = field(repr=False)     # (Phi, Delta) -> coefficient, elementwise (broadcasting)
     k_z: Callable = field(repr=False)     # (G, Delta) -> coefficient
     readout: tuple                        # (y0, c_t, c_0)
-    phi0: float                           # Phi[0](t, s)
+    phi0: float                           # Phi[0](t, s) (on P points: a number or a (P, P) matrix)
     g_top: float                          # G[L+1](t, s)
     k_of: Callable = field(repr=False)    # (dPhi: list l = 0..L of (T,), dG: list l = 1..L+1 of (T,)) -> (T,)
     family: tuple | None = None           # identifies bind (None: compiled per key)
     values: tuple = ()                    # (name, value) pairs that bind takes
     bind: Callable | None = field(default=None, repr=False, compare=False)
     module: object = field(default=None, repr=False, compare=False)   # the compiled spec's generated module
+    points: int = 1                       # training points folded into time (module doc)
 
     @property
     def standard_params(self) -> dict | None:
@@ -66,8 +70,20 @@ class DeepModel:
         return dict(zip(("gamma", "eta", "y"), self.key[1:4])) if self.key[0] == "standard" else None
 
     @property
-    def y0(self) -> float:
-        return float(self.readout[0])
+    def y0(self):
+        """The target: a number, or (P,) on several points."""
+        y = np.asarray(self.readout[0], float)
+        return float(y) if y.ndim == 0 else y
+
+    def y_steps(self, n: int):
+        """y0 at each of the n steps (time, point): a number for one point, else (n,)."""
+        y = self.readout[0]
+        return jnp.tile(jnp.asarray(y), n // self.points) if jnp.ndim(y) else y
+
+    def strict(self, n: int):
+        """(n, n) mask [time of s < time of t] over the steps (time, point)."""
+        tt = np.arange(n) // self.points
+        return jnp.asarray((tt[:, None] > tt[None, :]).astype(float))
 
     def features(self):
         """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L
@@ -81,8 +97,7 @@ class DeepModel:
 
     def couplings(self, pp_sym, gn_sym, a, b, Delta):
         """(C, E) (T, T) of a layer from its neighbours' kernels (symmetric), responses (T, T) and Delta."""
-        T = Delta.shape[0]
-        strict = jnp.asarray(np.tril(np.ones((T, T)), -1))
+        strict = self.strict(Delta.shape[0])
         C = strict * self.k_h(pp_sym, Delta[None, :]) + a
         E = strict * self.k_z(gn_sym, Delta[None, :]) + b
         return C, E
@@ -231,7 +246,10 @@ def from_spec(mod, p: dict) -> DeepModel:
     functions are used as they are (JAX-traceable); the structure the propagator relies on (responses additive,
     couplings elementwise, readout affine, response boundaries zero) is checked on random values and refused
     with a StructureSpecError that says what differs."""
-    r, q = mod.ROLES, {k: float(v) for k, v in p.items()}
+    r, q = mod.ROLES, {k: (np.asarray(v, float) if np.ndim(v) else float(v)) for k, v in p.items()}
+    pts = getattr(mod, "POINTS", None)
+    static = {mod.DEPTH: q[mod.DEPTH]} | ({pts["size"]: q[pts["size"]]} if pts else {})
+    points = int(q[pts["size"]]) if pts else 1
     rng = np.random.default_rng(2024)
     T = 5
     X, D, R = rng.standard_normal((T, T)), rng.standard_normal(T), rng.standard_normal((T, T))
@@ -263,16 +281,23 @@ def from_spec(mod, p: dict) -> DeepModel:
         if not (ok_q and np.all(np.abs(dd_off) < 1e-12)):
             raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
                                    "Delta(s) only (it depends on other entries)", name)
-    y0, ct, c0_ = (float(c) for c in _spec_readout(mod, q))
+    y0, ct, c0_ = _spec_readout(mod, q)
+    if np.ndim(ct) or np.ndim(c0_):
+        if np.ptp(ct) > 0 or np.ptp(c0_) > 0:
+            raise _spec_error(mod, "the error signal's coefficients of the readout averages must be the same at every "
+                                   "point", mod.ERROR_SIGNAL)
+        ct, c0_ = np.ravel(ct)[0], np.ravel(c0_)[0]
+    y0 = np.asarray(y0, float) if np.ndim(y0) else float(y0)
+    ct, c0_ = float(ct), float(c0_)
     for a, b in ((0.7, -0.2), (-1.3, 2.1)):
         if not close(mod.readout(a, b, q), y0 + ct * a + c0_ * b):
             raise _spec_error(mod, "the error signal must be affine in the readout averages E[z phi](t), E[z phi](0) "
                                    "(a nonlinear readout would make the average an order parameter of its own)",
                               mod.ERROR_SIGNAL)
-    bnd = {k: float(v) for k, v in _spec_boundaries(mod, q).items()}
+    bnd = {k: (np.asarray(v, float) if np.ndim(v) else float(v)) for k, v in _spec_boundaries(mod, q).items()}
     for resp in ("A", "B"):
-        if bnd.get(resp, 0.0) != 0.0:
-            raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]:g})", f"{r[resp]}[",
+        if np.any(np.asarray(bnd.get(resp, 0.0)) != 0.0):
+            raise _spec_error(mod, f"the boundary response {r[resp]} must be 0 (got {bnd[resp]})", f"{r[resp]}[",
                               hint="the responses of the input and readout layers vanish: set them to 0")
     L = int(q[mod.DEPTH])
     if tuple(mod.SCALARS) != ("K",):
@@ -284,13 +309,17 @@ def from_spec(mod, p: dict) -> DeepModel:
         k_of(*test)
     except (IndexError, KeyError) as err:            # pragma: no cover - the checker fixes the layer range
         raise _spec_error(mod, f"K reads a kernel outside layers 0..L+1 ({err})", "K") from None
-    depth = {mod.DEPTH: q[mod.DEPTH]}                 # an integer: fixed in compiled code; the rest is traced
-    free = tuple(sorted((k, v) for k, v in q.items() if k != mod.DEPTH))
-    return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted(q.items()))),
+    # the depth (and the number of points) are integers fixed in compiled code; the rest is traced
+    free = tuple(sorted((k, v) for k, v in q.items() if k not in static))
+    return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted((k, _hashable(v)) for k, v in q.items()))),
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
-                     family=("spec", mod.SPEC_SHA256, tuple(depth.items()), tuple(k for k, _ in free)),
-                     values=free, bind=lambda vals: _spec_bound(mod, vals | depth), module=mod)
+                     family=("spec", mod.SPEC_SHA256, tuple(static.items()), tuple(k for k, _ in free)),
+                     values=free, bind=lambda vals: _spec_bound(mod, vals | static), module=mod, points=points)
+
+
+def _hashable(v):
+    return tuple(np.ravel(v).tolist()) + (np.shape(v),) if np.ndim(v) else v
 
 
 def _rows(mod):
@@ -325,8 +354,9 @@ def _spec_k_of(mod, q):
 
 def _spec_readout(mod, q):
     """(y0, c_t, c_0) of the spec's error signal, the coefficients by differentiation (exact: c_t = -c_0 to the
-    bit when the spec reads E_t - E_0); affine only if from_spec's check says so."""
-    ct, c0 = jax.grad(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
+    bit when the spec reads E_t - E_0); affine only if from_spec's check says so.  On several points y0 is (P,)
+    and so are the coefficients (the same at every point)."""
+    ct, c0 = jax.jacfwd(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
     return mod.readout(0.0, 0.0, q), ct, c0
 
 
@@ -340,5 +370,10 @@ def _spec_bound(mod, q) -> DeepModel:
     """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them)."""
     k_h, k_z = _spec_couplings(mod, q)
     bnd = _spec_boundaries(mod, q)
-    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=_spec_readout(mod, q),
-                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q))
+    pts = getattr(mod, "POINTS", None)
+    y0, ct, c0 = _spec_readout(mod, q)
+    if pts:                                           # the coefficients are the same at every point (from_spec)
+        ct, c0 = jnp.ravel(ct)[0], jnp.ravel(c0)[0]
+    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=(y0, ct, c0),
+                     phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
+                     points=int(q[pts["size"]]) if pts else 1)

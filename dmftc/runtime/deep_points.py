@@ -9,7 +9,9 @@ returns a :class:`dmftc.runtime.solution.Solution` in the spec's names and the s
 
     Delta (P, T), K (P, P, T) (a same-time pair of points), Phi[l], G[l], A[l], B[l] (P, P, T, T) [mu, nu, t, s].
 
-The finite-width propagator of deep specs on several points is not implemented yet: ``sol.var`` says so.
+A linear spec also gets its exact finite-width propagator (:func:`linear_propagator`: the Hessian of the
+closed-form Gaussian action of :mod:`dmftc.runtime.deep_linear` over the T P steps); for any other activation the
+propagator on several points is not implemented yet, and ``sol.var`` says so.
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ jax.config.update("jax_enable_x64", True)
 
 __all__ = ["resolve_point_params", "solve_points", "NO_PROPAGATOR"]
 
-NO_PROPAGATOR = ("the finite-width propagator of deep specs on several training points is not implemented yet "
-                 "(issue 12); the means and their Monte Carlo errors are available")
+NO_PROPAGATOR = ("the finite-width propagator of nonlinear deep specs on several training points is not implemented "
+                 "yet (issue 12; linear ones have the exact one); the means and their Monte Carlo errors are available")
 _JIT: dict = {}
 
 
@@ -148,6 +150,73 @@ def _assemble(mod, out, L, T, P, p):
     return arr
 
 
+def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float = 8e9):
+    """The exact propagator of a linear deep spec on P points: the Hessian of its closed-form Gaussian action
+    (:mod:`dmftc.runtime.deep_linear`) over the T P steps (time, point), at the saddle of the spec's own march, and
+    Sigma = [-(Hess S)^-1]_{phys, phys} mapped to the equal-time observables of every point and pair of points:
+    Delta (P,), K, Phi[l], G[l] (P, P) per time (K linearised by JAX from the spec's formula).  Returns
+    (:class:`dmftc.runtime.blocks.DenseBlocks` in the spec's names, diagnostics)."""
+    import scipy.linalg as sla
+
+    from dmftc.runtime.blocks import DenseBlocks
+    from dmftc.runtime.deep_action import Layout, saddle_point_vector
+    from dmftc.runtime.deep_linear import action_hessian, deep_linear_saddle, stationarity
+    from dmftc.runtime.deep_model import from_spec
+
+    t0 = _time.perf_counter()
+    n = T * P
+    lay = Layout(L, n)
+    need = 8.0 * lay.n * lay.n * 2
+    if need > memory_limit:
+        raise ParameterError(f"the deep-linear propagator on {P} points at L = {L}, T = {T} needs about "
+                             f"{need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); means are available, "
+                             "for variances lower T, L or the number of points, or raise memory_limit")
+    model = from_spec(mod, p)
+    sad = deep_linear_saddle(L=L, T=n, model=model)
+    x0 = saddle_point_vector(sad)
+    stat = stationarity(sad, model)
+    H = action_hessian(x0, L=L, T=n, model=model)
+    rhs = np.zeros((lay.n, lay.n_phys))
+    rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
+    Sp = -sla.lu_solve(sla.lu_factor(H, overwrite_a=True, check_finite=False), rhs, check_finite=False)[:lay.n_phys]
+    Sp = 0.5 * (Sp + Sp.T)
+    # the equal-time observables per time t: Delta_mu, then K, Phi[1..L], G[1..L] over the pairs (mu, nu)
+    R = mod.ROLES
+    kern = [f"{R['Phi']}[{l}]" for l in range(1, L + 1)] + [f"{R['G']}[{l}]" for l in range(1, L + 1)]
+    names = [mod.ERROR_SIGNAL, "K"] + kern
+    shapes = {mod.ERROR_SIGNAL: (P,), **{k: (P, P) for k in names[1:]}}
+    offsets, o = {}, 0
+    for k in names:
+        offsets[k] = o
+        o += int(np.prod(shapes[k]))
+    m = o
+    t_, mu, nu = np.meshgrid(np.arange(T), np.arange(P), np.arange(P), indexing="ij")    # (T, P, P)
+    a, b = t_ * P + mu, t_ * P + nu
+    hi, lo = np.maximum(a, b), np.minimum(a, b)
+    pos = hi * (hi + 1) // 2 + lo                                     # the pair's entry in a packed lower triangle
+    J = np.zeros((T * m, lay.n_phys))
+    rows = lambda name: (np.arange(T)[:, None] * m + offsets[name] + np.arange(int(np.prod(shapes[name])))[None, :])  # noqa: E731
+    J[rows(mod.ERROR_SIGNAL).reshape(-1), lay.blocks["Delta"][0] + np.arange(n)] = 1.0
+    for l in range(1, L + 1):
+        for role, name in (("Phi", f"{R['Phi']}[{l}]"), ("G", f"{R['G']}[{l}]")):
+            J[rows(name).reshape(-1), lay.blocks[f"{role}[{l}]"][0] + pos.reshape(T, -1).reshape(-1)] = 1.0
+    same = lambda K: np.asarray(K)[a, b].reshape(-1)                                     # noqa: E731
+    full = lambda v: np.asarray(v, float)[np.arange(n) % P][:, np.arange(n) % P] if np.ndim(v) == 2 \
+        else float(v) * np.ones((n, n))                                                  # noqa: E731
+    dPhi = [same(full(model.phi0))] + [same(sad.Phi[l - 1]) for l in range(1, L + 1)]
+    dG = [same(sad.G[l - 1]) for l in range(1, L + 1)] + [same(full(model.g_top))]
+    kP, kG = model.k_jacobian(dPhi, dG)
+    for l in range(1, L + 1):
+        for role, col in (("Phi", kP[l - 1]), ("G", kG[l - 1])):
+            blk = lay.blocks[f"{role}[{l}]"][0] + pos.reshape(-1)
+            np.add.at(J, (rows("K").reshape(-1), blk), col)
+    sigma = J @ Sp @ J.T
+    ev = sla.eigh(Sp, eigvals_only=True, driver="evr")
+    diag = {"stationarity": stat, "n_vars": lay.n, "min_eig": float(ev.min()), "max_eig": float(ev.max()),
+            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)), "time_propagator": _time.perf_counter() - t0}
+    return DenseBlocks(T, shapes, offsets, m, sigma, var_se=np.zeros(T * m)), diag
+
+
 def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                  backend: str = "auto", correction: bool = False, progress: bool = False, **given) -> Solution:
     """Solve a compiled deep spec on several training points (module doc).  ``samples`` source paths in
@@ -155,8 +224,9 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact')."""
     from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, _integer, _number
 
-    for k in ("memory_limit", "propagator_samples", "propagator_groups", "sampler"):
-        given.pop(k, None)                        # options of the propagator, which does not exist here yet
+    memory_limit = given.pop("memory_limit", 8e9)
+    for k in ("propagator_samples", "propagator_groups", "sampler"):
+        given.pop(k, None)                        # options of the Monte Carlo propagator, which does not exist here yet
     if correction:
         raise ParameterError("the O(1/N) mean correction of deep specs on several training points is not "
                              "implemented yet (issue 12)")
@@ -211,5 +281,13 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if not exact:
         info.update(samples=per * groups, seed=seed, groups=groups)
     params = dict(p) | {"dirac width": dirac_width}
-    return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, None, info, kind="deep",
-                    mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=ParameterError(NO_PROPAGATOR), depth=L)
+    blocks, error = None, ParameterError(NO_PROPAGATOR)
+    if exact:
+        try:
+            blocks, pdiag = linear_propagator(mod, p, L, T, P, memory_limit)
+            info["diagnostics"]["propagator"] = pdiag
+            error = None
+        except ParameterError as err:               # too large for memory_limit: the means stand
+            error = err
+    return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, blocks, info, kind="deep",
+                    mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=error, depth=L)
