@@ -146,6 +146,27 @@ def test_linear_propagator_with_one_point_is_deep_linear(tmp_path):
                                atol=1e-12)
 
 
+def test_linear_one_hidden_layer_is_the_two_layer_engine(tmp_path):
+    """L = 1 on P = 3 points: the folded deep action and the two-layer compiler's exact backend
+    (specs/two_layer_multi.dmft with phi = h) give the same propagator to round-off, and the O(1/N) mean
+    correction (third derivatives of the deep action, exact) agrees with the two-layer engine's (Monte Carlo)
+    within 4 of its standard errors."""
+    P, T, eta, gamma = 3, 6, 0.1, 1.2
+    Kx, y = _gram(P, 3), np.array([0.8, -0.5, 0.3])
+    kw = dict(T=T, eta=eta, gamma=gamma, P=P, Kx=Kx, y=y, correction=True)
+    deep = _load(tmp_path, LINEAR, "deep_multi_linear").solve(L=1, **kw)
+    text = (SPECS / "two_layer_multi.dmft").read_text().replace("activation phi(h) = sqrt(2) * max(0, h)",
+                                                                 "activation phi(h) = h")
+    two = _load(tmp_path, text, "two_layer_linear").solve(samples=100000, seed=3, **kw)
+    for n in ("Delta", "K"):
+        np.testing.assert_allclose(deep.var(n), two.var(n), rtol=1e-9, atol=1e-12 * np.abs(two.var(n)).max())
+        ref, se, got = two.mean_correction(n), two.mean_correction(n, stderr=True), deep.mean_correction(n)
+        assert np.abs(ref).max() > 20 * se.max(), n                  # resolved: the comparison can fail
+        ok = se > 1e-8 * se.max()                                    # Delta(0), Delta(1), K(0): exact on both
+        assert (np.abs(got - ref)[ok] / se[ok]).max() <= 4.0, n
+        np.testing.assert_allclose(got[~ok], ref[~ok], atol=1e-10 * np.abs(ref).max())
+
+
 def test_linear_propagator_on_points_matches_networks(tmp_path):
     """N Var of Delta_mu, K_{mu nu}, Phi[l]_{mu nu}(t, t), G[l]_{mu nu}(t, t) (every point and pair) of linear deep
     networks on P = 3 points of a random Gram matrix (N = 128/256 extrapolated, E = 6000), pointwise z <= 4."""
@@ -190,7 +211,7 @@ def test_shapes_summary_save_and_no_propagator(tmp_path):
     (dict(Kx=np.array([[1.0, 2.0], [0.0, 1.0]]), P=2), "symmetric"),
     (dict(Kx=np.array([[1.0, 2.0], [2.0, 1.0]]), P=2), "positive semi-definite"),
     (dict(P=2.5), "integer"),
-    (dict(correction=True), "mean correction"),
+    (dict(correction=True), "mean correction of nonlinear deep specs"),
 ])
 def test_bad_parameters_are_explained(tmp_path, given, word):
     with pytest.raises(ParameterError, match=word):

@@ -150,12 +150,15 @@ def _assemble(mod, out, L, T, P, p):
     return arr
 
 
-def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float = 8e9):
+def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float = 8e9, correction: bool = False):
     """The exact propagator of a linear deep spec on P points: the Hessian of its closed-form Gaussian action
     (:mod:`dmftc.runtime.deep_linear`) over the T P steps (time, point), at the saddle of the spec's own march, and
     Sigma = [-(Hess S)^-1]_{phys, phys} mapped to the equal-time observables of every point and pair of points:
     Delta (P,), K, Phi[l], G[l] (P, P) per time (K linearised by JAX from the spec's formula).  Returns
-    (:class:`dmftc.runtime.blocks.DenseBlocks` in the spec's names, diagnostics)."""
+    (:class:`dmftc.runtime.blocks.DenseBlocks` in the spec's names, diagnostics, m1).  ``correction``: also the
+    exact O(1/N) mean correction m1 = 1/2 C S3[C] (:mod:`dmftc.runtime.deep_linear_correction`, C = -H^-1 whole):
+    {name: m1} in the means' shapes (K: its linear part plus 1/2 tr(d2K Sigma) over the equal-time kernels of
+    the same pair of points), else None."""
     import scipy.linalg as sla
 
     from dmftc.runtime.blocks import DenseBlocks
@@ -166,7 +169,7 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     t0 = _time.perf_counter()
     n = T * P
     lay = Layout(L, n)
-    need = 8.0 * lay.n * lay.n * 2
+    need = 8.0 * lay.n * lay.n * (3 if correction else 2)
     if need > memory_limit:
         raise ParameterError(f"the deep-linear propagator on {P} points at L = {L}, T = {T} needs about "
                              f"{need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); means are available, "
@@ -176,9 +179,19 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     x0 = saddle_point_vector(sad)
     stat = stationarity(sad, model)
     H = action_hessian(x0, L=L, T=n, model=model)
-    rhs = np.zeros((lay.n, lay.n_phys))
-    rhs[np.arange(lay.n_phys), np.arange(lay.n_phys)] = 1.0
-    Sp = -sla.lu_solve(sla.lu_factor(H, overwrite_a=True, check_finite=False), rhs, check_finite=False)[:lay.n_phys]
+    cols = lay.n if correction else lay.n_phys
+    rhs = np.zeros((lay.n, cols))
+    rhs[np.arange(cols), np.arange(cols)] = 1.0
+    X = -sla.lu_solve(sla.lu_factor(H, overwrite_a=True, check_finite=False), rhs, check_finite=False)
+    del H, rhs
+    m1 = None
+    if correction:
+        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
+
+        X = 0.5 * (X + X.T)
+        m1 = mean_correction_from_inverse(x0, X, L=L, T=n, model=model)[:lay.n_phys]
+    Sp = X[:lay.n_phys, :lay.n_phys]
+    del X
     Sp = 0.5 * (Sp + Sp.T)
     # the equal-time observables per time t: Delta_mu, then K, Phi[1..L], G[1..L] over the pairs (mu, nu)
     R = mod.ROLES
@@ -211,10 +224,32 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
             blk = lay.blocks[f"{role}[{l}]"][0] + pos.reshape(-1)
             np.add.at(J, (rows("K").reshape(-1), blk), col)
     sigma = J @ Sp @ J.T
+    means_m1 = None
+    if m1 is not None:
+        full_m1 = lambda blk: _pairs_of_tril(m1[lay.slice(blk)], n, T, P)                # noqa: E731
+        means_m1 = {mod.ERROR_SIGNAL: m1[lay.slice("Delta")].reshape(T, P).T}
+        for l in range(1, L + 1):
+            means_m1[f"{R['Phi']}[{l}]"] = full_m1(f"Phi[{l}]")
+            means_m1[f"{R['G']}[{l}]"] = full_m1(f"G[{l}]")
+        k_lin = J[rows("K").reshape(-1)] @ m1                                           # (T P P,)
+        var = [lay.blocks[f"Phi[{l}]"][0] + pos.reshape(-1) for l in range(1, L + 1)]
+        var += [lay.blocks[f"G[{l}]"][0] + pos.reshape(-1) for l in range(1, L + 1)]
+        cov = np.stack([np.stack([Sp[i, j] for j in var], axis=1) for i in var], axis=1)  # (T P P, 2L, 2L)
+        kk = model.k_hessian(dPhi, dG)
+        k_m1 = k_lin + 0.5 * np.einsum("eij,eij->e", kk, cov)
+        means_m1["K"] = k_m1.reshape(T, P, P).transpose(1, 2, 0)
     ev = sla.eigh(Sp, eigvals_only=True, driver="evr")
     diag = {"stationarity": stat, "n_vars": lay.n, "min_eig": float(ev.min()), "max_eig": float(ev.max()),
             "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)), "time_propagator": _time.perf_counter() - t0}
-    return DenseBlocks(T, shapes, offsets, m, sigma, var_se=np.zeros(T * m)), diag
+    return DenseBlocks(T, shapes, offsets, m, sigma, var_se=np.zeros(T * m)), diag, means_m1
+
+
+def _pairs_of_tril(v, n, T, P):
+    """A symmetric (n, n) kernel over the steps from its packed lower triangle, as (P, P, T, T) [mu, nu, t, s]."""
+    full = np.zeros((n, n))
+    full[np.tril_indices(n)] = v
+    full = full + np.tril(full, -1).T
+    return full.reshape(T, P, T, P).transpose(1, 3, 0, 2)
 
 
 def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
@@ -227,10 +262,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     memory_limit = given.pop("memory_limit", 8e9)
     for k in ("propagator_samples", "propagator_groups", "sampler"):
         given.pop(k, None)                        # options of the Monte Carlo propagator, which does not exist here yet
-    if correction:
-        raise ParameterError("the O(1/N) mean correction of deep specs on several training points is not "
-                             "implemented yet (issue 12)")
     p, L, T, P = resolve_point_params(mod, given)
+    if correction and not mod.LINEAR:
+        raise ParameterError("the O(1/N) mean correction of nonlinear deep specs on several training points is not "
+                             "implemented (linear ones have the exact one)")
     dirac_width = _number("dirac_width", dirac_width, low=0.0)
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
@@ -281,13 +316,19 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if not exact:
         info.update(samples=per * groups, seed=seed, groups=groups)
     params = dict(p) | {"dirac width": dirac_width}
-    blocks, error = None, ParameterError(NO_PROPAGATOR)
+    blocks, error, m1 = None, ParameterError(NO_PROPAGATOR), None
     if exact:
         try:
-            blocks, pdiag = linear_propagator(mod, p, L, T, P, memory_limit)
+            blocks, pdiag, m1 = linear_propagator(mod, p, L, T, P, memory_limit, correction)
             info["diagnostics"]["propagator"] = pdiag
             error = None
         except ParameterError as err:               # too large for memory_limit: the means stand
+            if correction:
+                raise
             error = err
+    elif correction:
+        raise ParameterError("the mean correction of a linear spec needs the exact backend (backend 'auto' or "
+                             "'exact')")
     return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, blocks, info, kind="deep",
-                    mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=error, depth=L)
+                    mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=error, depth=L, m1=m1,
+                    m1_se=None if m1 is None else {k: np.zeros_like(v) for k, v in m1.items()})
