@@ -74,7 +74,7 @@ def main():
             ax.plot(times, th[ix], "--", color=c, lw=1)
             ax.fill_between(times, th[ix] - 2 * th_se[ix], th[ix] + 2 * th_se[ix], color=c, alpha=0.2)
             ax.errorbar(times, ens[ix], yerr=2 * ens_se[ix], fmt="o", ms=2.5, color=c, lw=0.8)
-        ax.set_title(f"{n}" + ("_mu(t)" if th.ndim == 2 else "_{mu nu}(t, t)"))
+        ax.set_title(n + ("_mu(t)" if th.ndim == 2 else "_{mu nu}(t)" if n == "K" else "_{mu nu}(t, t)"))
         ax.set_xlabel("t")
     fig.suptitle(f"deep tanh network (L = {L}) on P = {P} points: theory (dashed, 2 se) against networks "
                  f"(points, N = {N}/{2 * N} extrapolated, E = {E})", fontsize=9)
