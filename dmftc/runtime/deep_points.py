@@ -32,7 +32,6 @@ __all__ = ["resolve_point_params", "solve_points", "NO_PROPAGATOR"]
 
 NO_PROPAGATOR = ("the finite-width propagator of nonlinear deep specs on several training points is not implemented "
                  "yet (issue 12; linear ones have the exact one); the means and their Monte Carlo errors are available")
-_JIT: dict = {}
 
 
 def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
@@ -92,44 +91,21 @@ def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
     return p, int(p[depth]), int(p[steps]), P
 
 
-def _march(mod, L, TP, P, exact, direct=False):
-    """The jitted site march over the T P steps; (xi {source: (L, S, T P)}, weights, params) -> its output."""
-    key = (mod.SPEC_SHA256, mod.SPEC_PATH, L, TP, P, exact, direct)
-    if key not in _JIT:
-        from dmftc.runtime.deep_dmft import _PIVOT_TOL, _PIVOT_TOL_EXACT
-        from dmftc.runtime.site_march import site_march
-
-        def run(xi, wts, prm):
-            width = prm["dirac width"]
-            act = [lambda x, k=k: mod.activation(x, prm, width)[k] for k in range(3)]
-            S = wts.shape[0]
-            return site_march(mod, act, L, TP, xi, wts, prm, width=width, direct=direct,
-                              pivot_tol=_PIVOT_TOL_EXACT if exact else _PIVOT_TOL,
-                              tangent_wts=jnp.full(S, 1.0 / S) if exact else None, points=P)
-
-        _JIT[key] = jax.jit(run)
-    return _JIT[key]
-
-
 def _assemble(mod, out, L, T, P, p):
-    """The march's output in the spec's names and the points' shapes (module doc)."""
-    rows, q1, _, avg, _ = out
-    site = mod.SITE
+    """The march's output (:func:`dmftc.runtime.deep_dmft._site`: kernels and responses as causal rows by role,
+    Delta, f over the T P steps) in the spec's names and the points' shapes (module doc)."""
+    R = mod.ROLES
     to_pairs = lambda m: np.asarray(m).reshape(T, P, T, P).transpose(1, 3, 0, 2)   # noqa: E731  [mu, nu, t, s]
     arr = {}
-    for name in site["kernels"]:
+    for role in ("Phi", "G"):
         for l in range(1, L + 1):
-            m = np.asarray(rows[(name, l)])
-            arr[f"{name}[{l}]"] = to_pairs(np.tril(m) + np.tril(m, -1).T)
-    for name, _ in site["responses"]:
+            m = np.asarray(out[role][l - 1])
+            arr[f"{R[role]}[{l}]"] = to_pairs(np.tril(m) + np.tril(m, -1).T)
+    for role, key in (("A", "Rphi"), ("B", "Rg")):
         for l in range(1, L + 1):
-            arr[f"{name}[{l}]"] = to_pairs(rows[(name, l)])
-    for name, _ in site["readouts"]:
-        arr[name] = np.asarray(q1[name]).reshape(T, P).T
-    fixed = {sym for sym, _, _ in site["fixed"]}
-    e_t = next(sym for sym in site["readouts"][0][1] if sym not in fixed)
-    kind = "stein" if any(sym == e_t for sym, _, _ in site["stein"]) else "direct"
-    arr["f"] = np.asarray(avg[(kind, e_t)]).reshape(T, P).T
+            arr[f"{R[role]}[{l}]"] = to_pairs(out[key][l - 1])
+    arr[mod.ERROR_SIGNAL] = np.asarray(out["Delta"]).reshape(T, P).T
+    arr["f"] = np.asarray(out["f"]).reshape(T, P).T
     bounds = mod.boundaries(p)
 
     def diag(name, layer):
@@ -257,7 +233,8 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     """Solve a compiled deep spec on several training points (module doc).  ``samples`` source paths in
     ``groups`` independent marches (means = group averages, standard errors from their spread); a linear spec
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact')."""
-    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, _integer, _number
+    from dmftc.runtime.deep_dmft import (_MEMORY_BUDGET, SpecKernels, _compiled, _integer, _number, _traced,
+                                         march_exact)
 
     memory_limit = given.pop("memory_limit", 8e9)
     for k in ("propagator_samples", "propagator_groups", "sampler"):
@@ -276,27 +253,24 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     seed, groups = _integer("seed", seed, 0), _integer("groups", groups, 2)
     samples = _integer("samples", samples, 2 * groups)
     TP = T * P
-    srcs = [x for x, _, _ in mod.SITE["sources"]]
     if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "
                              f"{4 * L * (samples // groups) * TP * TP:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
-    prm = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()} | {"dirac width": jnp.float64(dirac_width)}
+    prm = dict(p) | {"dirac width": dirac_width}
     t0 = _time.perf_counter()
-    if exact:
-        n = len(srcs) * L * TP
-        basis = np.eye(n).reshape(n, len(srcs), L, TP).transpose(1, 2, 0, 3)
-        out = _march(mod, L, TP, P, True)({x: jnp.asarray(basis[i]) for i, x in enumerate(srcs)}, jnp.ones(n), prm)
-        runs = [_assemble(mod, out, L, T, P, p)]
-        diag = dict(backend="exact", basis_size=n)
+    spec = SpecKernels(mod)
+    if exact:                                  # the one march on the exact Gaussian basis (deep_dmft.march_exact)
+        runs = [_assemble(mod, march_exact(spec, prm, L, TP, points=P), L, T, P, p)]
+        diag = dict(backend="exact", basis_size=2 * L * TP)
     else:
         per = samples // groups
-        march = _march(mod, L, TP, P, False)
+        march = _compiled(L, TP, False, spec, points=P)
         key = jax.random.PRNGKey(seed)
         runs = []
-        for gi in range(groups):
-            xi = jax.random.normal(jax.random.fold_in(key, gi), (len(srcs), L, per, TP), dtype=jnp.float64)
-            out = march({x: xi[i] for i, x in enumerate(srcs)}, jnp.full(per, 1.0 / per), prm)
+        for gi in range(groups):               # the standard normals of the one-point solve (deep_dmft.solve_deep)
+            xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, TP), dtype=jnp.float64)
+            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), _traced(prm))
             runs.append(_assemble(mod, out, L, T, P, p))
         diag = dict(backend="mc", samples_per_group=per)
     means = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
