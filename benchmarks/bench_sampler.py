@@ -37,7 +37,8 @@ def _rows(var, se):
 
 
 def bench_deep(args):
-    from dmftc.runtime.deep_propagator import deep_propagator, observable_names
+    from dmftc.runtime.deep_action import observable_names
+    from dmftc.runtime.deep_propagator import deep_propagator
 
     var, se, wall = {}, {}, {}
     for smp in ("random", "sobol"):

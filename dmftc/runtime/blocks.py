@@ -5,6 +5,8 @@
   propagator, kappa and U; any solution read back from a results file).
 * :class:`LazyBlocks`: a deep solve's propagator, computed on first use (the Monte Carlo Hessian of the action
   costs far more than the means) or already exact (linear specs), read in the spec's names.
+* :class:`LazyDense`: the same for a deep spec on several training points, whose observables carry point
+  indices: computed on first use as a :class:`DenseBlocks`.
 
 Both answer in the shapes of the solution contract: ``sigma(a, b)`` is ``(*dims_a, T, *dims_b, T)``, ``var`` and
 ``var_se`` are ``(*dims, T)``; a deep kernel's blocks are on its time diagonal, ``Phi[l](t, t)`` (dims ``()``).
@@ -88,15 +90,23 @@ class DenseBlocks:
                    meta["block"], arrays["sigma"], arrays.get("var_se"), arrays.get("kappa"), arrays.get("U"))
 
 
+_DIAGNOSTICS = ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc",
+                "solve_bias", "solve_bias_vs_se")
+
+
+def record_diagnostics(info: dict, diagnostics: dict):
+    """The Monte Carlo propagator's diagnostics a solution reports (its error bars' caveats) into ``info``."""
+    for k in _DIAGNOSTICS:
+        if k in diagnostics:
+            info[f"propagator_{k}" if not k.startswith("dirac") else k] = diagnostics[k]
+
+
 class LazyBlocks:
     """A deep solve's propagator in the spec's names: ``source()`` returns the propagator object
     (:class:`dmftc.runtime.deep_action.Propagator` or :class:`dmftc.runtime.deep_propagator.DeepPropagator`,
     with ``sigma[a][b]`` (T, T) and, for Monte Carlo, ``se[a][b]``) in the internal names, computed on the first
     call; ``names``: spec name -> internal name of the observables; ``info``: the solution's info, which receives
     the propagator's diagnostics once computed."""
-
-    _DIAGNOSTICS = ("dirac_shift", "dirac_shift_vs_se", "dirac_extrapolated", "stationarity", "psd_within_mc",
-                    "solve_bias", "solve_bias_vs_se")
 
     def __init__(self, T: int, source, names: dict, info: dict):
         self.T, self._source, self._names, self._info = int(T), source, dict(names), info
@@ -113,9 +123,7 @@ class LazyBlocks:
     def get(self):
         if self._value is None:
             prop = self._source()
-            for k in self._DIAGNOSTICS:
-                if k in getattr(prop, "diagnostics", {}):
-                    self._info[f"propagator_{k}" if not k.startswith("dirac") else k] = prop.diagnostics[k]
+            record_diagnostics(self._info, getattr(prop, "diagnostics", {}))
             self._value = prop
         return self._value
 
@@ -160,3 +168,51 @@ class LazyBlocks:
                 sigma[:, i, :, j] = self.sigma(a, b)
         return DenseBlocks(T, {n: () for n in names}, {n: i for i, n in enumerate(names)}, m,
                            sigma.reshape(T * m, T * m), se.ravel())
+
+
+class LazyDense:
+    """Blocks computed on first use as a :class:`DenseBlocks` (the Monte Carlo propagator of a deep spec on several
+    training points, whose observables carry point indices): ``source()`` returns (DenseBlocks, diagnostics);
+    ``names``: the observables, known before computing; ``info``: the solution's info, which receives the
+    diagnostics once computed."""
+
+    def __init__(self, T: int, names, source, info: dict):
+        self.T, self._names, self._source, self._info = int(T), tuple(names), source, info
+        self._value = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self._names
+
+    @property
+    def computed(self) -> bool:
+        return self._value is not None
+
+    def get(self) -> DenseBlocks:
+        if self._value is None:
+            dense, diagnostics = self._source()
+            record_diagnostics(self._info, diagnostics)
+            self._value = dense
+        return self._value
+
+    def sigma(self, a, b):
+        return self.get().sigma(a, b)
+
+    def var(self, name):
+        return self.get().var(name)
+
+    def var_se(self, name):
+        return self.get().var_se(name)
+
+    def kappa(self, a, b):
+        return self.get().kappa(a, b)
+
+    def U(self, a, b):
+        return self.get().U(a, b)
+
+    def two_time(self, a, b):
+        raise ParameterError("two-time blocks are available for linear deep specs only; nonlinear ones give "
+                             "sigma(a, b) on the time diagonal")
+
+    def dense(self) -> DenseBlocks:
+        return self.get()

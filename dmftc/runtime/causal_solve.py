@@ -50,25 +50,30 @@ class CausalOrder:
     pos: np.ndarray
 
 
-def causal_order(lay: Layout) -> CausalOrder:
+def causal_order(lay: Layout, points: int = 1) -> CausalOrder:
+    """The variables of ``lay`` by time.  ``points``: P of a spec on several training points, whose steps are the
+    (time, point) pairs tau = t P + mu (dmftc.frontend.points_deep): a variable's time is then the time of its
+    steps, and a coupling is causal when its source's TIME is earlier (A) or not later (B), so the diagonal
+    blocks hold every point of one time."""
     T = lay.T
+    time = np.arange(T) // points
     tau = np.zeros(lay.n, int)
     prim = np.zeros(lay.n, bool)
     ti, _ = lay.tril
-    t_full, s_full = np.divmod(np.arange(T * T), T)
+    t_full, s_full = (time[k] for k in np.divmod(np.arange(T * T), T))
     for name, (o, size) in lay.blocks.items():
         sl = slice(o, o + size)
         if name.startswith(("Phi", "G")):
-            tau[sl], prim[sl] = ti, "_hat" not in name
+            tau[sl], prim[sl] = time[ti], "_hat" not in name
         elif name.startswith("Delta"):
-            tau[sl], prim[sl] = np.arange(T), name == "Delta"
+            tau[sl], prim[sl] = time, name == "Delta"
         else:                                                   # A[l] primal for s < t, B[l] for s <= t
             causal = s_full < t_full if name.startswith("A[") else s_full <= t_full
             tau[sl], prim[sl] = np.where(causal, t_full, s_full), causal
     primal = np.flatnonzero(prim)[np.argsort(tau[prim], kind="stable")]
     dual = np.flatnonzero(~prim)[np.argsort(tau[~prim], kind="stable")]
-    cp = np.bincount(tau[prim], minlength=T)
-    if not np.array_equal(cp, np.bincount(tau[~prim], minlength=T)):
+    cp = np.bincount(tau[prim], minlength=T // points)
+    if not np.array_equal(cp, np.bincount(tau[~prim], minlength=T // points)):
         raise AssertionError("primal and dual time blocks differ in size")      # a Layout bug, not user input
     pos = np.zeros(lay.n, int)
     pos[primal] = np.arange(len(primal))
@@ -86,11 +91,11 @@ class CausalBlocks:
     primal_block_max: float
 
 
-def assemble_blocks(x0, lay: Layout, local_hessians) -> CausalBlocks:
+def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalBlocks:
     """U and Kd from the bilinear part and the local Hessians of ln Z_l.  ``local_hessians``: an iterable of
     (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_linear._log_z_local order); each
-    is added and can be freed before the next is produced."""
-    co = causal_order(lay)
+    is added and can be freed before the next is produced.  ``points``: see :func:`causal_order`."""
+    co = causal_order(lay, points)
     n = len(co.primal)
     U = np.zeros((n, n))
     Kd = np.zeros((n, n))
@@ -136,13 +141,16 @@ def left_solve(U, edges, E):
     return Y, worst
 
 
-def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, model=None) -> Propagator:
+def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, model=None,
+                      observables=None) -> Propagator:
     """Propagator of the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)) from U and Kd;
-    with ``full`` also sigma_phys over the whole packed physical block (otherwise None)."""
+    with ``full`` also sigma_phys over the whole packed physical block (otherwise None).  ``observables``: a
+    function (saddle, layout) -> (names, rows, J) in place of :func:`dmftc.runtime.deep_action.observable_map`
+    (e.g. the observables of every point and pair of a spec on several points)."""
     lay = Layout(sad.L, sad.T)
     co = blocks.order
     t0 = _time.perf_counter()
-    names, rows, J = observable_map(sad, lay, model)
+    names, rows, J = (observable_map(sad, lay, model) if observables is None else observables(sad, lay))
     phys_pos = co.pos[np.arange(lay.n_phys)]                    # physical variables are all primal
     R = np.eye(lay.n_phys) if full else J
     E = np.zeros((R.shape[0], len(co.primal)))

@@ -128,8 +128,8 @@ class SpecKernels:
         from dmftc.derive.activation import SiteActivation
 
         mod = self.module
-        p = {k: float(v) for k, v in params.items()}
-        # keyed by the parameters the activation and the gradient field read (a sweep of the others reuses
+        p = {k: float(v) for k, v in params.items() if np.ndim(v) == 0}     # (arrays: point parameters, which
+        # the activation cannot read);  keyed by the parameters the activation and the gradient field read (a sweep of the others reuses
         # every program compiled for them, e.g. the per-path sums of dmftc.runtime.site_moments)
         used = tuple((k, p[k]) for k in mod.ACTIVATION_PARAMS)
         return SiteActivation(key=self.key + (used, float(width)),
@@ -261,15 +261,16 @@ def march_exact(spec, prm: dict, L: int, T: int, points: int = 1) -> dict:
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def march_paths(spec, prm: dict, xiu, xir, weights=None):
+def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     """The march with the direct readout on given standard normals xiu, xir (L, S, T), keeping every path
     (direct=True, keep=True): the saddle of the Monte Carlo action of these paths, and the
     paths themselves.  ``prm``: the march's parameter values (the kernels' own and 'dirac width').
     ``weights`` (S,): row weights (default equal), normalised to sum to 1.  Returns numpy
-    arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}."""
+    arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}.
+    ``points``: P of a spec on several training points (T = its (time, point) steps)."""
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    out = _compiled(L, T, False, spec, direct=True, keep=True)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts),
+    out = _compiled(L, T, False, spec, direct=True, keep=True, points=points)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts),
                                                                _traced(prm))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
     out = {k: np.asarray(v) for k, v in out.items()}

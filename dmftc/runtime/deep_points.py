@@ -9,9 +9,12 @@ returns a :class:`dmftc.runtime.solution.Solution` in the spec's names and the s
 
     Delta (P, T), K (P, P, T) (a same-time pair of points), Phi[l], G[l], A[l], B[l] (P, P, T, T) [mu, nu, t, s].
 
-A linear spec also gets its exact finite-width propagator (:func:`linear_propagator`: the Hessian of the
-closed-form Gaussian action of :mod:`dmftc.runtime.deep_linear` over the T P steps); for any other activation the
-propagator on several points is not implemented yet, and ``sol.var`` says so.
+The finite-width propagator lim N Cov of the equal-time observables of every point and pair
+(:class:`dmftc.runtime.point_observables.PointObservables`) comes from the Hessian of the folded action over the
+T P steps, whose causality goes by time (a step reads every point of earlier times): for a linear spec exactly
+(:func:`linear_propagator`: the closed-form Gaussian action of :mod:`dmftc.runtime.deep_linear`, with the O(1/N)
+mean correction), for any other activation by the one Monte Carlo propagator of deep specs
+(:func:`mc_propagator`: :mod:`dmftc.runtime.deep_propagator` with ``points``), computed on first use of ``var``.
 """
 from __future__ import annotations
 
@@ -24,14 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import ParameterError
+from dmftc.runtime.point_observables import PointObservables
 from dmftc.runtime.solution import Solution
 
 jax.config.update("jax_enable_x64", True)
 
-__all__ = ["resolve_point_params", "solve_points", "NO_PROPAGATOR"]
-
-NO_PROPAGATOR = ("the finite-width propagator of nonlinear deep specs on several training points is not implemented "
-                 "yet (issue 12; linear ones have the exact one); the means and their Monte Carlo errors are available")
+__all__ = ["resolve_point_params", "solve_points", "linear_propagator", "mc_propagator"]
 
 
 def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
@@ -169,55 +170,40 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     Sp = X[:lay.n_phys, :lay.n_phys]
     del X
     Sp = 0.5 * (Sp + Sp.T)
-    # the equal-time observables per time t: Delta_mu, then K, Phi[1..L], G[1..L] over the pairs (mu, nu)
-    R = mod.ROLES
-    kern = [f"{R['Phi']}[{l}]" for l in range(1, L + 1)] + [f"{R['G']}[{l}]" for l in range(1, L + 1)]
-    names = [mod.ERROR_SIGNAL, "K"] + kern
-    shapes = {mod.ERROR_SIGNAL: (P,), **{k: (P, P) for k in names[1:]}}
-    offsets, o = {}, 0
-    for k in names:
-        offsets[k] = o
-        o += int(np.prod(shapes[k]))
-    m = o
-    t_, mu, nu = np.meshgrid(np.arange(T), np.arange(P), np.arange(P), indexing="ij")    # (T, P, P)
-    a, b = t_ * P + mu, t_ * P + nu
-    hi, lo = np.maximum(a, b), np.minimum(a, b)
-    pos = hi * (hi + 1) // 2 + lo                                     # the pair's entry in a packed lower triangle
-    J = np.zeros((T * m, lay.n_phys))
-    rows = lambda name: (np.arange(T)[:, None] * m + offsets[name] + np.arange(int(np.prod(shapes[name])))[None, :])  # noqa: E731
-    J[rows(mod.ERROR_SIGNAL).reshape(-1), lay.blocks["Delta"][0] + np.arange(n)] = 1.0
-    for l in range(1, L + 1):
-        for role, name in (("Phi", f"{R['Phi']}[{l}]"), ("G", f"{R['G']}[{l}]")):
-            J[rows(name).reshape(-1), lay.blocks[f"{role}[{l}]"][0] + pos.reshape(T, -1).reshape(-1)] = 1.0
-    same = lambda K: np.asarray(K)[a, b].reshape(-1)                                     # noqa: E731
-    full = lambda v: np.asarray(v, float)[np.arange(n) % P][:, np.arange(n) % P] if np.ndim(v) == 2 \
-        else float(v) * np.ones((n, n))                                                  # noqa: E731
-    dPhi = [same(full(model.phi0))] + [same(sad.Phi[l - 1]) for l in range(1, L + 1)]
-    dG = [same(sad.G[l - 1]) for l in range(1, L + 1)] + [same(full(model.g_top))]
-    kP, kG = model.k_jacobian(dPhi, dG)
-    for l in range(1, L + 1):
-        for role, col in (("Phi", kP[l - 1]), ("G", kG[l - 1])):
-            blk = lay.blocks[f"{role}[{l}]"][0] + pos.reshape(-1)
-            np.add.at(J, (rows("K").reshape(-1), blk), col)
+    obs = PointObservables(mod, model, L, T, P)                  # the equal-time observables of every point and pair
+    names, rows, J = obs(sad, lay)
     sigma = J @ Sp @ J.T
     means_m1 = None
     if m1 is not None:
+        R = mod.ROLES
         full_m1 = lambda blk: _pairs_of_tril(m1[lay.slice(blk)], n, T, P)                # noqa: E731
         means_m1 = {mod.ERROR_SIGNAL: m1[lay.slice("Delta")].reshape(T, P).T}
         for l in range(1, L + 1):
             means_m1[f"{R['Phi']}[{l}]"] = full_m1(f"Phi[{l}]")
             means_m1[f"{R['G']}[{l}]"] = full_m1(f"G[{l}]")
-        k_lin = J[rows("K").reshape(-1)] @ m1                                           # (T P P,)
-        var = [lay.blocks[f"Phi[{l}]"][0] + pos.reshape(-1) for l in range(1, L + 1)]
-        var += [lay.blocks[f"G[{l}]"][0] + pos.reshape(-1) for l in range(1, L + 1)]
+        k_lin = J[rows["K"]] @ m1                                                        # (T P P,)
+        var = obs.kernel_columns(lay)
         cov = np.stack([np.stack([Sp[i, j] for j in var], axis=1) for i in var], axis=1)  # (T P P, 2L, 2L)
-        kk = model.k_hessian(dPhi, dG)
+        kk = model.k_hessian(*obs.diagonals(sad))
         k_m1 = k_lin + 0.5 * np.einsum("eij,eij->e", kk, cov)
         means_m1["K"] = k_m1.reshape(T, P, P).transpose(1, 2, 0)
     ev = sla.eigh(Sp, eigvals_only=True, driver="evr")
     diag = {"stationarity": stat, "n_vars": lay.n, "min_eig": float(ev.min()), "max_eig": float(ev.max()),
             "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)), "time_propagator": _time.perf_counter() - t0}
-    return DenseBlocks(T, shapes, offsets, m, sigma, var_se=np.zeros(T * m)), diag, means_m1
+    return (DenseBlocks(T, obs.shapes, obs.offsets, obs.block, sigma, var_se=np.zeros(T * obs.block)), diag,
+            means_m1)
+
+
+def mc_propagator(obs: PointObservables, memory_limit: float, kw: dict):
+    """The Monte Carlo propagator of a nonlinear deep spec on several points: the one deep propagator
+    (:func:`dmftc.runtime.deep_propagator.deep_propagator`: each group's own saddle on the T P steps, the Monte Carlo
+    Hessian of the folded action, causal by time, and its causal solve) mapped to the observables ``obs`` of
+    every point and pair.  Returns (:class:`dmftc.runtime.blocks.DenseBlocks` with the standard errors over groups,
+    diagnostics)."""
+    from dmftc.deep import LazyPropagator
+
+    prop = LazyPropagator(memory_limit, **kw).get()
+    return obs.dense(prop.sigma, prop.se), prop.diagnostics
 
 
 def _pairs_of_tril(v, n, T, P):
@@ -229,16 +215,18 @@ def _pairs_of_tril(v, n, T, P):
 
 
 def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
-                 backend: str = "auto", correction: bool = False, progress: bool = False, **given) -> Solution:
+                 backend: str = "auto", correction: bool = False, progress: bool = False, memory_limit: float = 8e9,
+                 propagator_samples: int = 4000, propagator_groups: int = 8, sampler: str = "sobol",
+                 **given) -> Solution:
     """Solve a compiled deep spec on several training points (module doc).  ``samples`` source paths in
     ``groups`` independent marches (means = group averages, standard errors from their spread); a linear spec
-    is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact')."""
+    is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact').  The Monte Carlo propagator of
+    a nonlinear spec (``propagator_samples`` paths in ``propagator_groups`` groups, ``sampler``'s normals) is
+    computed on first use of ``var`` or ``sigma`` (:func:`mc_propagator`)."""
     from dmftc.runtime.deep_dmft import (_MEMORY_BUDGET, SpecKernels, _compiled, _integer, _number, _traced,
                                          march_exact)
+    from dmftc.runtime.sampling import check_sampler
 
-    memory_limit = given.pop("memory_limit", 8e9)
-    for k in ("propagator_samples", "propagator_groups", "sampler"):
-        given.pop(k, None)                        # options of the Monte Carlo propagator, which does not exist here yet
     p, L, T, P = resolve_point_params(mod, given)
     if correction and not mod.LINEAR:
         raise ParameterError("the O(1/N) mean correction of nonlinear deep specs on several training points is not "
@@ -252,6 +240,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     exact = linear and backend != "mc"
     seed, groups = _integer("seed", seed, 0), _integer("groups", groups, 2)
     samples = _integer("samples", samples, 2 * groups)
+    if not exact:
+        propagator_groups = _integer("propagator_groups", propagator_groups, 2)
+        propagator_samples = _integer("propagator_samples", propagator_samples, 2 * propagator_groups)
+        check_sampler(sampler)
     TP = T * P
     if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "
@@ -288,9 +280,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     info = dict(diagnostics=diag, backend=diag["backend"], points=P, two_time=two, spec=mod.SPEC_PATH,
                 spec_sha256=mod.SPEC_SHA256, dmftc_version=mod.DMFTC_VERSION)
     if not exact:
-        info.update(samples=per * groups, seed=seed, groups=groups)
+        info.update(samples=per * groups, seed=seed, groups=groups, propagator_samples=propagator_samples,
+                    propagator_groups=propagator_groups, propagator_sampler=sampler)
     params = dict(p) | {"dirac width": dirac_width}
-    blocks, error, m1 = None, ParameterError(NO_PROPAGATOR), None
+    blocks, error, m1 = None, None, None
     if exact:
         try:
             blocks, pdiag, m1 = linear_propagator(mod, p, L, T, P, memory_limit, correction)
@@ -303,6 +296,23 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     elif correction:
         raise ParameterError("the mean correction of a linear spec needs the exact backend (backend 'auto' or "
                              "'exact')")
+    else:
+        from dmftc.errors import StructureSpecError
+        from dmftc.runtime.blocks import LazyDense
+        from dmftc.runtime.deep_model import from_spec
+
+        try:                              # the propagator differentiates the spec's own action (module deep_model)
+            model = from_spec(mod, p)
+        except StructureSpecError as exc:
+            error = exc
+        else:
+            act = spec.site_activation(p, dirac_width)
+            info.update(activation=act.label, kink_order=act.kink_order)
+            obs = PointObservables(mod, model, L, T, P)
+            kw = dict(activation=act, L=L, T=T * P, model=model, samples=propagator_samples,
+                      groups=propagator_groups, seed=seed, progress=progress, sampler=sampler,
+                      dirac_width=dirac_width, points=P, observables=obs)
+            blocks = LazyDense(T, obs.names, lambda: mc_propagator(obs, memory_limit, kw), info)
     return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, blocks, info, kind="deep",
                     mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=error, depth=L, m1=m1,
                     m1_se=None if m1 is None else {k: np.zeros_like(v) for k, v in m1.items()})

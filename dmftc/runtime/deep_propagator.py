@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, assemble_hessian, observable_names,
+from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, assemble_hessian,
                                        propagator_from_hessian, saddle_point_vector)
 from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_site
 from dmftc.errors import NumericalError, ParameterError
@@ -90,10 +90,11 @@ class _Fields:
     march: str = "structured"             # which march made them: 'site program' or 'structured'
 
 
-def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
+def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None, points=1):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally): the march of
-    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_action.Saddle, _Fields).
+    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_action.Saddle, _Fields).  ``points``: P of a
+    spec on several training points (T its (time, point) steps; the spec's own program only).
     All averages are (weighted) means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
     A compiled spec's model (``model.module``) marches the spec's own single-site program
@@ -101,7 +102,9 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     model = as_model(model, gamma, y, eta)
     activation = as_activation(activation)
     kern, prm = march_kernels(activation, model, L)
-    out = march_paths(kern, prm, xiu, xir, weights)
+    if points > 1 and not runs_site(kern):
+        raise ParameterError("several training points need a compiled spec's own single-site program")
+    out = march_paths(kern, prm, xiu, xir, weights, points=points)
     sad = saddle_of_march(model, out, L, T)
     fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
@@ -149,7 +152,8 @@ class DeepPropagator:
 
 
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
-                     method="fast", weights=None, solver="causal", full=False, keep_blocks=False):
+                     method="fast", weights=None, solver="causal", full=False, keep_blocks=False, points=1,
+                     observables=None):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_action.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
@@ -157,17 +161,24 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.runtime.causal_solve`),
     sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys).
     ``keep_blocks`` (causal solver): the Propagator keeps its Hessian blocks as ``blocks`` (for
-    :mod:`dmftc.runtime.solve_bias`)."""
+    :mod:`dmftc.runtime.solve_bias`).
+
+    ``points``: P of a spec on several training points: T counts its (time, point) steps, causality goes by
+    time (:func:`dmftc.runtime.causal_solve.causal_order`), and ``observables`` (saddle, layout) -> (names, rows,
+    J) maps the physical block to the observables of every point and pair (causal solver only)."""
     if solver not in ("causal", "dense"):
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
+    if points > 1 and solver != "causal":
+        raise ParameterError("several training points are solved by the causal solver only")
     model = as_model(model, gamma, y, eta)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
             weights = np.asarray(weights, float) * (xiu.shape[1] / np.sum(weights))
-        sad, fields = mc_saddle(activation=activation, L=L, T=T, xiu=xiu, xir=xir, weights=weights, model=model)
-    if not all(np.all(np.isfinite(a)) for a in (sad.Delta, sad.K, *sad.Phi, *sad.G, *sad.Rphi, *sad.Rg,
-                                                  *fields.w, *fields.x)):
+        sad, fields = mc_saddle(activation=activation, L=L, T=T, xiu=xiu, xir=xir, weights=weights, model=model,
+                                points=points)
+    if not all(np.all(np.isfinite(a)) for a in (sad.Delta, *([] if sad.K is None else [sad.K]), *sad.Phi, *sad.G,
+                                                  *sad.Rphi, *sad.Rg, *fields.w, *fields.x)):
         raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "
                              "diverge; reduce the learning rate or the feature strength")
     t1 = _time.perf_counter()
@@ -178,7 +189,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     def local_hessians():
         for l in range(1, L + 1):
             v, idx = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
-            est = estimator(T, activation, l > 1, l < L, chunk, method)
+            est = estimator(T, activation, l > 1, l < L, chunk, method, points)
             ta = _time.perf_counter()
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
                                  model=model, weights=weights)
@@ -192,7 +203,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
             yield l, h
 
     if solver == "causal":
-        blocks = assemble_blocks(x0, lay, local_hessians())
+        blocks = assemble_blocks(x0, lay, local_hessians(), points)
     else:
         for _ in local_hessians():
             pass
@@ -202,14 +213,14 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     for l in range(1, L + 1):
         g0[lay.slice(f"Phi_hat[{l}]")] = q[f"Phi[{l}]"][lay.tril]
         g0[lay.slice(f"G_hat[{l}]")] = q[f"G[{l}]"][lay.tril]
-    g0[lay.slice("Delta_hat")] = q["Delta"] - model.y0
+    g0[lay.slice("Delta_hat")] = q["Delta"] - np.asarray(model.y_steps(T))
     for l in range(1, L):
         g0[lay.slice(f"A[{l}]")] = -q[f"B[{l}]"].T.reshape(-1)
         g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
     stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
     t2 = _time.perf_counter()
     if solver == "causal":
-        P = causal_propagator(sad, blocks, full=full, model=model)
+        P = causal_propagator(sad, blocks, full=full, model=model, observables=observables)
         P.blocks = blocks if keep_blocks else None
         del blocks
     else:
@@ -252,7 +263,8 @@ def _observable_matrix(P):
 def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y: float | None = None,
                     eta: float | None = None, model: DeepModel | None = None, samples: int = 8000, seed: int = 0,
                     groups: int = 4, chunk: int | None = None, method: str = "fast", progress: bool = False,
-                    dirac_width: float = 0.1, dirac_extrapolate: bool = True, sampler: str = "sobol") -> DeepPropagator:
+                    dirac_width: float = 0.1, dirac_extrapolate: bool = True, sampler: str = "sobol", points: int = 1,
+                    observables=None) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
@@ -275,7 +287,10 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
 
     ``diagnostics['solve_bias']`` / ``['solve_bias_vs_se']``: per observable, the estimated bias of the group mean
     from solving with noisy Hessians (the pooled Hessian's solve against the group mean,
-    :mod:`dmftc.runtime.solve_bias`), relative to the curve's peak and to the standard error."""
+    :mod:`dmftc.runtime.solve_bias`), relative to the curve's peak and to the standard error.
+
+    ``points``, ``observables``: a spec on several training points (:func:`group_propagator`); ``T`` then
+    counts its (time, point) steps and the observables are those ``observables`` names."""
     std = None
     if model is None and isinstance(activation, str):     # the standard network: its compiled spec's program
         from dmftc.runtime.standard_spec import standard
@@ -309,7 +324,8 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
         for gi in range(groups):
             xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, per, T)
-            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method, keep_blocks=True)
+            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method, keep_blocks=True,
+                      points=points, observables=observables)
             run = group_propagator(activation=activation, **kw)
             pools[0].add(run)
             if half is not None:
@@ -319,7 +335,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
                 run = _extrapolated(run, at_half)
             runs.append(run)
             bar.advance(note=f"group {gi + 1}: {per} paths")
-    names = observable_names(L)
+    names = list(runs[0].sigma)
     stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
     sigma, se = {}, {}
     for a in names:
@@ -328,7 +344,9 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             arr = stack(lambda p: p.sigma[a][b])
             sigma[a][b] = arr.mean(axis=0)
             se[a][b] = arr.std(axis=0, ddof=1) / math.sqrt(groups)
-    sad_keys = {"Delta": lambda s: s.Delta, "f": lambda s: s.f, "K": lambda s: s.K}
+    sad_keys = {"Delta": lambda s: s.Delta, "f": lambda s: s.f}
+    if runs[0].saddle.K is not None:          # (on several points K is one of the observables only)
+        sad_keys["K"] = lambda s: s.K
     for l in range(1, L + 1):
         for kind in ("Phi", "G", "Rphi", "Rg"):
             sad_keys[f"{kind}[{l}]"] = (lambda s, k=kind, i=l - 1: getattr(s, k)[i])
@@ -366,10 +384,11 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
         diag.update(dirac_shift=shift, dirac_shift_vs_se=ratio)
     # the bias of solving with a noisy Hessian (module solve_bias): group mean against the pooled Hessian's solve
     ts = _time.perf_counter()
-    mean_saddle = dataclasses.replace(runs[0].saddle, maps=None, **{k: saddle[k] for k in ("Delta", "f", "K")},
+    mean_saddle = dataclasses.replace(runs[0].saddle, maps=None, **{k: saddle[k] for k in ("Delta", "f", "K")
+                                                                     if k in saddle},
                                       **{k: [saddle[f"{k}[{l}]"] for l in range(1, L + 1)]
                                          for k in ("Phi", "G", "Rphi", "Rg")})
-    pooled = [pool.propagator(mean_saddle, model).sigma for pool in pools if pool.n]
+    pooled = [pool.propagator(mean_saddle, model, observables).sigma for pool in pools if pool.n]
     pooled = _extrapolate(*pooled) if half is not None else pooled[0]
     diag["solve_bias"], diag["solve_bias_vs_se"] = bias_report(names, sigma, se, pooled, groups)
     diag["time_pooled_solve"] = _time.perf_counter() - ts

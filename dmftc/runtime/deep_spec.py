@@ -75,7 +75,9 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         from dmftc.runtime.deep_points import solve_points
 
         return solve_points(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
-                            correction=correction, progress=progress, **given)
+                            correction=correction, progress=progress, memory_limit=memory_limit,
+                            propagator_samples=propagator_samples, propagator_groups=propagator_groups,
+                            sampler=sampler, **given)
     p, L, T = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
     steps, step = mod.TIME["steps"], mod.TIME["step"]

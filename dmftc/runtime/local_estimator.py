@@ -109,25 +109,29 @@ class LocalEstimator:
     # integrated by parts (Stein), the rest pathwise; None: all pathwise (see log_z)
     price_tol = 1e-2
 
-    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None):
+    def __init__(self, *, T, activation, vary_u, vary_r, chunk=None, points=1):
         activation = as_activation(activation)
-        self.T, self.activation = T, activation
+        self.T, self.activation, self.points = T, activation, int(points)
         self.vary_u = bool(vary_u)
-        tri = np.tril_indices(T)[0]
-        self.feature_time = np.concatenate([tri, tri, np.arange(T)])     # p p^T, g g^T (t >= s: time t), readout
+        # on P training points the T steps are (time, point) pairs (dmftc.frontend.points_deep): causality, and
+        # with it which couplings are anti-causal and when a column is determined, goes by the TIME of a step
+        self.time = np.arange(T) // self.points
+        tri = self.time[np.tril_indices(T)[0]]
+        self.feature_time = np.concatenate([tri, tri, self.time])     # p p^T, g g^T (t >= s: time t), readout
         nt = T * (T + 1) // 2
         self.nt, self.nf = nt, 2 * nt + T
         self.nv = 4 * nt + 2 * T * T + 2 * T
         self.pa, self.pb, self.pos, self.fac = _price_pairs(T, vary_u, vary_r)
         tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-        self.anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])   # T^2 entries
+        ts, ss_ = self.time[tt], self.time[ss]
+        self.anti = np.concatenate([(tt * T + ss)[ss_ >= ts], T * T + (tt * T + ss)[ss_ > ts]])   # T^2 entries
         self._setup(vary_u, vary_r, chunk)
 
     def _setup(self, vary_u, vary_r, chunk):
-        key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk)
+        key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk, self.points)
         if key not in _JIT:
             _JIT[key] = SiteMoments(T=self.T, activation=self.activation, pa=self.pa, pb=self.pb, anti=self.anti,
-                                    chunk=chunk)
+                                    chunk=chunk, points=self.points)
         self._site = _JIT[key]
 
     def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
@@ -141,7 +145,9 @@ class LocalEstimator:
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
         T, S, T2 = self.T, W.shape[0], self.T * self.T
         pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
-        if (np.abs(np.triu(a.reshape(T, T))).max() > 0 or np.abs(np.triu(b.reshape(T, T), 1)).max() > 0
+        later = self.time[None, :] >= self.time[:, None]              # (t, s): time of s >= time of t
+        same = self.time[None, :] == self.time[:, None]
+        if (np.abs(a.reshape(T, T)[later]).max() > 0 or np.abs(b.reshape(T, T)[later & ~same]).max() > 0
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
                                  "use method='full' elsewhere")
@@ -150,7 +156,8 @@ class LocalEstimator:
         out = self.moments(v, W, X0, top=top, model=model, weights=weights, stein=Z)
         Fs, l2, gl, f, ff, Jf, Ha, Pc, Pe = out[:9]
         if by_parts:
-            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], Pg, T=T, anti=self.anti, feature_time=self.feature_time)
+            Pc, Pe = hybrid_price(Pc, Pe, *out[9:], Pg, T=T, anti=self.anti, feature_time=self.feature_time,
+                                  time=self.time)
         if l2 > 1e-16 * S:
             what = "residual of the single-site equations" if self.method == "fast" else "ln det(I - J)"
             raise NumericalError(f"{what} = {math.sqrt(l2 / S):.3g} (rms) at the base point: the couplings "
@@ -174,7 +181,7 @@ class LocalEstimator:
         HR[nc:, :na] = Jf[:, self.anti] / S
         HR[nc:, na:] = ff / S
         HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
-        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model)
+        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model, self.time)
         JR = J[R]
         if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
             raise AssertionError("anti-causal couplings and hats must be plain entries of v")
@@ -193,12 +200,13 @@ class LocalEstimator:
             hess[:, self.pos] += Pv.T
         return math.log(Zb), grad, hess
 
-def _theta_jacobian(v, m, T, model: DeepModel):
+def _theta_jacobian(v, m, T, model: DeepModel, time=None):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
     theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
     b and k_z, hats = (Phi_hat, G_hat, Delta_hat).  The couplings are elementwise, so every derivative is a
     partial derivative of k at one entry, taken by JAX from the model's own functions (DeepModel.partials);
-    the second derivatives are those of the causal entries in (kernel entry, Delta(s))."""
+    the second derivatives are those of the causal entries in (kernel entry, Delta(s)); ``time``: each step's
+    time (s < t in time: the step's index on one point, its time on several)."""
     nt, T2 = T * (T + 1) // 2, T * T
     o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
     o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
@@ -209,7 +217,8 @@ def _theta_jacobian(v, m, T, model: DeepModel):
     tri[ti, si] = np.arange(nt)
     tri[si, ti] = np.arange(nt)
     t, s = np.divmod(np.arange(T2), T)
-    causal = s < t
+    time = np.arange(T) if time is None else np.asarray(time)
+    causal = time[s] < time[t]
     rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
         [np.ones(2 * T2)]
     si_, sj_, sv_ = [], [], []
@@ -237,16 +246,20 @@ def _theta_jacobian(v, m, T, model: DeepModel):
 _EST: dict = {}
 
 
-def estimator(T, activation, vary_u, vary_r, chunk=None, method="fast"):
+def estimator(T, activation, vary_u, vary_r, chunk=None, method="fast", points=1):
     """The ln Z_l estimator of a layer kind; ``method`` 'struct' / 'full' are the autodiff references of
-    :mod:`dmftc.reference.deep_autodiff` (tests only)."""
+    :mod:`dmftc.reference.deep_autodiff` (tests only, one training point).  ``points``: P of a spec on several
+    training points, whose T steps are the (time, point) pairs."""
     activation = as_activation(activation)
     if method not in ("fast", "struct", "full"):
         raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")
-    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method)
+    if method != "fast" and points != 1:
+        raise ParameterError("the autodiff reference estimators take one training point; use method='fast'")
+    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method, int(points))
     if key not in _EST:
         if method == "fast":
-            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk)
+            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                                       points=points)
         else:
             from dmftc.reference.deep_autodiff import AutodiffEstimator
 

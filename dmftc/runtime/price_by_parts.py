@@ -41,20 +41,23 @@ def stein_plan(kernel, T: int, tol: float):
     return Vg @ np.diag(1.0 / lam[good]) @ Vg.T, Vg @ Vg.T
 
 
-def hybrid_price(Pc, Pe, Sf, Sc, Pg, *, T: int, anti, feature_time):
+def hybrid_price(Pc, Pe, Sf, Sc, Pg, *, T: int, anti, feature_time, time=None):
     """(Pc, Pe) with the forward source block combined as in the module doc.  Pc (pairs, 2 T^2) and Pe (pairs,
     features): the pathwise sums, rows the lower-triangle pairs (a >= b) of each varying block in turn, the
     forward block first; Sf (T, features, T) and Sc (T, T^2, T): the by-parts sums of
     :meth:`dmftc.runtime.site_moments.SiteMoments.moments` (the latter over the anti-causal couplings ``anti``);
-    ``feature_time``: the time each feature is determined at (an anti-causal coupling (t, s) at s).  The
-    backward block's rows stay pathwise."""
+    ``feature_time``: the time each feature is determined at (an anti-causal coupling (t, s) at s); ``time``:
+    the time of each of the T steps (default the step itself; on P training points the steps are (time, point)
+    pairs and a source at another point of the same time is not later).  The backward block's rows stay
+    pathwise."""
+    time = np.arange(T) if time is None else np.asarray(time)
     ti, si = np.tril_indices(T)
     rows = np.arange(len(ti))
     anti = np.asarray(anti)
     Pc, Pe = np.array(Pc), np.array(Pe)
     Pb = np.eye(T) - Pg
     for P, S, cols, tau in ((Pe, np.asarray(Sf), np.arange(Pe.shape[1]), np.asarray(feature_time)),
-                            (Pc, np.asarray(Sc), anti, anti % T)):
+                            (Pc, np.asarray(Sc), anti, time[anti % T])):
         H = np.zeros((T, T, len(cols)))
         H[ti, si] = P[np.ix_(rows, cols)]
         H[si, ti] = P[np.ix_(rows, cols)]
@@ -62,5 +65,5 @@ def hybrid_price(Pc, Pe, Sf, Sc, Pg, *, T: int, anti, feature_time):
         Sym = St + np.swapaxes(St, 0, 1)
         hyb = (Sym - 0.5 * np.einsum("ai,ijk,jb->abk", Pg, Sym, Pg, optimize=True)
                + np.einsum("ai,ijk,jb->abk", Pb, H, Pb, optimize=True))
-        P[np.ix_(rows, cols)] = np.where(ti[:, None] > tau[None, :], 0.0, hyb[ti, si])
+        P[np.ix_(rows, cols)] = np.where(time[ti][:, None] > tau[None, :], 0.0, hyb[ti, si])
     return Pc, Pe

@@ -69,8 +69,11 @@ class SiteMoments:
       Pc, Pe   sum_n d/dc d2F/dw_a dw_b (npairs, 2T^2) and d/dhat d2F/dw_a dw_b (npairs, nf)
     """
 
-    def __init__(self, *, T, activation, pa, pb, anti, chunk=None):
-        self.T, self.activation = T, as_activation(activation)
+    def __init__(self, *, T, activation, pa, pb, anti, chunk=None, points=1):
+        self.T, self.activation, self.points = T, as_activation(activation), int(points)
+        if T % self.points:
+            raise ValueError("the steps must be whole times of every point")
+        self.first = np.arange(T) % self.points          # each step's point at time 0 (its readout's fixed term)
         n = 2 * T
         self.pa, self.pb = np.asarray(pa, int), np.asarray(pb, int)
         self.anti = np.asarray(anti, int)
@@ -81,9 +84,12 @@ class SiteMoments:
         self.tril = np.tril_indices(T)
         self.tri0, self.tri1 = self.tril
         # blocks of the time s summed over in the Price products: a block [s0, s1) only involves outputs
-        # o >= s0 and sources j, a, b < s1 (causality), about 1.3-1.4 times the exact triangular work
-        nb = max(1, min(T, 12))
-        edges = sorted({round(T * i / nb) for i in range(nb + 1)})
+        # o >= s0 and sources j, a, b < s1 (causality), about 1.3-1.4 times the exact triangular work.  On P
+        # points the steps are (time, point) pairs whose outputs also read other points at the same time, so
+        # the blocks are whole times (edges at multiples of P)
+        times = T // self.points
+        nb = max(1, min(times, 12))
+        edges = sorted({self.points * round(times * i / nb) for i in range(nb + 1)})
         self.s_blocks = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
         # anti-causal couplings by kind, as (t, s): C rows of anti first, then E (the order of ``anti``)
         isC = self.anti < T * T
@@ -135,12 +141,16 @@ class SiteMoments:
 
         # features f and their source derivatives
         tr0, tr1 = self.tril
-        # a zp(t) + b zp(0) as a (zp(t) - zp(0)) + (a + b) zp(0): exactly 0 at t = 0 when b = -a (network readout)
-        top_f = fa * (z * p - z[0] * p[0]) + (fa + fb) * z[0] * p[0]
+        # a zp(t) + b zp(0) as a (zp(t) - zp(0)) + (a + b) zp(0): exactly 0 at t = 0 when b = -a (network readout);
+        # on P points zp(0) is that of the step's own point at time 0
+        first = self.first
+        zp = z * p
+        top_f = fa * (zp - zp[first]) + (fa + fb) * zp[first]
         f = jnp.concatenate([-(p[tr0] * p[tr1]), -(g[tr0] * g[tr1]), top_f])
         Dp, Dg = Xi[:T], Xi[T:]
-        d0 = (Xz[0] * p[0] + z[0] * Dp[0])[None, :]
-        Dtop = fa * (Xz * p[:, None] + z[:, None] * Dp - d0) + (fa + fb) * d0
+        Dzp = Xz * p[:, None] + z[:, None] * Dp
+        d0 = Dzp[first]
+        Dtop = fa * (Dzp - d0) + (fa + fb) * d0
         Df = jnp.concatenate([-(Dp[tr0] * p[tr1, None] + p[tr0, None] * Dp[tr1]),
                               -(Dg[tr0] * g[tr1, None] + g[tr0, None] * Dg[tr1]), Dtop])
 
@@ -177,7 +187,7 @@ class SiteMoments:
             qa, qb = vb[self.tri0], vb[self.tri1]
             Dp2, Dg2 = Xi2[:T][:, qa, qb], Xi2[T:][:, qa, qb]                             # (T, q)
             zp2 = X2z[:, qa, qb] * p[:, None] + z[:, None] * Dp2 + Xz[:, qa] * Dp[:, qb] + Xz[:, qb] * Dp[:, qa]
-            D2f.append((Dp2, Dg2, fa * (zp2 - zp2[:1]) + (fa + fb) * zp2[:1]))
+            D2f.append((Dp2, Dg2, fa * (zp2 - zp2[first]) + (fa + fb) * zp2[first]))
         res = x0 - w - K @ y                             # the path must solve the single-site equations
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 

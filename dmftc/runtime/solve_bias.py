@@ -56,10 +56,10 @@ class Pool:
         self.pp = max(self.pp, blocks.primal_block_max)
         self.n += 1
 
-    def propagator(self, saddle, model):
+    def propagator(self, saddle, model, observables=None):
         """The propagator of the pooled blocks at ``saddle`` (the groups' mean saddle)."""
         blocks = CausalBlocks(self.order, self.U / self.n, self.Kd / self.n, self.pp)
-        return causal_propagator(saddle, blocks, model=model)
+        return causal_propagator(saddle, blocks, model=model, observables=observables)
 
 
 def bias_report(names, sigma, se, pooled_sigma, groups):
