@@ -19,8 +19,9 @@ subprocess so that its peak resident memory is its own, and prints the split of 
            n = L T(T+1) + (L-1) T^2 + T primal variables, for the R = (2 L + 2) T time-diagonal
            observables: O(R n^2) = O(L^3 T^5) time, O(n^2) = O(L^2 T^4) memory.
 
-With P training points every time index becomes a (time, point) index: T -> T P in these counts
-(not implemented for deep networks yet; dmftc's deep solvers take one training point).
+With P training points every time index becomes a (time, point) index: T -> T P in these counts (a deep spec
+on several points, dmftc.runtime.deep_points, runs this propagator over its T P steps; measured: L = 2, T = 8,
+P = 3, 8000 paths in 8 groups, 158 s).
 Ratios to the previous T (same L) show the empirical exponent.
 """
 from __future__ import annotations

@@ -265,6 +265,22 @@ def plot_deep_rows(plt, rows: dict, curves: dict, times, *, L: int, N: int, E: i
     return save_figure(fig, out, name)
 
 
+def point_panels(axes, times, curves: dict, prefix: str = "") -> None:
+    """One panel per name of ``curves`` (name -> (theory, theory_se, ensemble, ensemble_se), time last) for a deep
+    spec on several points: one colour per point (P, T) or pair of points (P, P, T; mu <= nu), theory dashed with
+    a 2 se band, networks as points with 2 se bars."""
+    for ax, (n, (th, th_se, ens, ens_se)) in zip(axes, curves.items()):
+        P = th.shape[0]
+        pairs = [(m,) for m in range(P)] if th.ndim == 2 else [(m, k) for m in range(P) for k in range(m, P)]
+        for i, ix in enumerate(pairs):
+            c = f"C{i % 10}"
+            ax.plot(times, th[ix], "--", color=c, lw=1)
+            ax.fill_between(times, th[ix] - 2 * th_se[ix], th[ix] + 2 * th_se[ix], color=c, alpha=0.2)
+            ax.errorbar(times, ens[ix], yerr=2 * ens_se[ix], fmt="o", ms=2.5, color=c, lw=0.8)
+        ax.set_title(prefix + n + ("_mu(t)" if th.ndim == 2 else "_{mu nu}(t)" if n == "K" else "_{mu nu}(t, t)"))
+        ax.set_xlabel("t")
+
+
 def finish_deep(agree: Agreement, out: Path, rel_max: float, **extra) -> None:
     """:meth:`Agreement.finish` (z <= Z_MAX), and in full mode also every N Var within ``rel_max`` of its peak."""
     too_far = {k: r["rel_max"] for k, r in agree.rows.items()

@@ -66,16 +66,7 @@ def main():
     plt = common.pyplot()
     shown = ["Delta", "K", "Phi[2]", "G[1]"]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.0 * len(shown), 3.6))
-    for ax, n in zip(axes, shown):
-        th, th_se, ens, ens_se = curves[n]
-        pairs = [(m,) for m in range(P)] if th.ndim == 2 else [(m, k) for m in range(P) for k in range(m, P)]
-        for i, ix in enumerate(pairs):
-            c = f"C{i % 10}"
-            ax.plot(times, th[ix], "--", color=c, lw=1)
-            ax.fill_between(times, th[ix] - 2 * th_se[ix], th[ix] + 2 * th_se[ix], color=c, alpha=0.2)
-            ax.errorbar(times, ens[ix], yerr=2 * ens_se[ix], fmt="o", ms=2.5, color=c, lw=0.8)
-        ax.set_title(n + ("_mu(t)" if th.ndim == 2 else "_{mu nu}(t)" if n == "K" else "_{mu nu}(t, t)"))
-        ax.set_xlabel("t")
+    common.point_panels(axes, times, {n: curves[n] for n in shown})
     fig.suptitle(f"deep tanh network (L = {L}) on P = {P} points: theory (dashed, 2 se) against networks "
                  f"(points, N = {N}/{2 * N} extrapolated, E = {E})", fontsize=9)
     common.save_figure(fig, args.out, "deep_points")

@@ -58,7 +58,9 @@ def assert_means_match(sol, truth, L, z_max=4.0):
 
 # ----------------------------------------------------------------------------- the fold with P = 1
 def test_one_point_fold_is_the_one_point_spec(tmp_path):
-    kw = dict(L=2, T=5, eta=0.1, gamma=0.9, samples=400, groups=2, seed=3)
+    T = 5
+    kw = dict(L=2, T=T, eta=0.1, gamma=0.9, samples=400, groups=2, seed=3, propagator_samples=256,
+              propagator_groups=2)
     one = dmftc.load(str(SPECS / "deep_tanh.dmft")).solve(y=0.8, **kw)
     multi = _load(tmp_path, MULTI).solve(P=1, Kx=np.array([[1.0]]), y=np.array([0.8]), **kw)
     np.testing.assert_allclose(multi.mean("Delta")[0], one.mean("Delta"), rtol=1e-10, atol=1e-12)
@@ -66,6 +68,13 @@ def test_one_point_fold_is_the_one_point_spec(tmp_path):
     for name in ("Phi[1]", "G[2]", "A[1]", "B[2]"):
         np.testing.assert_allclose(multi.mean(name)[0, 0], one.mean(name), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(multi.mean_stderr("Delta")[0], one.mean_stderr("Delta"), rtol=1e-8, atol=1e-13)
+    # the propagator too: the one deep propagator on the same normals (P = 1: the steps are the times)
+    for name in ("Delta", "K", "Phi[1]", "G[2]"):
+        ref, ref_se = one.var(name), one.var_stderr(name)
+        got, got_se = multi.var(name).reshape(-1, T)[0], multi.var_stderr(name).reshape(-1, T)[0]
+        assert multi.var(name).shape[:-1] == (1,) * (multi.var(name).ndim - 1)
+        np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-12 * np.abs(ref).max())
+        np.testing.assert_allclose(got_se, ref_se, rtol=1e-6, atol=1e-12 * np.abs(ref).max())
 
 
 # ----------------------------------------------------------------------------- one hidden layer = two-layer spec
@@ -188,6 +197,36 @@ def test_linear_propagator_on_points_matches_networks(tmp_path):
     np.testing.assert_allclose(np.einsum("mtmt->mt", sol.sigma("Delta", "Delta")), sol.var("Delta"), rtol=1e-12)
 
 
+def test_linear_mean_correction_on_points_matches_networks(tmp_path):
+    """The exact O(1/N) mean correction m1 of linear deep specs on P = 3 points of a random Gram matrix against
+    N (E[q]_N - q_inf) of linear networks trained on the same points (deep_mean_shift with the initial kernels as
+    control variates, N = 32/64 extrapolated, E = 20000/40000): Delta_mu, K_{mu nu}, the equal-time Phi[l], G[l]
+    of every pair and the loss Delta_mu^2 (2 Delta m1 + N Var), pointwise z <= 4; the shift of Delta itself is
+    > 10 standard errors from 0 at N = 32, so q_inf alone fails the test."""
+    from dmftc.validation.deep_ensemble import deep_mean_shift
+
+    P, L, T, eta, gamma = 3, 2, 6, 0.1, 1.0
+    rng = np.random.default_rng(7)
+    Kx, y = _gram(P, 7), rng.uniform(-1, 1, P)
+    sol = _load(tmp_path, LINEAR, "deep_multi_linear").solve(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma,
+                                                            correction=True)
+    names = ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]
+    same = lambda x: _same_time(x) if x.ndim == 4 else x                                   # noqa: E731
+    ref = {n: same(sol.mean(n)) for n in names}
+    theory = {n: same(sol.mean_correction(n)) for n in names}
+    theory["loss"] = 2 * ref["Delta"] * theory["Delta"] + sol.var("Delta")
+    kw = dict(L=L, gamma=gamma, y=y, eta=eta, T=T, Kx=Kx)
+    a = deep_mean_shift(ref, N=32, E=20000, seed=70, **kw)
+    b = deep_mean_shift(ref, N=64, E=40000, seed=71, **kw)
+    for n in names + ["loss"]:
+        assert a.value[n].shape == theory[n].shape, n
+        ext, se = 2 * b.value[n] - a.value[n], np.sqrt(4 * b.se[n] ** 2 + a.se[n] ** 2)
+        ok = se > 0                                       # exact entries (Phi[1] at t = 0 is a control variate)
+        assert (np.abs(ext - theory[n])[ok] / se[ok]).max() <= 4.0, n
+    ok = a.se["Delta"] > 0
+    assert (np.abs(a.value["Delta"])[ok] / a.se["Delta"][ok]).max() > 10
+
+
 # ----------------------------------------------------------------------------- the Monte Carlo propagator
 @pytest.mark.parametrize("P, T, L", [(3, 3, 2), (2, 4, 3)])
 def test_monte_carlo_propagator_on_points_is_exact_on_a_gaussian_cubature(tmp_path, P, T, L):
@@ -227,8 +266,8 @@ def test_monte_carlo_propagator_on_points_is_exact_on_a_gaussian_cubature(tmp_pa
             assert err <= 1e-7 * np.sqrt(scale[a] * scale[b]), (a, b, err)
 
 
-@pytest.mark.parametrize("act, gamma, seed", [("tanh(h)", 1.0, 3),
-                                               pytest.param("sin(h)", 1.5, 6, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("act, gamma, seed", [pytest.param("tanh(h)", 1.0, 3, id="tanh"),
+                                               pytest.param("sin(h)", 1.5, 6, marks=pytest.mark.slow, id="sin")])
 def test_monte_carlo_propagator_on_points_matches_networks(tmp_path, act, gamma, seed):
     """N Var of Delta_mu, K_{mu nu} and the equal-time Phi[l], G[l] of every point and pair of nonlinear deep
     networks on P = 3 points of a random Gram matrix with targets of both signs (N = 128/256 extrapolated,

@@ -29,6 +29,7 @@ COVERED = {
     "fig5_deep_linear": "tests/test_deep_linear.py::test_propagator_matches_finite_width_networks",
     "fig6_eos": "tests/test_validation.py::test_theory_matches_finite_width_networks[eos_large_step]",
     "deep_gradient_fields": "tests/test_deep_gradient_field.py::test_surrogate_gradient_matches_networks_short",
+    "deep_points_variance": "tests/test_deep_points.py::test_monte_carlo_propagator_on_points_matches_networks[tanh]",
 }
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 

@@ -427,7 +427,8 @@ def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: in
 
 @dataclass(frozen=True)
 class DeepMeanShift:
-    """N (E[q(t)]_N - q_inf(t)) of the time-diagonal quantities (``value``, (T,) each) and its standard error."""
+    """N (E[q(t)]_N - q_inf(t)) of the time-diagonal quantities (``value``: (T,) each on one point, the shapes of
+    the reference on several) and its standard error."""
     N: int
     E: int
     value: dict[str, np.ndarray]
@@ -435,49 +436,71 @@ class DeepMeanShift:
     variance_ratio: dict[str, np.ndarray]      # residual / raw variance per time (the control variates' gain)
 
 
-def deep_mean_shift(reference: dict, *, L: int, gamma: float, y: float, eta: float, T: int, N: int, E: int,
-                    seed: int = 0, chunk: int = 50000, progress: bool = False) -> DeepMeanShift:
+def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
+                    seed: int = 0, chunk: int = 50000, progress: bool = False, Kx=None) -> DeepMeanShift:
     """N (E[q]_N - q_inf) for the deep LINEAR network, q in :func:`deep_names` and 'loss' = Delta^2 (against
     Delta_inf^2), from E members at width N.
 
-    ``reference``: q_inf(t) per name of :func:`deep_names` (time-diagonal, (T,)).  The O(1/N) shift is small against the members'
-    O(N^-1/2) spread, so the mean is estimated with control variates: the initial kernels Phi[l](0,0),
-    G[l](0,0) (l = 1..L), whose expectation is exactly 1 at every width for a linear network with unit-variance
-    weights, are regressed out of every q(t) (pooled least squares, estimate mean(q) - beta . mean(c)).  The
-    estimator is consistent (its bias is O(1/E), from fitting beta); the standard error is that of the residual.
-    Members run in chunks of ``chunk`` with seeds seed, seed + 1, ... and only moments are kept."""
+    ``reference``: q_inf(t) per name of :func:`deep_names` (time-diagonal: (T,) on one point; on P points, with
+    ``Kx`` (P, P) and ``y`` (P,), the shapes of :func:`simulate_deep`'s samples: Delta (P, T), the rest
+    (P, P, T)).  The O(1/N) shift is small against the members' O(N^-1/2) spread, so the mean is estimated with
+    control variates: the initial kernels, whose expectation is known exactly at every width for a linear
+    network with unit-variance weights (Phi[l](0, 0) = Kx of each pair of points (1 on one point); G[l](0, 0) = 1,
+    one per layer since the backward fields at initialisation are the same for every point), are regressed out
+    of every q(t) (pooled least squares, estimate mean(q) - beta . mean(c)).  The estimator is consistent (its
+    bias is O(1/E), from fitting beta); the standard error is that of the residual.  Members run in chunks of
+    ``chunk`` with seeds seed, seed + 1, ... and only moments are kept."""
     names = deep_names(L) + ("loss",)
-    controls = [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     missing = [n for n in names[:-1] if n not in reference]
     if missing:
         raise ValueError(f"reference lacks {missing}")
     reference = {**reference, "loss": np.asarray(reference["Delta"], float) ** 2}
     E = _positive_int("E", E, 2)
-    nc, dim = len(controls), len(controls) + len(names) * T
-    S1, S2, done, k = np.zeros(dim), np.zeros((dim, dim)), 0, 0
+    if Kx is None:
+        pairs, kx = (np.zeros(1, int), np.zeros(1, int)), np.ones(1)
+    else:
+        Kx = np.asarray(Kx, float)
+        pairs = np.triu_indices(Kx.shape[0])
+        kx = Kx[pairs]
+
+    def controls(st):
+        """(members, controls): the initial kernels minus their exact expectation."""
+        phi = [st.samples[f"Phi[{l}]"][..., 0] for l in range(1, L + 1)]
+        g = [st.samples[f"G[{l}]"][..., 0] for l in range(1, L + 1)]
+        if Kx is None:
+            return np.stack([c - 1.0 for c in phi + g], axis=1)
+        return np.concatenate([c[:, pairs[0], pairs[1]] - kx for c in phi] + [c[:, :1, 0] - 1.0 for c in g], axis=1)
+
+    shapes = {n: np.shape(reference[n]) for n in names}
+    sizes = [int(np.prod(shapes[n])) for n in names]
+    S1 = S2 = shift = None
+    done, k = 0, 0
     while done < E:
         m = min(chunk, E - done)
         st = simulate_deep(activation="linear", L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=max(m, 2),
-                           seed=seed + k, keep_samples=True, progress=progress)
-        Z = np.concatenate([np.stack([st.samples[c][:, 0] - 1.0 for c in controls], axis=1)]
-                           + [st.samples[n] for n in names[:-1]] + [st.samples["Delta"] ** 2], axis=1)[:m]
+                           seed=seed + k, keep_samples=True, progress=progress, Kx=Kx)
+        Z = np.concatenate([controls(st)] + [st.samples[n].reshape(st.E, -1) for n in names[:-1]]
+                           + [(st.samples["Delta"] ** 2).reshape(st.E, -1)], axis=1)[:m]
         if k == 0:
             shift = Z.mean(axis=0)                 # moments about the first chunk's mean (no cancellation)
+            S1, S2 = np.zeros(Z.shape[1]), np.zeros((Z.shape[1], Z.shape[1]))
         Z -= shift
         S1 += Z.sum(axis=0)
         S2 += Z.T @ Z
         done, k = done + m, k + 1
+    nc = S1.shape[0] - sum(sizes)
     d = S1 / E
     cov = (S2 - E * np.outer(d, d)) / (E - 1)
     mu = shift + d
     cxx, cxy, cyy = cov[:nc, :nc], cov[:nc, nc:], np.diag(cov)[nc:]
-    beta = np.linalg.solve(cxx, cxy)                                   # (nc, names*T)
+    beta = np.linalg.solve(cxx, cxy)                                   # (nc, quantities)
     est = mu[nc:] - mu[:nc] @ beta
     resid = np.maximum(cyy - np.einsum("ij,ij->j", cxy, beta), 0.0)
     value, se, ratio = {}, {}, {}
+    offs = np.concatenate([[0], np.cumsum(sizes)])
     for i, n in enumerate(names):
-        sl = slice(i * T, (i + 1) * T)
-        value[n] = N * (est[sl] - np.asarray(reference[n], float))
-        se[n] = N * np.sqrt(resid[sl] / E)
-        ratio[n] = np.where(cyy[sl] > 0, resid[sl] / np.maximum(cyy[sl], 1e-300), 0.0)
+        sl = slice(offs[i], offs[i + 1])
+        value[n] = (N * (est[sl] - np.asarray(reference[n], float).reshape(-1))).reshape(shapes[n])
+        se[n] = (N * np.sqrt(resid[sl] / E)).reshape(shapes[n])
+        ratio[n] = np.where(cyy[sl] > 0, resid[sl] / np.maximum(cyy[sl], 1e-300), 0.0).reshape(shapes[n])
     return DeepMeanShift(N=N, E=E, value=value, se=se, variance_ratio=ratio)
