@@ -181,15 +181,19 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
             "propagator_groups": propagator_groups, "propagator_sampler": propagator_sampler,
             "activation": act.label, "kink_order": act.kink_order, "march": sad.diagnostics.get("march")}
     if act.kink_order is not None:
-        via = "" if act.standard_gradient else f" (or derivative {act.kink_order - 1} of the gradient field's a or b)"
-        info["approximation"] = (
-            f"the activation's derivative of order {act.kink_order}{via}"
+        info["approximation"] = kink_note(act, width)
+    return deep_solution(act.label, L, T, params, means, se, prop.get, info)
+
+
+def kink_note(act, width: float) -> str:
+    """What a deep solve with a kinked activation approximates (``info['approximation']``)."""
+    via = "" if act.standard_gradient else f" (or derivative {act.kink_order - 1} of the gradient field's a or b)"
+    return (f"the activation's derivative of order {act.kink_order}{via}"
             " holds a delta function (a kink), replaced by a "
             f"Gaussian of width {width:g} (dirac_width){' in the march and' if act.kink_order <= 2 else ''} in the "
             "propagator; the propagator is extrapolated to width 0 from widths w and w/2 on the same paths "
             "(info 'dirac_shift': the size of that correction relative to each curve's peak); the residual bias "
             "is not estimated and may exceed the Monte Carlo error")
-    return deep_solution(act.label, L, T, params, means, se, prop.get, info)
 
 
 def _count(name, v) -> int:

@@ -314,6 +314,23 @@ def test_shapes_summary_save_and_propagator(tmp_path):
     np.testing.assert_array_equal(back.var_stderr("Delta"), sol.var_stderr("Delta"))
 
 
+def test_kinked_activations_on_points_say_what_they_approximate(tmp_path):
+    """A kink in phi'' (softsign): the propagator is extrapolated in the delta width and the solution says so; a
+    kink in phi' (relu): the means stand and N Var is refused with the reason."""
+    soft = _load(tmp_path, MULTI.replace("activation phi(h) = tanh(h)", "activation phi(h) = h / (1 + abs(h))"),
+                 "deep_multi_soft")
+    kw = dict(P=2, Kx=_gram(2, 4), y=np.array([0.7, -0.4]), T=3, samples=400, groups=2, propagator_samples=128,
+              propagator_groups=2)
+    sol = soft.solve(**kw)
+    assert np.all(np.isfinite(sol.var("K"))) and sol.info["dirac_extrapolated"] is True
+    assert "delta function" in sol.info["approximation"] and "note:" in sol.summary()
+    relu = _load(tmp_path, MULTI.replace("activation phi(h) = tanh(h)", "activation phi(h) = max(0, h)"),
+                 "deep_multi_relu").solve(**kw)
+    assert relu.mean("Delta").shape == (2, 3)
+    with pytest.raises(ParameterError, match="no deep propagator"):
+        relu.var("Delta")
+
+
 @pytest.mark.parametrize("given, word", [
     (dict(Kx=np.eye(2), P=3), r"'Kx' must have shape \(3, 3\)"),
     (dict(y=np.ones(4), P=3), r"'y' must have shape \(3,\)"),

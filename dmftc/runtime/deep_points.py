@@ -308,6 +308,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
         else:
             act = spec.site_activation(p, dirac_width)
             info.update(activation=act.label, kink_order=act.kink_order)
+            if act.kink_order is not None:
+                from dmftc.deep import kink_note
+
+                info["approximation"] = kink_note(act, dirac_width)
             obs = PointObservables(mod, model, L, T, P)
             kw = dict(activation=act, L=L, T=T * P, model=model, samples=propagator_samples,
                       groups=propagator_groups, seed=seed, progress=progress, sampler=sampler,

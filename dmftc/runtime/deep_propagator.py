@@ -321,7 +321,8 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     t0 = _time.perf_counter()
     runs, runs_w = [], []
     pools = (Pool(), Pool())                          # Hessian blocks summed over groups: width w, w/2
-    with Progress(f"deep propagator (L = {L}, T = {T})", groups, enabled=progress) as bar:
+    with Progress(f"deep propagator (L = {L}, T = {T // points}" + (f", P = {points})" if points > 1 else ")"),
+                  groups, enabled=progress) as bar:
         for gi in range(groups):
             xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, per, T)
             kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method, keep_blocks=True,
