@@ -21,7 +21,7 @@ subprocess so that its peak resident memory is its own, and prints the split of 
 
 With P training points every time index becomes a (time, point) index: T -> T P in these counts (a deep spec
 on several points, dmftc.runtime.deep_points, runs this propagator over its T P steps; measured: L = 2, T = 8,
-P = 3, 8000 paths in 8 groups, 94 s on 2 cores).
+P = 3, 8000 paths in 8 groups, 98 s on 2 cores).
 Ratios to the previous T (same L) show the empirical exponent.
 """
 from __future__ import annotations
