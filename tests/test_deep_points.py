@@ -1,10 +1,12 @@
 """Deep specs on several training points (specs/deep_multi.dmft): the point index folded into time.
 
 Checked against (1) the one-point spec: with P = 1 the fold is the identity, so deep_multi and deep_tanh march
-the same standard normals to round-off; (2) deep networks trained on P points by gradient descent
-(dmftc.validation.deep_ensemble, N and 2N extrapolated), pointwise within 4 combined standard errors, on a random
-Gram matrix with targets of both signs; (3) the exact Gaussian basis of a linear activation against its own
-Monte Carlo march.  Bad point indices are located errors.
+the same standard normals to round-off and give the same propagator; (2) deep networks trained on P points by
+gradient descent (dmftc.validation.deep_ensemble, N and 2N extrapolated), pointwise within 4 combined standard
+errors, on a random Gram matrix with targets of both signs: the means, the N Var of the exact (linear) and Monte
+Carlo (tanh) propagators, and the exact mean correction of linear specs; (3) the exact Gaussian basis of a linear
+activation against its own Monte Carlo march, and the Monte Carlo propagator run on a degree-5 Gaussian cubature
+against the exact one (equal to round-off).  Bad point indices are located errors.
 """
 from __future__ import annotations
 
