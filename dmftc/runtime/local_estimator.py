@@ -181,7 +181,7 @@ class LocalEstimator:
         HR[nc:, :na] = Jf[:, self.anti] / S
         HR[nc:, na:] = ff / S
         HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
-        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model, self.time)
+        J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model)
         JR = J[R]
         if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):
             raise AssertionError("anti-causal couplings and hats must be plain entries of v")
@@ -200,13 +200,13 @@ class LocalEstimator:
             hess[:, self.pos] += Pv.T
         return math.log(Zb), grad, hess
 
-def _theta_jacobian(v, m, T, model: DeepModel, time=None):
+def _theta_jacobian(v, m, T, model: DeepModel):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
     theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
     b and k_z, hats = (Phi_hat, G_hat, Delta_hat).  The couplings are elementwise, so every derivative is a
     partial derivative of k at one entry, taken by JAX from the model's own functions (DeepModel.partials);
-    the second derivatives are those of the causal entries in (kernel entry, Delta(s)); ``time``: each step's
-    time (s < t in time: the step's index on one point, its time on several)."""
+    the second derivatives are those of the causal entries in (kernel entry, Delta(s)), the entries of the
+    model's own strict mask (:meth:`DeepModel.strict`: s < t in time, on several points too)."""
     nt, T2 = T * (T + 1) // 2, T * T
     o_pp, o_gn, o_a, o_b = 0, nt, 2 * nt, 2 * nt + T2
     o_ph, o_D, o_dh = 2 * nt + 2 * T2, 4 * nt + 2 * T2, 4 * nt + 2 * T2 + T
@@ -217,8 +217,7 @@ def _theta_jacobian(v, m, T, model: DeepModel, time=None):
     tri[ti, si] = np.arange(nt)
     tri[si, ti] = np.arange(nt)
     t, s = np.divmod(np.arange(T2), T)
-    time = np.arange(T) if time is None else np.asarray(time)
-    causal = time[s] < time[t]
+    causal = np.asarray(model.strict(T))[t, s] > 0
     rows, cols, vals = [np.arange(2 * T2)], [np.concatenate([o_a + np.arange(T2), o_b + np.arange(T2)])], \
         [np.ones(2 * T2)]
     si_, sj_, sv_ = [], [], []
