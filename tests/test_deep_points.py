@@ -157,6 +157,9 @@ def test_linear_propagator_with_one_point_is_deep_linear(tmp_path):
         np.testing.assert_allclose(np.ravel(pts.var(n)), one.var(n), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(pts.sigma("K", "Phi[2]")[0, 0, :, 0, 0], one.sigma("K", "Phi[2]"), rtol=1e-9,
                                atol=1e-12)
+    assert one.two_time("Phi[1]").shape == (4, 4, 4, 4)      # kept on one point, and said so on several
+    with pytest.raises(ParameterError, match="one training point"):
+        pts.two_time("Phi[1]")
 
 
 def test_linear_one_hidden_layer_is_the_two_layer_engine(tmp_path):

@@ -17,6 +17,9 @@ import numpy as np
 
 from dmftc.errors import ParameterError
 
+_NO_TWO_TIME = ("two_time(a, b) is computed for linear deep specs on one training point, in the solve itself (results "
+                "files do not keep it); this solution has equal-time blocks only: sigma(a, b)")
+
 
 class DenseBlocks:
     """Blocks stored densely: ``sigma`` (T m, T m), time-major with ``m`` components per time; a name's
@@ -70,8 +73,7 @@ class DenseBlocks:
         return self._block(self.U_full, a, b)
 
     def two_time(self, a, b):
-        raise ParameterError("two-time blocks are kept by deep linear solves only (not in results files); "
-                             "sigma(a, b) gives the equal-time blocks")
+        raise ParameterError(_NO_TWO_TIME)
 
     def arrays(self) -> tuple[dict, dict]:
         """(arrays, meta) for a results file."""
@@ -211,8 +213,7 @@ class LazyDense:
         return self.get().U(a, b)
 
     def two_time(self, a, b):
-        raise ParameterError("two-time blocks are available for linear deep specs only; nonlinear ones give "
-                             "sigma(a, b) on the time diagonal")
+        raise ParameterError(_NO_TWO_TIME)
 
     def dense(self) -> DenseBlocks:
         return self.get()
