@@ -70,6 +70,8 @@ def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
 
     Phi, G = list(_symmetric(out["Phi"])), list(_symmetric(out["G"]))
     Delta = np.asarray(out["Delta"])
+    if model.readout_fn is not None:     # another loss: the error signal's tangent at this march's averages
+        model = model.linearised(out["e_used"])
     if model.points > 1:           # K of a same-time pair of points: left to dmftc.runtime.deep_points
         K, f = None, np.asarray(model.y_steps(T)) - Delta
     else:
@@ -83,7 +85,8 @@ def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
 def _saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:
     """A Saddle of ``model``'s action (gamma, y, eta recorded: the standard network's, else gamma = -1 / c_t of
     the readout and eta = nan; the numerics read ``model``)."""
-    std = model.standard_params or {"gamma": -1.0 / model.readout[1] if model.readout[1] else float("nan"),
+    ct = model.readout[1]
+    std = model.standard_params or {"gamma": -1.0 / ct if np.ndim(ct) == 0 and ct else float("nan"),
                                     "eta": float("nan")}
     return Saddle(L, float(std["gamma"]), model.y0, float(std["eta"]), T, Delta, f, K, Phi, G, Rphi, Rg, maps,
                   phi0=model.phi0, g_top=model.g_top, model=model)

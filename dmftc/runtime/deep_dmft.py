@@ -232,7 +232,8 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact, points=1):
     stein = any(sym == e_t for sym, _, _ in mod.SITE["stein"])
     out = {"Phi": stack(rows, R["Phi"]), "G": stack(rows, R["G"]), "Rphi": stack(rows, R["A"]),
            "Rg": stack(rows, R["B"]), "Delta": q1[mod.ERROR_SIGNAL],
-           "f": avg[("stein" if stein else "direct", e_t)], "fdir": avg[("direct", e_t)]}
+           "f": avg[("stein" if stein else "direct", e_t)], "fdir": avg[("direct", e_t)],
+           "e_used": avg[("stein" if stein and not direct else "direct", e_t)]}   # what Delta read
     if keep:
         out.update(h=stack(hist, R["h"]), z=stack(hist, R["z"]), Cu=stack(chol, u), Cr=stack(chol, r))
     return out

@@ -71,7 +71,13 @@ import numpy as np
 from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, _bilinear, _gather_local, _split_local, _sym,
                                        assemble_hessian, propagator_from_hessian, saddle_of_march,
                                        saddle_point_vector)
+from dmftc.errors import ParameterError
 from dmftc.runtime.deep_model import as_model, family_jit
+
+_NONLINEAR_READOUT_CORRECTION = (
+    "the O(1/N) mean correction is computed for error signals affine in the network output (the squared loss); "
+    "another loss makes the error signal a nonlinear function of the output, whose second derivative enters "
+    "the action's third derivatives and is not implemented")
 
 jax.config.update("jax_enable_x64", True)
 
@@ -125,7 +131,7 @@ def _log_z_local(v, model, top, *, T):
     M = jnp.block([[eye, -C], [-E, eye]])
     fa, fb = model.features()
     P = model.points                   # the fixed-time feature h(0) z(0) of each point (its step at time 0)
-    Qhz = -top * (fa * jnp.diag(dh) + fb * zero.at[jnp.arange(P), jnp.arange(P)].add(dh.reshape(-1, P).sum(0)))
+    Qhz = -top * (jnp.diag(fa * dh) + zero.at[jnp.arange(P), jnp.arange(P)].add((fb * dh).reshape(-1, P).sum(0)))
     Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
     Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
     big = jnp.block([[-Q, M.T], [M, Sw]])
@@ -189,7 +195,10 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
     inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
     model = as_model(model, gamma, y, eta)
+    if correction and model.readout_fn is not None:
+        raise ParameterError(_NONLINEAR_READOUT_CORRECTION)
     sad = deep_linear_saddle(L=L, T=T, model=model)
+    model = sad.model                  # (a nonlinear error signal: linearised at this saddle)
     x0 = saddle_point_vector(sad)
     t1 = _time.perf_counter()
     H = action_hessian(x0, L=L, T=T, model=model, method=method)

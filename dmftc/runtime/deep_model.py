@@ -18,8 +18,16 @@ action fixes that); everything else is the spec's:
 * ``k_h``, ``k_z``: the coupling coefficients, any elementwise function of (kernel entry, Delta(s)) -- their
   first and second partial derivatives (the chain rule from the order parameters to the couplings) come from
   JAX, not from a formula written here;
-* ``readout`` = (y0, c_t, c_0): the error signal must be affine in the averages E[z phi] (a nonlinear readout
-  would make the average an order parameter of its own; refused with a located error);
+* ``readout`` = (y0, c_t, c_0): the error signal's affine dependence on the averages E[z phi].  Another loss makes
+  the error signal a nonlinear function F(E_t, E_0) (e.g. the logistic loss, F = y / (1 + exp(y f))).  Exactly,
+  the readout average is then an order parameter f = E[z phi] of its own (with its hat), and Delta = F(f) a
+  deterministic constraint.  At the saddle every hat vanishes (ln Z = 0 at zero hats for any kernels), so the
+  Hessian sees F only through its first derivatives there, and eliminating f, f_hat gives the affine readout
+  with per-step coefficients c_t(t) = dF/dE_t, c_0(t) = dF/dE_0 at the saddle's averages, and y0(t) such that
+  the saddle's Delta is reproduced.  ``readout_fn`` keeps F; :meth:`DeepModel.linearised` returns the model
+  linearised at a march's averages (:func:`dmftc.runtime.deep_action.saddle_of_march` does so), and the
+  unlinearised model refuses to give its features.  (The O(1/N) mean correction needs the action's third
+  derivatives, which do see F''; it is refused for such specs.)
 * ``phi0``, ``g_top``: the constant boundary kernels Phi[0] and G[L+1] (the responses A[0], B[L+1] must be 0);
 * ``points``: P of a spec on several training points (dmftc.frontend.points_deep), whose action runs over the
   T P pairs (time, point) tau = t P + mu: the couplings' strict mask is then [time of s < time of t], a boundary
@@ -63,6 +71,9 @@ class DeepModel:
     bind: Callable | None = field(default=None, repr=False, compare=False)
     module: object = field(default=None, repr=False, compare=False)   # the compiled spec's generated module
     points: int = 1                       # training points folded into time (module doc)
+    readout_fn: Callable | None = field(default=None, repr=False, compare=False)  # F(e_t, e_0) of a nonlinear
+    #                                       error signal (per point on P points); None: affine (module doc)
+    linear_readout: bool = True           # False until linearised at a saddle when readout_fn is set
 
     @property
     def standard_params(self) -> dict | None:
@@ -71,14 +82,42 @@ class DeepModel:
 
     @property
     def y0(self):
-        """The target: a number, or (P,) on several points."""
+        """The target: a number, or (P,) on several points (per step (n,) when linearised at a saddle)."""
+        self._affine()
         y = np.asarray(self.readout[0], float)
         return float(y) if y.ndim == 0 else y
 
     def y_steps(self, n: int):
         """y0 at each of the n steps (time, point): a number for one point, else (n,)."""
+        self._affine()
         y = self.readout[0]
+        if self.readout_fn is not None:              # linearised: already one value per step
+            return y
         return jnp.tile(jnp.asarray(y), n // self.points) if jnp.ndim(y) else y
+
+    def _affine(self):
+        if not self.linear_readout:
+            raise RuntimeError(f"{self.label}: the error signal is nonlinear in the readout averages; use the model "
+                               "linearised at the saddle (DeepModel.linearised)")
+
+    def linearised(self, e) -> "DeepModel":
+        """For a nonlinear error signal F (``readout_fn``): the model whose readout is F's tangent at the readout
+        averages ``e`` (n,) of every step (time, point) of a march: per step y0, c_t, c_0 (n,) with
+        y0 + c_t e(t) + c_0 e(0) = F(e(t), e(0)) (module doc).  An affine model is returned as it is."""
+        if self.readout_fn is None:
+            return self
+        P = self.points
+        e = jnp.asarray(e, jnp.float64).reshape(-1, P)          # (T, P)
+        e0 = e[0]
+        ones = jnp.ones(P)
+        fn = lambda a, b: jnp.broadcast_to(jnp.asarray(self.readout_fn(a, b), jnp.float64), (P,))  # noqa: E731
+        val, ct = jax.vmap(lambda a: jax.jvp(lambda x: fn(x, e0), (a,), (ones,)))(e)
+        c0 = jax.vmap(lambda a: jax.jvp(lambda x: fn(a, x), (e0,), (ones,))[1])(e)
+        y0 = val - ct * e - c0 * e0[None, :]
+        lin = tuple(np.asarray(v, float).reshape(-1) for v in (y0, ct, c0))
+        values = tuple((k, v) for k, v in self.values if k != _LINEARISED) + ((_LINEARISED, lin),)
+        family = None if self.family is None else tuple(self.family) + ((_LINEARISED,),)
+        return replace(self, readout=lin, linear_readout=True, values=values, family=family)
 
     def strict(self, n: int):
         """(n, n) mask [time of s < time of t] over the steps (time, point)."""
@@ -87,7 +126,9 @@ class DeepModel:
 
     def features(self):
         """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L
-        (ln F = hats . f; the readout's sign: Delta - y0 - c_t E_t - c_0 E_0 = 0 at the saddle)."""
+        (ln F = hats . f; the readout's sign: Delta - y0 - c_t E_t - c_0 E_0 = 0 at the saddle): numbers, or one
+        per step (n,) for a nonlinear error signal linearised at a saddle."""
+        self._affine()
         return -self.readout[1], -self.readout[2]
 
     def error_signal(self, e_t, e_0):
@@ -132,6 +173,7 @@ class DeepModel:
         return np.asarray(fn(jnp.asarray(base)))
 
 
+_LINEARISED = "readout (linearised)"     # DeepModel.values key of a linearised nonlinear error signal
 _K_JACOBIAN: dict = {}
 _K_HESSIAN: dict = {}
 _K_PARTIALS: dict = {}
@@ -281,19 +323,14 @@ def from_spec(mod, p: dict) -> DeepModel:
         if not (ok_q and np.all(np.abs(dd_off) < 1e-12)):
             raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
                                    "Delta(s) only (it depends on other entries)", name)
-    y0, ct, c0_ = _spec_readout(mod, q)
-    if np.ndim(ct) or np.ndim(c0_):
-        if np.ptp(ct) > 0 or np.ptp(c0_) > 0:
-            raise _spec_error(mod, "the error signal's coefficients of the readout averages must be the same at every "
-                                   "point", mod.ERROR_SIGNAL)
-        ct, c0_ = np.ravel(ct)[0], np.ravel(c0_)[0]
-    y0 = np.asarray(y0, float) if np.ndim(y0) else float(y0)
-    ct, c0_ = float(ct), float(c0_)
-    for a, b in ((0.7, -0.2), (-1.3, 2.1)):
-        if not close(mod.readout(a, b, q), y0 + ct * a + c0_ * b):
-            raise _spec_error(mod, "the error signal must be affine in the readout averages E[z phi](t), E[z phi](0) "
-                                   "(a nonlinear readout would make the average an order parameter of its own)",
-                              mod.ERROR_SIGNAL)
+    y0, ct, c0_ = (np.asarray(v, float) for v in _spec_readout(mod, q))
+    affine = all(close(mod.readout(a, b, q), y0 + ct * a + c0_ * b) for a, b in ((0.7, -0.2), (-1.3, 2.1)))
+    readout_fn = None
+    if affine and np.ptp(ct) == 0 and np.ptp(c0_) == 0:      # one affine readout for every point
+        y0 = y0 if y0.ndim else float(y0)
+        ct, c0_ = float(np.ravel(ct)[0]), float(np.ravel(c0_)[0])
+    else:                # another loss (or per-point coefficients): linearised at each saddle (module doc)
+        readout_fn = lambda a, b: mod.readout(a, b, q)                                   # noqa: E731
     bnd = {k: (np.asarray(v, float) if np.ndim(v) else float(v)) for k, v in _spec_boundaries(mod, q).items()}
     for resp in ("A", "B"):
         if np.any(np.asarray(bnd.get(resp, 0.0)) != 0.0):
@@ -315,7 +352,9 @@ def from_spec(mod, p: dict) -> DeepModel:
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
                      family=("spec", mod.SPEC_SHA256, tuple(static.items()), tuple(k for k, _ in free)),
-                     values=free, bind=lambda vals: _spec_bound(mod, vals | static), module=mod, points=points)
+                     values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None), module=mod,
+                     points=points,
+                     readout_fn=readout_fn, linear_readout=readout_fn is None)
 
 
 def _hashable(v):
@@ -366,14 +405,22 @@ def _spec_boundaries(mod, q) -> dict:
     return {role.get(fam, fam): value for (fam, _), value in mod.boundaries(q).items()}
 
 
-def _spec_bound(mod, q) -> DeepModel:
+def _spec_bound(mod, q, nonlinear: bool = False) -> DeepModel:
     """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them)."""
+    q = dict(q)
+    lin = q.pop(_LINEARISED, None)                    # a nonlinear error signal's tangent at the saddle
     k_h, k_z = _spec_couplings(mod, q)
     bnd = _spec_boundaries(mod, q)
     pts = getattr(mod, "POINTS", None)
-    y0, ct, c0 = _spec_readout(mod, q)
-    if pts:                                           # the coefficients are the same at every point (from_spec)
-        ct, c0 = jnp.ravel(ct)[0], jnp.ravel(c0)[0]
-    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=(y0, ct, c0),
+    if lin is not None or nonlinear:                  # (not yet linearised: features() refuses)
+        fn = lambda a, b: mod.readout(a, b, q)                                           # noqa: E731
+        readout = tuple(lin) if lin is not None else _spec_readout(mod, q)
+    else:
+        y0, ct, c0 = _spec_readout(mod, q)
+        if pts:                                       # the coefficients are the same at every point (from_spec)
+            ct, c0 = jnp.ravel(ct)[0], jnp.ravel(c0)[0]
+        readout, fn = (y0, ct, c0), None
+    return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=readout,
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
-                     points=int(q[pts["size"]]) if pts else 1)
+                     points=int(q[pts["size"]]) if pts else 1, readout_fn=fn,
+                     linear_readout=not nonlinear or lin is not None)

@@ -177,6 +177,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
             weights = np.asarray(weights, float) * (xiu.shape[1] / np.sum(weights))
         sad, fields = mc_saddle(activation=activation, L=L, T=T, xiu=xiu, xir=xir, weights=weights, model=model,
                                 points=points)
+    model = sad.model                  # (a nonlinear error signal: linearised at this group's saddle)
     if not all(np.all(np.isfinite(a)) for a in (sad.Delta, *([] if sad.K is None else [sad.K]), *sad.Phi, *sad.G,
                                                   *sad.Rphi, *sad.Rg, *fields.w, *fields.x)):
         raise NumericalError("the Monte Carlo DMFT march produced non-finite order parameters: the dynamics "

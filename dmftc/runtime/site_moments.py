@@ -150,7 +150,8 @@ class SiteMoments:
         Dp, Dg = Xi[:T], Xi[T:]
         Dzp = Xz * p[:, None] + z[:, None] * Dp
         d0 = Dzp[first]
-        Dtop = fa * (Dzp - d0) + (fa + fb) * d0
+        fa2, fb2 = fa[:, None], fb[:, None]           # the coefficients are per step (rows)
+        Dtop = fa2 * (Dzp - d0) + (fa2 + fb2) * d0
         Df = jnp.concatenate([-(Dp[tr0] * p[tr1, None] + p[tr0, None] * Dp[tr1]),
                               -(Dg[tr0] * g[tr1, None] + g[tr0, None] * Dg[tr1]), Dtop])
 
@@ -187,7 +188,7 @@ class SiteMoments:
             qa, qb = vb[self.tri0], vb[self.tri1]
             Dp2, Dg2 = Xi2[:T][:, qa, qb], Xi2[T:][:, qa, qb]                             # (T, q)
             zp2 = X2z[:, qa, qb] * p[:, None] + z[:, None] * Dp2 + Xz[:, qa] * Dp[:, qb] + Xz[:, qb] * Dp[:, qa]
-            D2f.append((Dp2, Dg2, fa * (zp2 - zp2[first]) + (fa + fb) * zp2[first]))
+            D2f.append((Dp2, Dg2, fa2 * (zp2 - zp2[first]) + (fa2 + fb2) * zp2[first]))
         res = x0 - w - K @ y                             # the path must solve the single-site equations
         return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
 
@@ -290,7 +291,7 @@ class SiteMoments:
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
             out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
-                           float(feature[0]), float(feature[1]),
+                           *(jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.T,)) for f in feature),
                            None if stein is None else jnp.asarray(stein))
             if acc is None:
                 acc = [np.array(o) for o in out]

@@ -224,7 +224,7 @@ def deep_gd_step(W0, w, Ws, y, f0, *, activation, gamma: float, eta: float, X=No
     return (W0n[:, 0, :] if one else W0n.transpose(0, 2, 1)), wn, Ws_new
 
 
-def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx):
+def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signal=None):
     """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] (Delta (B,T,P), the
     others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each})."""
     B, N = w.shape
@@ -259,7 +259,7 @@ def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx):
             gs = _backward(w, coefs, rmatvec, L)
             if f0 is None:
                 f0 = f
-            delta = y - (f - f0)
+            delta = y - (f - f0) if error_signal is None else error_signal(f - f0, y)
             grams = {f"Phi[{l}]": gram(phis[l - 1]) for l in range(1, L + 1)}
             grams.update({f"G[{l}]": gram(gs[l - 1]) for l in range(1, L + 1)})
             K = grams["G[1]"] * Kx + grams[f"Phi[{L}]"]
@@ -325,7 +325,8 @@ def _design(y, Kx, input_norm):
 
 def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                   seed: int = 0, batch: int | None = None, keep_samples: bool = False,
-                  progress: bool = False, input_norm: float = 1.0, Kx=None) -> DeepEnsembleStats:
+                  progress: bool = False, input_norm: float = 1.0, Kx=None,
+                  error_signal=None) -> DeepEnsembleStats:
     """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
 
     One training point (``Kx`` None): ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1), ``y``
@@ -336,7 +337,10 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     ``activation``: an expression in h, a shorthand, or a :class:`dmftc.derive.activation.SiteActivation` (a
     compiled deep spec's carries its backward signal, e.g. a surrogate derivative: :func:`gradient_fns`).
     ``batch`` members are processed together (default: ~16 MB of work arrays per batch); ``progress``
-    shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`."""
+    shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`.
+    ``error_signal``: another loss, as the error signal Delta = -dloss/df of the background-subtracted outputs
+    ``error_signal(ftilde, y)`` (numpy, elementwise; e.g. the logistic loss ln(1 + exp(-y f)) has
+    y / (1 + exp(y f))); default the squared loss, Delta = y - ftilde.  The recorded Delta is this error signal."""
     act = gradient_fns(activation)
     L = _positive_int("L", L)
     N = _positive_int("N", N)
@@ -380,7 +384,8 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
                 sl = slice(b0, min(E, b0 + batch))
                 W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L, D if vector else None)
                 W0t, _ = _inputs(W0, X if vector else None)
-                pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx))
+                pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx,
+                                           error_signal))
                 while len(pending) > 2 * workers:
                     combine(pending.pop(0))
             while pending:
@@ -407,14 +412,14 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
 
 def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                seed: int = 0, extrapolate: bool = True, progress: bool = False,
-               input_norm: float = 1.0, Kx=None) -> DeepEnsembleStats:
+               input_norm: float = 1.0, Kx=None, error_signal=None) -> DeepEnsembleStats:
     """Ground truth with the O(1/N) corrections removed (as :func:`dmftc.validation.truth.finite_width_truth`).
 
     With ``extrapolate``, ensembles at widths N (seed) and 2N (seed + 1) give x = 2 x(2N) - x(N) for
     means and N*Var, with standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N and
     carries no samples.  Without, it is ``simulate_deep`` at width N."""
     kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress,
-              input_norm=input_norm, Kx=Kx)
+              input_norm=input_norm, Kx=Kx, error_signal=error_signal)
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
