@@ -6,9 +6,11 @@ propagator Sigma = U^-1 kappa U^-T.
 """
 __version__ = "0.1.0"
 
+# 64-bit floats and JAX's persistent compilation cache (where: jax_cache_dir), set before anything compiles
+from dmftc.jax_setup import CACHE_DIR as jax_cache_dir  # noqa: E402
 from dmftc.compiler import compile_spec, load  # noqa: E402
 from dmftc.errors import DmftcError, NumericalError, ParameterError, SpecError  # noqa: E402
 from dmftc.runtime.solution import Solution  # noqa: E402
 
 __all__ = ["load", "compile_spec", "Solution", "DmftcError", "SpecError", "ParameterError", "NumericalError",
-           "__version__"]
+           "jax_cache_dir", "__version__"]

@@ -19,7 +19,7 @@ from dmftc.derive.two_layer import derive
 from dmftc.derive.deep import activation_functions
 from dmftc.derive.deep_blocks import (explicit_term, format_deep_derivation, gaussian_average, price_term,
                                       response_observable, unroll)
-from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
+from dmftc.errors import ParameterError, PropagatorTooLarge
 from dmftc.frontend.parse import parse
 
 ROOT = Path(__file__).resolve().parent.parent

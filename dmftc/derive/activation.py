@@ -265,8 +265,6 @@ def _namespace():
 
     from dmftc.runtime import kernels as _k
 
-    jax.config.update("jax_enable_x64", True)          # as every numerical module of dmftc
-
     return {"jnp": jnp, "jax": jax, "_k": _k}
 
 

@@ -42,7 +42,6 @@ def _act_jax(act):
 
     return fields
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["AutodiffEstimator", "local_logf", "gaussian_cubature5"]
 

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 from dmftc.runtime.deep_dmft import (_PIVOT_TOL, _PIVOT_TOL_EXACT, SpecKernels, _extend_cholesky, _set_col,
                                      _traced)
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["TemplateKernels", "ModelKernels", "structured_march", "structured_paths"]
 

@@ -21,12 +21,10 @@ from __future__ import annotations
 import time as _time
 from dataclasses import dataclass, field
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["Saddle", "saddle_of_march", "Layout", "saddle_point_vector", "bilinear_pairs", "assemble_hessian",
            "observable_names", "Propagator", "observable_map", "propagator_from_hessian"]

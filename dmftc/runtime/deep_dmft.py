@@ -76,7 +76,6 @@ from jax.scipy.linalg import solve_triangular
 from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
 
-jax.config.update("jax_enable_x64", True)
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)

@@ -79,7 +79,6 @@ _NONLINEAR_READOUT_CORRECTION = (
     "another loss makes the error signal a nonlinear function of the output, whose second derivative enters "
     "the action's third derivatives and is not implemented")
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "stationarity"]
 

@@ -29,7 +29,6 @@ from dmftc.runtime.deep_action import Layout, _gather_local
 from dmftc.runtime.deep_linear import _log_z_local
 from dmftc.runtime.deep_model import as_model, family_jit
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["cubic_contraction", "mean_correction_from_inverse"]
 

@@ -48,7 +48,6 @@ import numpy as np
 
 from dmftc.errors import Pos, StructureSpecError
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["DeepModel", "standard", "from_spec", "as_model"]
 

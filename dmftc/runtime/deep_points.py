@@ -30,7 +30,6 @@ from dmftc.errors import ParameterError
 from dmftc.runtime.point_observables import PointObservables
 from dmftc.runtime.solution import Solution
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["resolve_point_params", "solve_points", "linear_propagator", "mc_propagator"]
 

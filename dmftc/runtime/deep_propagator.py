@@ -58,7 +58,6 @@ import math
 import time as _time
 from dataclasses import dataclass, field
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
@@ -75,7 +74,6 @@ from dmftc.runtime.deep_model import DeepModel, as_model
 from dmftc.runtime.sampling import check_sampler, source_normals
 from dmftc.derive.activation import as_activation
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator"]
 

@@ -37,7 +37,6 @@ import jax.numpy as jnp
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, layer_number
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["Evaluator", "boundary_row", "layer_number", "point_params", "schedule", "site_march"]
 

@@ -38,7 +38,6 @@ import numpy as np
 
 from dmftc.derive.activation import as_activation
 
-jax.config.update("jax_enable_x64", True)
 
 __all__ = ["SiteMoments"]
 

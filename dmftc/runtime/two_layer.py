@@ -29,7 +29,6 @@ from dmftc.runtime.mean_correction import mean_correction_group
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
 
-jax.config.update("jax_enable_x64", True)
 
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
 _MEMORY_BUDGET = 1.0e8  # floats per batch of tangents (~1.6 GB in float64)

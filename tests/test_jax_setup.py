@@ -1,0 +1,56 @@
+"""dmftc.jax_setup: importing dmftc turns on 64-bit floats and JAX's persistent compilation cache in a private
+per-user directory, so that a second process finds the programs the first one compiled; DMFTC_JAX_CACHE=0 turns
+the cache off and JAX's own JAX_COMPILATION_CACHE_DIR wins.  Each case runs in a fresh interpreter (the settings
+are made at import, before anything compiles)."""
+import json
+import os
+import subprocess
+import sys
+
+PROBE = """
+import json, sys, jax, jax.numpy as jnp, dmftc
+
+def f(x):                       # unrolled: compiles for well over 0.1 s, so the cache keeps it
+    for k in range(400):
+        x = jnp.sin(x) * (1.0 + 1e-3 * k) + jnp.cos(x * x)
+    return x
+
+y = jax.jit(f)(jnp.arange(3.0))
+print(json.dumps({"dir": None if dmftc.jax_cache_dir is None else str(dmftc.jax_cache_dir),
+                  "jax_dir": jax.config.jax_compilation_cache_dir, "x64": bool(jax.config.jax_enable_x64),
+                  "dtype": str(y.dtype)}))
+"""
+
+
+def _probe(**env):
+    full = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "DMFTC_JAX_CACHE")}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=full, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _entries(path):
+    """The cache entries of the probe's program f (other small programs may or may not pass the time threshold)."""
+    return sorted(p for p in os.listdir(path) if p.startswith("jit_f-"))
+
+
+def test_second_process_reuses_the_first_ones_compiled_programs(tmp_path):
+    first = _probe(DMFTC_CACHE_DIR=str(tmp_path))
+    assert first["dir"] == first["jax_dir"] and first["dir"].startswith(str(tmp_path))
+    assert first["x64"] and first["dtype"] == "float64"
+    assert os.stat(first["dir"]).st_mode & 0o777 == 0o700           # private: a compilation cache is trusted code
+    stored = _entries(first["dir"])
+    assert stored, "the first process stored nothing"
+    second = _probe(DMFTC_CACHE_DIR=str(tmp_path))
+    assert second["dir"] == first["dir"]
+    assert _entries(second["dir"]) == stored                          # found, not compiled and stored again
+
+
+def test_cache_can_be_turned_off_and_jax_own_setting_wins(tmp_path):
+    off = _probe(DMFTC_CACHE_DIR=str(tmp_path / "a"), DMFTC_JAX_CACHE="0")
+    assert off["dir"] is None and off["jax_dir"] is None and off["x64"]
+    assert not (tmp_path / "a").exists()
+    own = _probe(DMFTC_CACHE_DIR=str(tmp_path / "b"), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
+    assert own["dir"] is None and own["jax_dir"] == str(tmp_path / "jax")
+    assert not (tmp_path / "b").exists()
