@@ -58,11 +58,14 @@ def _jax_record(params, phi, gamma, L):
     return float(f), [np.asarray(p) for p in phis], [np.asarray(g) for g in gs], float(K)
 
 
-def _jax_step(params, y, f0, phi, gamma, eta):
-    """theta - eta N gamma^2 grad loss, loss = 1/2 (y - f + f0)^2 (jax.grad)."""
+def _jax_step(params, y, f0, phi, gamma, eta, logistic=False):
+    """theta - eta N gamma^2 grad loss, loss = 1/2 (y - f + f0)^2, or ln(1 + exp(-y (f - f0))) (jax.grad)."""
     N = params[0].shape[0]
     zeros = [jnp.zeros(N) for _ in range(len(params[1]) + 1)]
-    loss = lambda p: 0.5 * (y - _jax_net(p, zeros, phi, gamma)[0] + f0) ** 2  # noqa: E731
+    if logistic:
+        loss = lambda p: jnp.log1p(jnp.exp(-y * (_jax_net(p, zeros, phi, gamma)[0] - f0)))  # noqa: E731
+    else:
+        loss = lambda p: 0.5 * (y - _jax_net(p, zeros, phi, gamma)[0] + f0) ** 2  # noqa: E731
     grads = jax.grad(loss)(params)
     return jax.tree_util.tree_map(lambda p, g: p - eta * N * gamma**2 * g, params, grads)
 
@@ -86,12 +89,14 @@ def test_one_step_matches_jax_grad(activation):
         np.testing.assert_allclose(wn[m], ref[2], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_recorded_trajectories_match_jax(activation):
-    """Delta, K = N gamma^2 |grad f|^2, Phi[l], G[l] (diagonal and two-time mean) along jax-trained GD."""
+@pytest.mark.parametrize("activation, logistic", [("tanh", False), ("relu", False), ("tanh", True)])
+def test_recorded_trajectories_match_jax(activation, logistic):
+    """Delta, K = N gamma^2 |grad f|^2, Phi[l], G[l] (diagonal and two-time mean) along jax-trained GD (on the
+    squared loss, and on the logistic loss with the simulator's error_signal y / (1 + exp(y f)))."""
     N, L, gamma, eta, y, T, E, seed = 6, 3, 0.9, 0.4, 1.3, 5, 2, 7
+    err = (lambda f, yy: yy / (1 + np.exp(yy * f))) if logistic else None
     st = simulate_deep(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=E, seed=seed,
-                       keep_samples=True)
+                       keep_samples=True, error_signal=err)
     W0, w, Ws = draw_deep_parameters(np.random.default_rng(seed), E, N, L)
     phi = _jax_phi(activation)
     two = {f"{k}[{l}]": np.zeros((E, T, T)) for k in ("Phi", "G") for l in range(1, L + 1)}
@@ -102,12 +107,12 @@ def test_recorded_trajectories_match_jax(activation):
         for t in range(T):
             f, phis, gs, K = _jax_record(params, phi, gamma, L)
             f0 = f if f0 is None else f0
-            delta = y - (f - f0)
+            delta = y / (1 + np.exp(y * (f - f0))) if logistic else y - (f - f0)
             np.testing.assert_allclose(st.samples["Delta"][m, t], delta, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(st.samples["K"][m, t], K, rtol=1e-10)
             hist_p.append(phis)
             hist_g.append(gs)
-            params = _jax_step(params, y, f0, phi, gamma, eta)
+            params = _jax_step(params, y, f0, phi, gamma, eta, logistic)
         for l in range(L):
             P = np.array([h[l] for h in hist_p])
             G = np.array([h[l] for h in hist_g])
