@@ -1,12 +1,16 @@
-"""A deep network trained on several points: the finite-width variances of specs/deep_multi.dmft against networks.
+"""A deep network trained on several points: the finite-width variances of specs/deep_multi.dmft (squared loss)
+and specs/deep_logistic.dmft (logistic loss) against networks.
 
 The spec is the deep tanh network written with a point index (``index mu, nu in 1..P``), which dmftc folds into
 time; its Monte Carlo propagator (the Hessian of the folded action over the T P (time, point) steps, causal by
 time) gives lim N Var of the error signal Delta_mu(t) of every point and of the NTK K_{mu nu}(t) and the
 equal-time kernels Phi[l]_{mu nu}(t, t), G[l]_{mu nu}(t, t) of every pair.  Here P = 3 points of a random Gram
-matrix (inputs in D = 8 dimensions) with targets of both signs, L = 2 hidden layers, gamma = 1.  Ground truth:
-depth-L networks trained on the same points by gradient descent (dmftc.validation.deep_ensemble.simulate_deep with
-Kx, y), N Var Richardson-extrapolated in 1/N from widths N and 2N.
+matrix (inputs in D = 8 dimensions) with targets of both signs, L = 2 hidden layers, gamma = 1.  The second row
+trains the same network on the logistic loss ln(1 + exp(-y f)) with labels of both signs and sizes: its error
+signal y / (1 + exp(y f)) is nonlinear in the output, and the propagator sees it through its slope at the saddle,
+step by step (dmftc.runtime.deep_model.DeepModel.linearised).  Ground truth: depth-L networks trained on the same
+points by gradient descent on the same loss (dmftc.validation.deep_ensemble.simulate_deep with Kx, y and, for the
+logistic loss, error_signal), N Var Richardson-extrapolated in 1/N from widths N and 2N.
 
 Agreement (asserted): pointwise z <= 4 for N Var of Delta, K, Phi[l](t, t), G[l](t, t) of every point and pair;
 in full mode also within 5% of each quantity's peak.
@@ -14,8 +18,9 @@ in full mode also within 5% of each quantity's peak.
     python experiments/deep_points_variance.py [--quick] [--out DIR]
 
 Full mode (T = 8, eta = 0.1; propagator 16000 source paths in 8 groups; N = 256 and 512, E = 30000 networks per
-width) takes about 15 minutes on 2 cores; the quick mode (T = 4, N = 128/256, E = 2000) is a smoke run (the
-default suite's tests/test_deep_points.py makes the same comparison at T = 5).
+width) takes about 30 minutes on 2 cores; the quick mode (T = 4, N = 128/256, E = 2000) is a smoke run (the
+default suite's tests/test_deep_points.py and tests/test_deep_losses.py make the same comparisons at smaller
+sizes).
 """
 import os
 import sys
@@ -42,33 +47,38 @@ def main():
         T, eta, samples, N, E = 8, 0.1, 16000, 256, 30000
     rng = np.random.default_rng(SEED)
     Z = rng.standard_normal((P, 8))
-    Kx, y = Z @ Z.T / 8, np.array([0.8, -0.5, 0.3])
+    Kx = Z @ Z.T / 8
+    losses = {"squared": ("deep_multi.dmft", np.array([0.8, -0.5, 0.3]), None),
+              "logistic": ("deep_logistic.dmft", np.array([1.25, -1.9, -1.0]),
+                           lambda f, y: y / (1 + np.exp(y * f)))}
     agree = common.Agreement("deep_points_variance", args.quick)
     agree.meta.update(L=L, P=P, T=T, eta=eta, gamma=GAMMA, propagator_samples=samples, widths=[N, 2 * N], E=E,
-                      Kx=Kx.tolist(), y=y.tolist())
-    kw = dict(L=L, gamma=GAMMA, y=y, eta=eta, T=T, Kx=Kx)
-    sol = dmftc.load(common.SPECS / "deep_multi.dmft", args.out).solve(
-        P=P, samples=16000, propagator_samples=samples, propagator_groups=8, seed=SEED, **kw)
-    raw = simulate_deep(activation="tanh", N=N, E=E, seed=SEED + 1, **kw)
-    big = simulate_deep(activation="tanh", N=2 * N, E=E, seed=SEED + 2, **kw)
+                      Kx=Kx.tolist(), targets={k: v[1].tolist() for k, v in losses.items()})
     names = ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]
-    curves, arrays = {}, {}
-    for n in names:
-        th, th_se = sol.var(n), sol.var_stderr(n)
-        ens, ens_se = common.richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
-        agree.add(f"N Var {n}", th, th_se, ens, ens_se, raw=raw.nvar[n])
-        curves[n] = (th, th_se, ens, ens_se)
-        arrays.update({f"theory:{n}": th, f"theory_se:{n}": th_se, f"ensemble:{n}": ens, f"ensemble_se:{n}": ens_se})
-    agree.meta["propagator"] = {k: v for k, v in sol.info.items() if k.startswith("propagator_")}
-    times = eta * np.arange(T)
-    np.savez_compressed(args.out / "deep_points_variance.npz", times=times, **arrays)
-
-    plt = common.pyplot()
     shown = ["Delta", "K", "Phi[2]", "G[1]"]
-    fig, axes = plt.subplots(1, len(shown), figsize=(4.0 * len(shown), 3.6))
-    common.point_panels(axes, times, {n: curves[n] for n in shown}, prefix="N Var ")
-    fig.suptitle(f"deep tanh network (L = {L}) on P = {P} points: N Var, theory (dashed, 2 se; {samples} paths) "
-                 f"against networks (points, N = {N}/{2 * N} extrapolated, E = {E})", fontsize=9)
+    plt = common.pyplot()
+    fig, axes = plt.subplots(len(losses), len(shown), figsize=(4.0 * len(shown), 3.4 * len(losses)))
+    arrays, times = {}, eta * np.arange(T)
+    for row, (loss, (spec, y, error_signal)) in enumerate(losses.items()):
+        kw = dict(L=L, gamma=GAMMA, y=y, eta=eta, T=T, Kx=Kx)
+        sol = dmftc.load(common.SPECS / spec, args.out).solve(
+            P=P, samples=16000, propagator_samples=samples, propagator_groups=8, seed=SEED, **kw)
+        raw = simulate_deep(activation="tanh", N=N, E=E, seed=SEED + 1, error_signal=error_signal, **kw)
+        big = simulate_deep(activation="tanh", N=2 * N, E=E, seed=SEED + 2, error_signal=error_signal, **kw)
+        curves = {}
+        for n in names:
+            th, th_se = sol.var(n), sol.var_stderr(n)
+            ens, ens_se = common.richardson(raw.nvar[n], raw.se_nvar[n], big.nvar[n], big.se_nvar[n])
+            agree.add(f"{loss}: N Var {n}", th, th_se, ens, ens_se, raw=raw.nvar[n])
+            curves[n] = (th, th_se, ens, ens_se)
+            arrays.update({f"{loss}:theory:{n}": th, f"{loss}:theory_se:{n}": th_se, f"{loss}:ensemble:{n}": ens,
+                           f"{loss}:ensemble_se:{n}": ens_se})
+        agree.meta[f"propagator ({loss})"] = {k: v for k, v in sol.info.items() if k.startswith("propagator_")}
+        common.point_panels(axes[row], times, {n: curves[n] for n in shown}, prefix=f"{loss} loss: N Var ")
+    np.savez_compressed(args.out / "deep_points_variance.npz", times=times, **arrays)
+    fig.suptitle(f"deep tanh network (L = {L}) on P = {P} points, squared and logistic loss: N Var, theory (dashed, "
+                 f"2 se; {samples} paths) against networks (points, N = {N}/{2 * N} extrapolated, E = {E})",
+                 fontsize=9)
     common.save_figure(fig, args.out, "deep_points_variance")
     common.finish_deep(agree, args.out, REL_MAX)
 
