@@ -157,3 +157,17 @@ def test_linearised_error_signal_is_the_tangent_of_the_spec(tmp_path):
 def test_mean_correction_of_a_nonlinear_error_signal_is_refused(tmp_path):
     with pytest.raises(ParameterError, match="another loss"):
         _one_point(tmp_path, "h").solve(L=2, T=3, correction=True)
+
+
+def test_derive_says_which_error_signal_the_propagator_linearises():
+    from dmftc.derive.deep_blocks import format_deep_derivation
+    from dmftc.derive.two_layer import derive
+    from dmftc.frontend.check import check
+    from dmftc.frontend.parse import parse
+
+    def text(name):
+        path = SPECS / f"{name}.dmft"
+        return format_deep_derivation(derive(check(parse(path.read_text(), str(path)))))
+
+    assert "nonlinear in the averages" in text("deep_logistic")
+    assert "nonlinear in the averages" not in text("deep_multi")
