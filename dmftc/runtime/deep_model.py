@@ -115,7 +115,9 @@ class DeepModel:
         y0 = val - ct * e - c0 * e0[None, :]
         lin = tuple(np.asarray(v, float).reshape(-1) for v in (y0, ct, c0))
         values = tuple((k, v) for k, v in self.values if k != _LINEARISED) + ((_LINEARISED, lin),)
-        family = None if self.family is None else tuple(self.family) + ((_LINEARISED,),)
+        family = self.family
+        if family is not None and (_LINEARISED,) not in family:     # (compiled once for every saddle)
+            family = tuple(family) + ((_LINEARISED,),)
         return replace(self, readout=lin, linear_readout=True, values=values, family=family)
 
     def strict(self, n: int):
