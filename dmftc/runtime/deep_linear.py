@@ -74,13 +74,19 @@ from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, _bilinear, _g
 from dmftc.errors import ParameterError
 from dmftc.runtime.deep_model import as_model, family_jit
 
-_NONLINEAR_READOUT_CORRECTION = (
-    "the O(1/N) mean correction is computed for error signals affine in the network output (the squared loss); "
-    "another loss makes the error signal a nonlinear function of the output, whose second derivative enters "
-    "the action's third derivatives and is not implemented")
+
+__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "stationarity",
+           "require_affine_readout"]
 
 
-__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "stationarity"]
+def require_affine_readout(model) -> None:
+    """Refuse the O(1/N) mean correction of a model whose error signal is nonlinear in the readout averages (another
+    loss, linearised at each saddle: dmftc.runtime.deep_model), whose curvature enters the third derivatives."""
+    if model.readout_fn is not None:
+        raise ParameterError(
+            "the O(1/N) mean correction is computed for error signals affine in the network output (the squared "
+            "loss); another loss makes the error signal a nonlinear function of the output, whose second "
+            "derivative enters the action's third derivatives and is not implemented")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,8 +200,8 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
     inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
     model = as_model(model, gamma, y, eta)
-    if correction and model.readout_fn is not None:
-        raise ParameterError(_NONLINEAR_READOUT_CORRECTION)
+    if correction:
+        require_affine_readout(model)
     sad = deep_linear_saddle(L=L, T=T, model=model)
     model = sad.model                  # (a nonlinear error signal: linearised at this saddle)
     x0 = saddle_point_vector(sad)

@@ -139,7 +139,7 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
 
     from dmftc.runtime.blocks import DenseBlocks
     from dmftc.runtime.deep_action import Layout, saddle_point_vector
-    from dmftc.runtime.deep_linear import action_hessian, deep_linear_saddle, stationarity
+    from dmftc.runtime.deep_linear import action_hessian, deep_linear_saddle, require_affine_readout, stationarity
     from dmftc.runtime.deep_model import from_spec
 
     t0 = _time.perf_counter()
@@ -151,9 +151,8 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
                              f"{need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); means are available, "
                              "for variances lower T, L or the number of points, or raise memory_limit")
     model = from_spec(mod, p)
-    if correction and model.readout_fn is not None:
-        from dmftc.runtime.deep_linear import _NONLINEAR_READOUT_CORRECTION
-        raise ParameterError(_NONLINEAR_READOUT_CORRECTION)
+    if correction:
+        require_affine_readout(model)
     sad = deep_linear_saddle(L=L, T=n, model=model)
     model = sad.model                  # (a nonlinear error signal: linearised at this saddle)
     x0 = saddle_point_vector(sad)

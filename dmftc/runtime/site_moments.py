@@ -281,6 +281,9 @@ class SiteMoments:
         S, c = W.shape[0], self.chunk
         wts = np.ones(S) if weights is None else np.asarray(weights, float)
         acc = None
+        fixed = (jnp.asarray(C), jnp.asarray(E))          # the same for every chunk: converted once
+        fa, fb = (jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.T,)) for f in feature)   # one per step
+        Z = None if stein is None else jnp.asarray(stein)
         for i0 in range(0, S, c):
             Wc, Xc = W[i0:i0 + c], X0[i0:i0 + c]
             k = Wc.shape[0]
@@ -289,9 +292,7 @@ class SiteMoments:
             if k < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
-            out = self._fn(jnp.asarray(C), jnp.asarray(E), jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask),
-                           *(jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.T,)) for f in feature),
-                           None if stein is None else jnp.asarray(stein))
+            out = self._fn(*fixed, jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask), fa, fb, Z)
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:
