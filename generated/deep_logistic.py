@@ -41,6 +41,9 @@ RESPONSES = ('A', 'B')
 ROLES = {'A': 'A', 'B': 'B', 'G': 'G', 'Phi': 'Phi', 'g': 'g', 'h': 'h', 'r': 'r', 'u': 'u', 'z': 'z'}
 SOURCES = (('u', 'Phi', -1), ('r', 'G', 1))  # (name, covariance, layer offset)
 ERROR_SIGNAL = 'Delta'
+# the error signal is affine in the readout averages (else another loss: linearised at each saddle, and no
+# O(1/N) mean correction)
+READOUT_AFFINE = False
 SCALARS = ('K',)
 BOUNDARIES = (('Phi', '0'), ('G', 'L+1'), ('A', '0'), ('B', 'L+1'))
 # where in the spec each part comes from, (line, col, end line, end col): for the runtime's errors

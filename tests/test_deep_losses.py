@@ -8,7 +8,9 @@ from N and 2N, pointwise within 4 combined standard errors, with labels of both 
 (2) tanh networks (Monte Carlo propagator) on one point;
 (3) the linearisation: its per-step tangent against finite differences of the spec's error signal, and a
     propagator whose slope is frozen at its initial value is far from the same networks (the comparison can fail);
-(4) the O(1/N) mean correction, which would need the error signal's curvature, is refused with the reason.
+(4) the O(1/N) mean correction, which would need the error signal's curvature, is refused with the reason; an
+    error signal affine in the output with weights that differ between points takes the same linearised path,
+    exactly, and gets the mean correction (checked against linear networks trained on the weighted loss).
 """
 from __future__ import annotations
 
@@ -171,3 +173,49 @@ def test_derive_says_which_error_signal_the_propagator_linearises():
 
     assert "nonlinear in the averages" in text("deep_logistic")
     assert "nonlinear in the averages" not in text("deep_multi")
+
+
+WEIGHTED = ("hat Delta[mu](t) (Delta[mu](t) - y[mu]\n"
+            "                                       + (E[z[L, mu](t) phi(h[L, mu](t))] - E[z[L, mu](0) phi(h[L, mu](0))]) / gamma)")
+
+
+def test_mean_correction_of_a_per_point_weighted_squared_loss_matches_networks(tmp_path):
+    """Loss 1/2 sum_mu w_mu (y_mu - f_mu)^2: the error signal w_mu (y_mu - f_mu) is affine in the output but its
+    coefficients differ between points, so the runtime linearises it at the saddle (exact); the derivation says it
+    is affine (READOUT_AFFINE), and the exact O(1/N) mean correction of the linear spec on P = 3 points of a random
+    Gram matrix must match N (E[q]_N - q_inf) of linear networks trained on the weighted loss (deep_mean_shift, N =
+    32/64 extrapolated, E = 8000/16000), pointwise z <= 4 for Delta, K, the equal-time kernels and the loss.  The
+    correction of the unweighted loss is far from the same networks (the comparison can fail)."""
+    from dmftc.validation.deep_ensemble import deep_mean_shift
+
+    text = (SPECS / "deep_multi.dmft").read_text().replace("activation phi(h) = tanh(h)", "activation phi(h) = h")
+    assert WEIGHTED in text
+    text = text.replace(WEIGHTED, WEIGHTED.replace("(Delta[mu](t) - y[mu]\n", "(Delta[mu](t) - w[mu] * (y[mu]\n")
+                        .replace(" + (E[z", " - (E[z").replace("/ gamma)", "/ gamma))"))
+    text = text.replace('param y[P] = 1.0 "training targets"',
+                        'param y[P] = 1.0 "training targets"\nparam w[P] = 1.0 "per-point loss weights"')
+    path = tmp_path / "deep_weighted.dmft"
+    path.write_text(text)
+    m = dmftc.load(str(path))
+    assert m.module.READOUT_AFFINE
+    P, L, T, eta, gamma = 3, 2, 6, 0.1, 1.0
+    rng = np.random.default_rng(7)
+    Z = rng.standard_normal((P, 8))
+    Kx, y, w = Z @ Z.T / 8, rng.uniform(-1, 1, P), np.array([1.6, 0.4, 1.0])
+    kw = dict(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma, correction=True)
+    sol = m.solve(w=w, **kw)
+    plain = m.solve(**kw).mean_correction("Delta")
+    same = lambda x: np.einsum("mntt->mnt", x) if x.ndim == 4 else x                      # noqa: E731
+    names = ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]
+    ref = {n: same(sol.mean(n)) for n in names}
+    theory = {n: same(sol.mean_correction(n)) for n in names}
+    theory["loss"] = 2 * ref["Delta"] * theory["Delta"] + sol.var("Delta")
+    net = dict(L=L, gamma=gamma, y=y, eta=eta, T=T, Kx=Kx, error_signal=lambda f, yy: w * (yy - f))
+    a = deep_mean_shift(ref, N=32, E=8000, seed=70, **net)
+    b = deep_mean_shift(ref, N=64, E=16000, seed=71, **net)
+    for n in names + ["loss"]:
+        ext, se = 2 * b.value[n] - a.value[n], np.sqrt(4 * b.se[n] ** 2 + a.se[n] ** 2)
+        ok = se > 0                                       # exact entries (Phi[1] at t = 0 is a control variate)
+        assert (np.abs(ext - theory[n])[ok] / se[ok]).max() <= 4.0, n
+        if n == "Delta":
+            assert (np.abs(ext - plain)[ok] / se[ok]).max() > 8

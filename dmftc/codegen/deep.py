@@ -97,6 +97,9 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"SOURCES = {tuple((g.name, g.cov_family, g.offset) for g in m.sources)!r}  # (name, covariance, layer offset)\n")
     err = next(sc.name for sc in d.scalars if sc.in_march)
     w(f"ERROR_SIGNAL = {err!r}\n")
+    w("# the error signal is affine in the readout averages (else another loss: linearised at each saddle, and no\n"
+      "# O(1/N) mean correction)\n")
+    w(f"READOUT_AFFINE = {d.readout_affine!r}\n")
     w(f"SCALARS = {tuple(sc.name for sc in d.scalars if not sc.in_march)!r}\n")
     bnd = tuple((name, ref.text()) for name, bs in d.boundaries.items() for ref, _ in bs)
     w(f"BOUNDARIES = {bnd!r}\n")

@@ -53,6 +53,13 @@ class ScalarDef:
     averages: tuple            # ((placeholder symbol, time text 't' or '0'), ...): E[z[L](t1) phi(h[L](t1))]
     in_march: bool             # used by the field equations (computed during the march)
 
+    @property
+    def affine(self) -> bool:
+        """Affine in its readout averages (the squared loss, with any per-point weights); otherwise another loss,
+        which the propagator linearises at each saddle and the O(1/N) mean correction refuses."""
+        syms = [ph for ph, _ in self.averages]
+        return all(sp.simplify(sp.diff(self.expr, a, b)) == 0 for a in syms for b in syms)
+
 
 @dataclass(frozen=True)
 class DeepDerivation:
@@ -89,6 +96,11 @@ class DeepDerivation:
         orders = [k for k, e in enumerate(self.phi) if e.has(sp.DiracDelta)]
         orders += [k % 4 + 1 for k, e in enumerate(self.grad) if e.has(sp.DiracDelta)]
         return min(orders, default=None)
+
+    @property
+    def readout_affine(self) -> bool:
+        """The error signal is affine in the readout averages (:attr:`ScalarDef.affine`)."""
+        return next(sc for sc in self.scalars if sc.in_march).affine
 
     def rowname(self, family: str, ref: str) -> str:
         return f"{family}[{ref}]"

@@ -273,8 +273,7 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
         w(f"  {sc.name}(t) = {f(sc.expr)}")
         for ph, when in sc.averages:
             w(f"      {ph} = E[{r['z']}[{m.depth}]({when}) {m.activation.name}({r['h']}[{m.depth}]({when}))]")
-        syms = [ph for ph, _ in sc.averages]
-        if any(sp.simplify(sp.diff(sc.expr, a, b)) != 0 for a in syms for b in syms):
+        if not sc.affine:
             w(f"      (nonlinear in the averages, e.g. another loss: the propagator takes {sc.name}'s slope at the "
               "saddle, step by step, dmftc.runtime.deep_model.DeepModel.linearised; no O(1/N) mean correction)")
     w(f"  readout by Stein's lemma for {r['r']}[{m.depth}]: E[{r['z']}[{m.depth}](t) {m.activation.name}("

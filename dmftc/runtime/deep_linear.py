@@ -81,8 +81,9 @@ __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator",
 
 def require_affine_readout(model) -> None:
     """Refuse the O(1/N) mean correction of a model whose error signal is nonlinear in the readout averages (another
-    loss, linearised at each saddle: dmftc.runtime.deep_model), whose curvature enters the third derivatives."""
-    if model.readout_fn is not None:
+    loss, linearised at each saddle: dmftc.runtime.deep_model), whose curvature enters the third derivatives.  An
+    affine error signal with coefficients that differ between points is also linearised, exactly: it passes."""
+    if model.readout_fn is not None and not model.affine_readout:
         raise ParameterError(
             "the O(1/N) mean correction is computed for error signals affine in the network output (the squared "
             "loss); another loss makes the error signal a nonlinear function of the output, whose second "

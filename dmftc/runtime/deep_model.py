@@ -73,6 +73,7 @@ class DeepModel:
     readout_fn: Callable | None = field(default=None, repr=False, compare=False)  # F(e_t, e_0) of a nonlinear
     #                                       error signal (per point on P points); None: affine (module doc)
     linear_readout: bool = True           # False until linearised at a saddle when readout_fn is set
+    affine_readout: bool = True           # readout_fn affine (per-point coefficients): its linearisation is exact
 
     @property
     def standard_params(self) -> dict | None:
@@ -325,12 +326,13 @@ def from_spec(mod, p: dict) -> DeepModel:
             raise _spec_error(mod, f"the {name} coupling c(t, s) must depend on the kernel entry at (t, s) and on "
                                    "Delta(s) only (it depends on other entries)", name)
     y0, ct, c0_ = (np.asarray(v, float) for v in _spec_readout(mod, q))
-    affine = all(close(mod.readout(a, b, q), y0 + ct * a + c0_ * b) for a, b in ((0.7, -0.2), (-1.3, 2.1)))
+    affine = bool(mod.READOUT_AFFINE)                # (derived symbolically: dmftc.derive.deep.ScalarDef.affine)
     readout_fn = None
     if affine and np.ptp(ct) == 0 and np.ptp(c0_) == 0:      # one affine readout for every point
         y0 = y0 if y0.ndim else float(y0)
         ct, c0_ = float(np.ravel(ct)[0]), float(np.ravel(c0_)[0])
-    else:                # another loss (or per-point coefficients): linearised at each saddle (module doc)
+    else:                # another loss, or per-point coefficients: linearised at each saddle (module doc; exact and
+        #                  kept for the O(1/N) mean correction when affine)
         readout_fn = lambda a, b: mod.readout(a, b, q)                                   # noqa: E731
     bnd = {k: (np.asarray(v, float) if np.ndim(v) else float(v)) for k, v in _spec_boundaries(mod, q).items()}
     for resp in ("A", "B"):
@@ -353,9 +355,9 @@ def from_spec(mod, p: dict) -> DeepModel:
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
                      family=("spec", mod.SPEC_SHA256, tuple(static.items()), tuple(k for k, _ in free)),
-                     values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None), module=mod,
-                     points=points,
-                     readout_fn=readout_fn, linear_readout=readout_fn is None)
+                     values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None, affine),
+                     module=mod, points=points,
+                     readout_fn=readout_fn, linear_readout=readout_fn is None, affine_readout=affine)
 
 
 def _hashable(v):
@@ -406,8 +408,10 @@ def _spec_boundaries(mod, q) -> dict:
     return {role.get(fam, fam): value for (fam, _), value in mod.boundaries(q).items()}
 
 
-def _spec_bound(mod, q, nonlinear: bool = False) -> DeepModel:
-    """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them)."""
+def _spec_bound(mod, q, nonlinear: bool = False, affine: bool = True) -> DeepModel:
+    """The spec's model at parameter values q that may be JAX tracers (no checks: from_spec made them).
+    ``nonlinear``: the readout goes through ``readout_fn`` (another loss, or per-point coefficients);
+    ``affine``: from_spec found it affine all the same."""
     q = dict(q)
     lin = q.pop(_LINEARISED, None)                    # a nonlinear error signal's tangent at the saddle
     k_h, k_z = _spec_couplings(mod, q)
@@ -424,4 +428,4 @@ def _spec_bound(mod, q, nonlinear: bool = False) -> DeepModel:
     return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=readout,
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
                      points=int(q[pts["size"]]) if pts else 1, readout_fn=fn,
-                     linear_readout=not nonlinear or lin is not None)
+                     linear_readout=not nonlinear or lin is not None, affine_readout=affine)

@@ -442,7 +442,8 @@ class DeepMeanShift:
 
 
 def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
-                    seed: int = 0, chunk: int = 50000, progress: bool = False, Kx=None) -> DeepMeanShift:
+                    seed: int = 0, chunk: int = 50000, progress: bool = False, Kx=None,
+                    error_signal=None) -> DeepMeanShift:
     """N (E[q]_N - q_inf) for the deep LINEAR network, q in :func:`deep_names` and 'loss' = Delta^2 (against
     Delta_inf^2), from E members at width N.
 
@@ -454,7 +455,8 @@ def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: 
     one per layer since the backward fields at initialisation are the same for every point), are regressed out
     of every q(t) (pooled least squares, estimate mean(q) - beta . mean(c)).  The estimator is consistent (its
     bias is O(1/E), from fitting beta); the standard error is that of the residual.  Members run in chunks of
-    ``chunk`` with seeds seed, seed + 1, ... and only moments are kept."""
+    ``chunk`` with seeds seed, seed + 1, ... and only moments are kept.  ``error_signal``: another loss, as in
+    :func:`simulate_deep`."""
     names = deep_names(L) + ("loss",)
     missing = [n for n in names[:-1] if n not in reference]
     if missing:
@@ -483,7 +485,7 @@ def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: 
     while done < E:
         m = min(chunk, E - done)
         st = simulate_deep(activation="linear", L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=max(m, 2),
-                           seed=seed + k, keep_samples=True, progress=progress, Kx=Kx)
+                           seed=seed + k, keep_samples=True, progress=progress, Kx=Kx, error_signal=error_signal)
         Z = np.concatenate([controls(st)] + [st.samples[n].reshape(st.E, -1) for n in names[:-1]]
                            + [(st.samples["Delta"] ** 2).reshape(st.E, -1)], axis=1)[:m]
         if k == 0:
