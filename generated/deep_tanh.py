@@ -30,7 +30,8 @@ STANDARD_GRADIENT = True
 KINK_ORDER = None
 ACTIVATION_PARAMS = ()  # the parameters phi and the gradient field read
 # the point index of a spec on several training points, folded into time: the runtime's index tau = t P + mu
-# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point)
+# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point);
+# 'mask': the update mask, 1 on a training point and 0 on a test point (None: every point trains)
 POINTS = None
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')

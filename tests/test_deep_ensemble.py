@@ -281,11 +281,12 @@ def _jax_points_record(params, phi, gamma, X):
     return np.asarray(f), [np.asarray(p) for p in phis], gs, np.asarray(N * gamma**2 * flat @ flat.T)
 
 
-def _jax_points_step(params, y, f0, phi, gamma, eta, X):
-    """theta - eta N gamma^2 grad loss, loss = 1/2 sum_mu (y_mu - f_mu + f0_mu)^2 (jax.grad)."""
+def _jax_points_step(params, y, f0, phi, gamma, eta, X, mask=1.0):
+    """theta - eta N gamma^2 grad loss, loss = 1/2 sum_mu mask_mu (y_mu - f_mu + f0_mu)^2 (jax.grad; mask 0 on
+    a test point)."""
     N, P, L = params[0].shape[0], X.shape[0], len(params[1]) + 1
     zeros = [jnp.zeros((P, N)) for _ in range(L)]
-    loss = lambda p: 0.5 * jnp.sum((y - _jax_points_net(p, zeros, phi, gamma, X)[0] + f0) ** 2)  # noqa: E731
+    loss = lambda p: 0.5 * jnp.sum(mask * (y - _jax_points_net(p, zeros, phi, gamma, X)[0] + f0) ** 2)  # noqa: E731
     grads = jax.grad(loss)(params)
     return jax.tree_util.tree_map(lambda p, g: p - eta * N * gamma**2 * g, params, grads)
 
@@ -306,14 +307,15 @@ def test_one_step_on_points_matches_jax_grad(activation):
         np.testing.assert_allclose(wn[m], ref[2], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_recorded_trajectories_on_points_match_jax(activation):
+@pytest.mark.parametrize("activation, mask", [("tanh", None), ("relu", None), ("tanh", (1.0, 0.0, 1.0))])
+def test_recorded_trajectories_on_points_match_jax(activation, mask):
     """Delta_mu, the NTK K_{mu nu}, Phi[l] and G[l] between points (same-time samples and two-time means) along
-    jax-trained GD on P = 3 points of a random Gram matrix, targets of both signs."""
+    jax-trained GD on P = 3 points of a random Gram matrix, targets of both signs; with a test point (``mask``:
+    the loss leaves it out, its residual is recorded all the same)."""
     N, L, P, gamma, eta, T, E, seed = 5, 3, 3, 0.9, 0.3, 4, 2, 7
     Kx, y = _gram(P, 4), np.array([1.2, -0.6, 0.3])
     st = simulate_deep(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=E, seed=seed,
-                       keep_samples=True, Kx=Kx)
+                       keep_samples=True, Kx=Kx, trained=mask)
     X = inputs_from_gram(Kx)
     W0, w, Ws = draw_deep_parameters(np.random.default_rng(seed), E, N, L, D=P)
     phi = _jax_phi(activation)
@@ -328,7 +330,7 @@ def test_recorded_trajectories_on_points_match_jax(activation):
             np.testing.assert_allclose(st.samples["Delta"][m, :, t], y - (f - f0), rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(st.samples["K"][m, :, :, t], K, rtol=1e-10, atol=1e-12)
             hist.append((phis, gs))
-            params = _jax_points_step(params, y, f0, phi, gamma, eta, X)
+            params = _jax_points_step(params, y, f0, phi, gamma, eta, X, 1.0 if mask is None else np.array(mask))
         for l in range(L):
             for k, i in (("Phi", 0), ("G", 1)):
                 H = np.array([h[i][l] for h in hist])                       # (T, P, N)

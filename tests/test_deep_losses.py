@@ -192,8 +192,7 @@ def test_mean_correction_of_a_per_point_weighted_squared_loss_matches_networks(t
     assert WEIGHTED in text
     text = text.replace(WEIGHTED, WEIGHTED.replace("(Delta[mu](t) - y[mu]\n", "(Delta[mu](t) - w[mu] * (y[mu]\n")
                         .replace(" + (E[z", " - (E[z").replace("/ gamma)", "/ gamma))"))
-    text = text.replace('param y[P] = 1.0 "training targets"',
-                        'param y[P] = 1.0 "training targets"\nparam w[P] = 1.0 "per-point loss weights"')
+    text = text.replace("param Kx[P, P]", 'param w[P] = 1.0 "per-point loss weights"\nparam Kx[P, P]', 1)
     path = tmp_path / "deep_weighted.dmft"
     path.write_text(text)
     m = dmftc.load(str(path))

@@ -83,9 +83,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     used = sorted({str(v) for e in d.phi + d.grad for v in e.free_symbols} & set(d.params))
     w(f"ACTIVATION_PARAMS = {tuple(used)!r}  # the parameters phi and the gradient field read\n")
     w("# the point index of a spec on several training points, folded into time: the runtime's index tau = t P + mu\n"
-      "# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point)\n")
+      "# (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point);\n"
+      "# 'mask': the update mask, 1 on a training point and 0 on a test point (None: every point trains)\n")
     points = None if pts is None else {"index": pts.names, "size": pts.size, "params": pts.params,
-                                       "orders": pts.orders}
+                                       "orders": pts.orders, "mask": pts.mask}
     w(f"POINTS = {points!r}\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")

@@ -231,6 +231,9 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
           f"Phi[{lv}](t, s) is the matrix over pairs (t, mu), (s, nu)")
         carried = [f"{n}[{', '.join(pts.names[:k])}]" for n, k in pts.params + pts.orders]
         w(f"  with their points: {', '.join(carried)}")
+        if pts.mask is not None:
+            w(f"  update mask {pts.mask}[{pts.names[0]}]: every coupling at s below is multiplied by {pts.mask} of the "
+              f"point of s (0 on a test point, which no update reads; its error signal is then its test error)")
     if m.from_action:
         from dmftc.frontend.action_deep import expr_text
 

@@ -15,6 +15,15 @@ Phi[l](tau, sigma) is a (T P) x (T P) matrix, a sum over s < t and nu is one cau
 below this stage reads like a one-point deep spec (:mod:`dmftc.frontend.check_deep` and every later stage run
 on it unchanged).  What the fold needs at run time is recorded in :class:`PointAxis` (which parameters and
 one-time order parameters carry the point, and how many).
+
+Test points: a network is trained on some of the points only, and the others are read out (predictions, their
+errors and their kernels with the training points).  A one-point parameter at the summed point of a field's
+update, ``sum(nu: m[nu] Delta[nu](s) Phi[l-1, mu, nu](t, s) g[l, nu](s))``, is the update mask: 1 on a training
+point, 0 on a point the network never trains on.  It must multiply the error signal's term of every field that
+reads the error signal at the summed point; the fold removes it from the expression and records it
+(``PointAxis.mask``), and the runtime drops the updates of the masked points (their couplings at s; their
+responses vanish with them).  The error signal of a masked point is still its order parameter: e.g. its
+residual y - f, the test error.
 """
 from __future__ import annotations
 
@@ -39,6 +48,7 @@ class PointAxis:
     size: str
     params: tuple[tuple[str, int], ...]
     orders: tuple[tuple[str, int], ...]
+    mask: str | None = None          # the update mask (module doc): a parameter with one point index
 
 
 @dataclass(frozen=True)
@@ -146,14 +156,17 @@ class _Fold:
         for f in s.fields:               # responses (two times, undeclared) and fields carry 2 and 1 points
             if f.name not in self.counts and f.name not in self.params:
                 self.counts[f.name] = 2 if f.time2 is not None else 1
+        self.masks, self.updates = {}, {}             # field -> (mask name, pos); field -> pos of its update term
         fields = [self.equation(f) for f in s.fields]
+        mask = self.check_mask()
         actions = [dataclasses.replace(a, body=self.expr(a.body, _Ctx())) for a in s.actions]
         folded = dataclasses.replace(s, params=tuple(params), indices=(), orders=tuple(orders),
                                      sources=tuple(sources), fields=tuple(fields), actions=tuple(actions))
-        axis = PointAxis(self.names, ix.size, tuple(self.params.items()), tuple(self.orders.items()))
+        axis = PointAxis(self.names, ix.size, tuple(self.params.items()), tuple(self.orders.items()), mask)
         return folded, axis
 
     def equation(self, f):
+        self.field = f.name
         n = self.counts.get(f.name, 1)
         layered = f.name not in self.orders
         lay, pts = self.split(f.name, f.indices, f.pos, layered, n)
@@ -249,7 +262,51 @@ class _Fold:
         if i in dict(ctx.bind).values() or (ctx.pair and i in ctx.pair[0]):
             self.fail(ShapeSpecError, f"the point index '{i}' is already in use here", e.pos,
                       hint="sum over another point index")
-        return self.expr(body, ctx.with_bind(**{time: i}))
+        return self.expr(self.strip_mask(body, time, i), ctx.with_bind(**{time: i}))
+
+    # ------------------------------------------------------------ the update mask (test points)
+    def strip_mask(self, body, time, i):
+        """``body`` of a field's update sum over the point ``i`` at ``time`` without its update-mask factors
+        (module doc), recorded with the terms that read the error signal at (i, time)."""
+        terms, stripped = [], False
+        for sign, term in _terms(body):
+            factors = _factors(term)
+            masks = [f for f in factors if isinstance(f, ast.Indexed) and self.params.get(f.name) == 1
+                     and tuple(f.indices) == (i,)]
+            signal = [f for f in factors if isinstance(f, ast.Call) and self.orders.get(f.name) == 1
+                      and tuple(f.indices) == (i,) and len(f.args) == 1 and isinstance(f.args[0], ast.Name)
+                      and f.args[0].name == time]
+            if signal:
+                self.updates.setdefault(self.field, signal[0].pos)
+            if masks:
+                m = masks[0]
+                if len(masks) > 1 or not signal:
+                    self.fail(ShapeSpecError, f"'{ast.to_text(m)}': a parameter of the summed point '{i}' is an "
+                              "update mask and multiplies the error signal's term only", m.pos,
+                              hint=f"write e.g. sum({i}: {m.name}[{i}] Delta[{i}]({time}) Phi[l-1, mu, {i}](t, {time}) "
+                                   f"g[l, {i}]({time})); other parameters are read with the equation's own point")
+                self.masks.setdefault(self.field, (m.name, m.pos))
+                term, stripped = _product([f for f in factors if f is not m], m.pos), True
+            terms.append((sign, term))
+        return _sum(terms) if stripped else body
+
+    def check_mask(self):
+        """The update mask's name (None without one): one parameter, in every field that reads the error signal
+        at a summed point."""
+        if not self.masks:
+            return None
+        names = {n for n, _ in self.masks.values()}
+        if len(names) > 1:
+            n, pos = sorted(self.masks.values(), key=lambda v: (v[1].line, v[1].col))[-1]
+            self.fail(ShapeSpecError, f"one update mask for every field: the spec uses {', '.join(sorted(names))}",
+                      pos, hint="a point is trained on or not, in every layer and field alike")
+        (name,) = names
+        for field, pos in self.updates.items():
+            if field not in self.masks:
+                self.fail(ShapeSpecError, f"the update of '{field}' lacks the update mask '{name}' that the other "
+                          "fields' updates carry", pos,
+                          hint=f"multiply its error-signal term by {name}[...] too: a test point updates no layer")
+        return name
 
     def reference(self, e, ctx: _Ctx):
         name, n = e.name, self.counts[e.name]
@@ -301,3 +358,38 @@ def fold_points(spec: ast.Spec, err):
         return spec, None
     fold = _Fold(spec, err)
     return fold.run()
+
+
+def _terms(e, sign=1):
+    """((sign, term), ...) of a sum."""
+    if isinstance(e, ast.BinOp) and e.op in "+-":
+        return _terms(e.left, sign) + _terms(e.right, sign if e.op == "+" else -sign)
+    if isinstance(e, ast.Neg):
+        return _terms(e.operand, -sign)
+    return [(sign, e)]
+
+
+def _factors(e):
+    """The factors of a product (a quotient's numerator split, its denominator one factor)."""
+    if isinstance(e, ast.BinOp) and e.op == "*":
+        return _factors(e.left) + _factors(e.right)
+    if isinstance(e, ast.BinOp) and e.op == "/":
+        return _factors(e.left) + [ast.BinOp(e.pos, "/", ast.Num(e.pos, 1.0), e.right)]
+    return [e]
+
+
+def _product(factors, pos):
+    out = factors[0] if factors else ast.Num(pos, 1.0)
+    for f in factors[1:]:
+        out = ast.BinOp(out.pos, "*", out, f)
+    return out
+
+
+def _sum(terms):
+    out = None
+    for sign, t in terms:
+        if out is None:
+            out = t if sign > 0 else ast.Neg(t.pos, t)
+        else:
+            out = ast.BinOp(out.pos, "+" if sign > 0 else "-", out, t)
+    return out

@@ -53,6 +53,9 @@ def format_ir(ir: ModelIR) -> str:
     if ir.kind == "deep" and any(a.kind == "sample" for a in ir.axes):
         w("  (the training points are folded into time: every time below is a pair (time, point), "
           "dmftc.frontend.points_deep)")
+        mask = getattr(getattr(ir.model, "points", None), "mask", None)
+        if mask is not None:
+            w(f"  (update mask {mask}: each coupling at s is multiplied by {mask} of the point of s; 0 on a test point)")
     for name, x, body in ir.activations:
         w(f"activation {name}({x}) = {sp.sstr(body)}".replace("__x", "x"))
     w("")

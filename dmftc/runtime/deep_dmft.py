@@ -188,7 +188,8 @@ def march_kernels(activation, model, L: int):
     if runs_site(spec):
         if activation is None or tuple(activation.key[:len(spec.key)]) == spec.key:
             width = 0.0 if activation is None else activation.width
-            return spec, dict(model.values) | {mod.DEPTH: L, "dirac width": width}
+            mask = {mod.POINTS["mask"]: np.asarray(model.trained)} if model.trained is not None else {}
+            return spec, dict(model.values) | mask | {mod.DEPTH: L, "dirac width": width}
     from dmftc.reference.structured_march import ModelKernels
 
     kern = ModelKernels(activation, model)

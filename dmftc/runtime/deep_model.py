@@ -74,6 +74,7 @@ class DeepModel:
     #                                       error signal (per point on P points); None: affine (module doc)
     linear_readout: bool = True           # False until linearised at a saddle when readout_fn is set
     affine_readout: bool = True           # readout_fn affine (per-point coefficients): its linearisation is exact
+    trained: tuple | None = None          # on P points: 1 where the network trains on the point, 0 on a test point
 
     @property
     def standard_params(self) -> dict | None:
@@ -122,9 +123,13 @@ class DeepModel:
         return replace(self, readout=lin, linear_readout=True, values=values, family=family)
 
     def strict(self, n: int):
-        """(n, n) mask [time of s < time of t] over the steps (time, point)."""
+        """(n, n) mask [time of s < time of t] over the steps (time, point), times the update mask of the point of
+        s (``trained``): a test point's updates, the only place its couplings enter, are absent."""
         tt = np.arange(n) // self.points
-        return jnp.asarray((tt[:, None] > tt[None, :]).astype(float))
+        m = (tt[:, None] > tt[None, :]).astype(float)
+        if self.trained is not None:
+            m = m * np.asarray(self.trained, float)[np.arange(n) % self.points][None, :]
+        return jnp.asarray(m)
 
     def features(self):
         """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L
@@ -293,6 +298,8 @@ def from_spec(mod, p: dict) -> DeepModel:
     r, q = mod.ROLES, {k: (np.asarray(v, float) if np.ndim(v) else float(v)) for k, v in p.items()}
     pts = getattr(mod, "POINTS", None)
     static = {mod.DEPTH: q[mod.DEPTH]} | ({pts["size"]: q[pts["size"]]} if pts else {})
+    if pts and pts.get("mask"):           # the update mask shapes the causal masks: fixed in compiled code
+        static[pts["mask"]] = q[pts["mask"]]
     points = int(q[pts["size"]]) if pts else 1
     rng = np.random.default_rng(2024)
     T = 5
@@ -354,10 +361,19 @@ def from_spec(mod, p: dict) -> DeepModel:
     return DeepModel(key=("spec", mod.SPEC_SHA256, tuple(sorted((k, _hashable(v)) for k, v in q.items()))),
                      label=f"{mod.MODEL} ({mod.SPEC_PATH})", k_h=k_h, k_z=k_z, readout=(y0, ct, c0_),
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=k_of,
-                     family=("spec", mod.SPEC_SHA256, tuple(static.items()), tuple(k for k, _ in free)),
+                     family=("spec", mod.SPEC_SHA256, tuple((k, _hashable(v)) for k, v in static.items()),
+                             tuple(k for k, _ in free)),
                      values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None, affine),
                      module=mod, points=points,
-                     readout_fn=readout_fn, linear_readout=readout_fn is None, affine_readout=affine)
+                     readout_fn=readout_fn, linear_readout=readout_fn is None, affine_readout=affine,
+                     trained=_trained(mod, q))
+
+
+def _trained(mod, q):
+    """The update mask of a spec on several points as a tuple of 0/1 (None without one)."""
+    pts = getattr(mod, "POINTS", None)
+    name = pts.get("mask") if pts else None
+    return None if name is None else tuple(float(v) for v in np.ravel(np.asarray(q[name], float)))
 
 
 def _hashable(v):
@@ -428,4 +444,5 @@ def _spec_bound(mod, q, nonlinear: bool = False, affine: bool = True) -> DeepMod
     return DeepModel(key=("spec-bound",), label=mod.MODEL, k_h=k_h, k_z=k_z, readout=readout,
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
                      points=int(q[pts["size"]]) if pts else 1, readout_fn=fn,
-                     linear_readout=not nonlinear or lin is not None, affine_readout=affine)
+                     linear_readout=not nonlinear or lin is not None, affine_readout=affine,
+                     trained=_trained(mod, q))

@@ -84,6 +84,9 @@ def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
             if lam.min() < -1e-10 * max(1.0, np.abs(lam).max()):
                 raise ParameterError(f"parameter '{k}' must be positive semi-definite (a Gram matrix of the points; "
                                      f"smallest eigenvalue {lam.min():.3g})")
+        if k == pts.get("mask") and not np.all((arr == 0) | (arr == 1)):
+            raise ParameterError(f"parameter '{k}' is the update mask: 1 on a point the network trains on, 0 on a test "
+                                 f"point, got {arr.tolist()} (a weighted loss puts its weights in the error signal)")
         p[k] = arr
     p = {k: (v if k in counts else float(v)) for k, v in p.items()}
     if p[step] <= 0:

@@ -38,7 +38,7 @@ from dmftc.errors import StructureSpecError
 from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, layer_number
 
 
-__all__ = ["Evaluator", "boundary_row", "layer_number", "point_params", "schedule", "site_march"]
+__all__ = ["Evaluator", "boundary_row", "layer_number", "point_params", "schedule", "site_march", "update_mask"]
 
 
 class Evaluator:
@@ -56,7 +56,8 @@ class Evaluator:
         self.idx = jnp.arange(T)
         self.mu = t % points
         self._given, self.p = p, point_params(mod, p, self.mu)
-        self.past = (self.idx // points < t // points).astype(jnp.float64)   # [s < t] (dmftc.derive.site.PAST)
+        # [s < t] (dmftc.derive.site.PAST), times the update mask of the point of s (test points: no updates)
+        self.past = (self.idx // points < t // points).astype(jnp.float64) * update_mask(mod, p, T)
 
     def at(self, l):
         """The same step seen from layer l."""
@@ -117,6 +118,17 @@ class Evaluator:
         if jnp.shape(P)[-1] != self.T:                        # a factor constant in s (a field at t)
             return P[..., 0] * jnp.sum(row)
         return P @ row
+
+
+def update_mask(mod, p: dict, n: int):
+    """The update mask of the point of every step (n,): 1 where the network trains on that point, 0 on a test
+    point (dmftc.frontend.points_deep); 1.0 when every point trains."""
+    pts = getattr(mod, "POINTS", None)
+    name = pts.get("mask") if pts else None
+    if name is None:
+        return 1.0
+    m = jnp.asarray(p[name], jnp.float64)
+    return m[jnp.arange(n) % m.shape[0]]
 
 
 def point_params(mod, p: dict, mu):

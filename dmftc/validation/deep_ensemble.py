@@ -224,7 +224,7 @@ def deep_gd_step(W0, w, Ws, y, f0, *, activation, gamma: float, eta: float, X=No
     return (W0n[:, 0, :] if one else W0n.transpose(0, 2, 1)), wn, Ws_new
 
 
-def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signal=None):
+def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signal=None, trained=None):
     """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] (Delta (B,T,P), the
     others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each})."""
     B, N = w.shape
@@ -260,6 +260,7 @@ def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signa
             if f0 is None:
                 f0 = f
             delta = y - (f - f0) if error_signal is None else error_signal(f - f0, y)
+            update = delta if trained is None else delta * trained     # test points: recorded, never trained on
             grams = {f"Phi[{l}]": gram(phis[l - 1]) for l in range(1, L + 1)}
             grams.update({f"G[{l}]": gram(gs[l - 1]) for l in range(1, L + 1)})
             K = grams["G[1]"] * Kx + grams[f"Phi[{L}]"]
@@ -275,11 +276,11 @@ def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signa
         for l in range(L):
             Ph[l][:, k:k + P] = phis[l]
             G[l][:, k:k + P] = gs[l]
-        cs[:, k:k + P] = eta * gamma * delta / math.sqrt(N)
+        cs[:, k:k + P] = eta * gamma * update / math.sqrt(N)
         k += P
         if t + 1 < T:
             with np.errstate(over="ignore", invalid="ignore"):
-                W0t, w = _update_vectors(W0t, w, phis, gs, delta, eta, gamma, XpT)
+                W0t, w = _update_vectors(W0t, w, phis, gs, update, eta, gamma, XpT)
 
     two = {}
     for kind, hist in (("Phi", Ph), ("G", G)):
@@ -326,7 +327,7 @@ def _design(y, Kx, input_norm):
 def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                   seed: int = 0, batch: int | None = None, keep_samples: bool = False,
                   progress: bool = False, input_norm: float = 1.0, Kx=None,
-                  error_signal=None) -> DeepEnsembleStats:
+                  error_signal=None, trained=None) -> DeepEnsembleStats:
     """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
 
     One training point (``Kx`` None): ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1), ``y``
@@ -340,7 +341,9 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`.
     ``error_signal``: another loss, as the error signal Delta = -dloss/df of the background-subtracted outputs
     ``error_signal(ftilde, y)`` (numpy, elementwise; e.g. the logistic loss ln(1 + exp(-y f)) has
-    y / (1 + exp(y f))); default the squared loss, Delta = y - ftilde.  The recorded Delta is this error signal."""
+    y / (1 + exp(y f))); default the squared loss, Delta = y - ftilde.  The recorded Delta is this error signal.
+    ``trained`` (P,) of 0/1: the points the networks train on (default all); the others are test points, whose
+    error signal (e.g. the residual y - ftilde) and kernels are recorded but never enter an update."""
     act = gradient_fns(activation)
     L = _positive_int("L", L)
     N = _positive_int("N", N)
@@ -350,6 +353,10 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     gamma = _finite("gamma", gamma, positive=True)
     eta = _finite("eta", eta, nonneg=True)
     X, Kx, y, vector = _design(y, Kx, input_norm)
+    if trained is not None:
+        trained = np.asarray(trained, float)
+        if trained.shape != (X.shape[0],) or not np.all((trained == 0) | (trained == 1)):
+            raise ValueError(f"trained must be {X.shape[0]} values 0 or 1, got {trained!r}")
     P, D = X.shape
     per_member = (L - 1) * N * N + 2 * L * T * P * (N + T * P) + (4 + D) * N
     if batch is None:   # ~2M doubles (16 MB) per batch
@@ -385,7 +392,7 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
                 W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L, D if vector else None)
                 W0t, _ = _inputs(W0, X if vector else None)
                 pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx,
-                                           error_signal))
+                                           error_signal, trained))
                 while len(pending) > 2 * workers:
                     combine(pending.pop(0))
             while pending:
@@ -412,14 +419,14 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
 
 def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                seed: int = 0, extrapolate: bool = True, progress: bool = False,
-               input_norm: float = 1.0, Kx=None, error_signal=None) -> DeepEnsembleStats:
+               input_norm: float = 1.0, Kx=None, error_signal=None, trained=None) -> DeepEnsembleStats:
     """Ground truth with the O(1/N) corrections removed (as :func:`dmftc.validation.truth.finite_width_truth`).
 
     With ``extrapolate``, ensembles at widths N (seed) and 2N (seed + 1) give x = 2 x(2N) - x(N) for
     means and N*Var, with standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N and
     carries no samples.  Without, it is ``simulate_deep`` at width N."""
     kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress,
-              input_norm=input_norm, Kx=Kx, error_signal=error_signal)
+              input_norm=input_norm, Kx=Kx, error_signal=error_signal, trained=trained)
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
@@ -443,7 +450,7 @@ class DeepMeanShift:
 
 def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                     seed: int = 0, chunk: int = 50000, progress: bool = False, Kx=None,
-                    error_signal=None) -> DeepMeanShift:
+                    error_signal=None, trained=None) -> DeepMeanShift:
     """N (E[q]_N - q_inf) for the deep LINEAR network, q in :func:`deep_names` and 'loss' = Delta^2 (against
     Delta_inf^2), from E members at width N.
 
@@ -455,8 +462,8 @@ def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: 
     one per layer since the backward fields at initialisation are the same for every point), are regressed out
     of every q(t) (pooled least squares, estimate mean(q) - beta . mean(c)).  The estimator is consistent (its
     bias is O(1/E), from fitting beta); the standard error is that of the residual.  Members run in chunks of
-    ``chunk`` with seeds seed, seed + 1, ... and only moments are kept.  ``error_signal``: another loss, as in
-    :func:`simulate_deep`."""
+    ``chunk`` with seeds seed, seed + 1, ... and only moments are kept.  ``error_signal`` (another loss) and
+    ``trained`` (test points) as in :func:`simulate_deep`."""
     names = deep_names(L) + ("loss",)
     missing = [n for n in names[:-1] if n not in reference]
     if missing:
@@ -485,7 +492,8 @@ def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: 
     while done < E:
         m = min(chunk, E - done)
         st = simulate_deep(activation="linear", L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=max(m, 2),
-                           seed=seed + k, keep_samples=True, progress=progress, Kx=Kx, error_signal=error_signal)
+                           seed=seed + k, keep_samples=True, progress=progress, Kx=Kx, error_signal=error_signal,
+                           trained=trained)
         Z = np.concatenate([controls(st)] + [st.samples[n].reshape(st.E, -1) for n in names[:-1]]
                            + [(st.samples["Delta"] ** 2).reshape(st.E, -1)], axis=1)[:m]
         if k == 0:
