@@ -379,6 +379,14 @@ BAD = [
      StructureSpecError, "sum(nu: h[l, nu](t))", None, "pairs with a sum over earlier times", None),
     ("array-parameter-size", (('param y[P] = 1.0', 'param y[L] = 1.0'),), ShapeSpecError, "param y[L]", None,
      "one or two dimensions of size 'P'", "param y[P]"),
+    # the update mask of test points (tests/test_deep_test_points.py)
+    ("mask-without-error-signal", (("sum(nu: m[nu] Delta[nu](s) Phi[l-1, mu, nu](t, s) g[l, nu](s))",
+                                    "sum(nu: Delta[nu](s) Phi[l-1, mu, nu](t, s) g[l, nu](s) + m[nu] g[l, nu](s))"),),
+     ShapeSpecError, "m[nu] g[l", None, "update mask and multiplies the error signal's term only", "m[nu] Delta[nu]"),
+    ("mask-in-one-field", (("sum(nu: m[nu] Delta[nu](s) G[l+1", "sum(nu: Delta[nu](s) G[l+1"),), ShapeSpecError,
+     "Delta[nu](s) G[l+1", None, "lacks the update mask 'm'", "a test point updates no layer"),
+    ("two-masks", (("sum(nu: m[nu] Delta[nu](s) G[l+1", "sum(nu: y[nu] Delta[nu](s) G[l+1"),), ShapeSpecError,
+     "y[nu] Delta[nu](s) G[l+1", None, "one update mask for every field", "in every layer and field alike"),
 ]
 
 

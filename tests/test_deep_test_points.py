@@ -13,7 +13,7 @@ pair it with the training points.  Checked against:
     (the error signal w (y - f), linearised per point), whose Var(Delta) / w^2 must approach the masked result
     as O(w);
 (3) the O(1/N) mean correction of the test error of linear networks (deep_mean_shift with ``trained``);
-(4) located errors for a mask that is not an update mask, and a ParameterError for mask values other than 0, 1.
+(4) a ParameterError for mask values other than 0, 1 (a misused mask is a located error: tests/test_deep_points.py).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pytest
 
 import dmftc
 from dmftc.derive.two_layer import derive
-from dmftc.errors import ParameterError, ShapeSpecError, SpecError
+from dmftc.errors import ParameterError
 from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse
 from dmftc.validation.deep_ensemble import deep_mean_shift, deep_truth
@@ -141,36 +141,6 @@ def test_mean_correction_of_the_test_error_matches_networks(tmp_path):
         assert (np.abs(ext - theory[n])[ok] / se[ok]).max() <= 4.0, n
     ok = a.se["Delta"][1] > 0
     assert (np.abs(a.value["Delta"][1])[ok] / a.se["Delta"][1][ok]).max() > 5    # the test error does shift
-
-
-BAD = [
-    ("mask-without-error-signal",
-     (("sum(nu: m[nu] Delta[nu](s) Phi[l-1, mu, nu](t, s) g[l, nu](s))",
-       "sum(nu: Delta[nu](s) Phi[l-1, mu, nu](t, s) g[l, nu](s) + m[nu] g[l, nu](s))"),),
-     "m[nu] g[l", "update mask and multiplies the error signal's term only"),
-    ("mask-in-one-field",
-     (("sum(nu: m[nu] Delta[nu](s) G[l+1", "sum(nu: Delta[nu](s) G[l+1"),),
-     "Delta[nu](s) G[l+1", "lacks the update mask 'm'"),
-    ("two-masks",
-     (("sum(nu: m[nu] Delta[nu](s) G[l+1", "sum(nu: y[nu] Delta[nu](s) G[l+1"),),
-     "y[nu] Delta[nu](s) G[l+1", "one update mask for every field"),
-]
-
-
-@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
-def test_a_misused_mask_is_located(case):
-    _, edits, at, message = case
-    text = MULTI
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    with pytest.raises(SpecError) as info:
-        derive(check(parse(text, "specs/deep_multi.dmft")))
-    err = info.value
-    assert type(err) is ShapeSpecError and message in err.message, err.render()
-    i = text.index(at)
-    line = text.count("\n", 0, i) + 1
-    assert err.pos.line == line and err.pos.col == i - text.rfind("\n", 0, i), err.render()
 
 
 def test_mask_values_other_than_0_and_1_are_refused(tmp_path):
