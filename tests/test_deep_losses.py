@@ -175,10 +175,6 @@ def test_derive_says_which_error_signal_the_propagator_linearises():
     assert "nonlinear in the averages" not in text("deep_multi")
 
 
-WEIGHTED = ("hat Delta[mu](t) (Delta[mu](t) - y[mu]\n"
-            "                                       + (E[z[L, mu](t) phi(h[L, mu](t))] - E[z[L, mu](0) phi(h[L, mu](0))]) / gamma)")
-
-
 def test_mean_correction_of_a_per_point_weighted_squared_loss_matches_networks(tmp_path):
     """Loss 1/2 sum_mu w_mu (y_mu - f_mu)^2: the error signal w_mu (y_mu - f_mu) is affine in the output but its
     coefficients differ between points, so the runtime linearises it at the saddle (exact); the derivation says it
@@ -186,13 +182,12 @@ def test_mean_correction_of_a_per_point_weighted_squared_loss_matches_networks(t
     Gram matrix must match N (E[q]_N - q_inf) of linear networks trained on the weighted loss (deep_mean_shift, N =
     32/64 extrapolated, E = 8000/16000), pointwise z <= 4 for Delta, K, the equal-time kernels and the loss.  The
     correction of the unweighted loss is far from the same networks (the comparison can fail)."""
+    from spec_texts import weighted_loss
+
     from dmftc.validation.deep_ensemble import deep_mean_shift
 
-    text = (SPECS / "deep_multi.dmft").read_text().replace("activation phi(h) = tanh(h)", "activation phi(h) = h")
-    assert WEIGHTED in text
-    text = text.replace(WEIGHTED, WEIGHTED.replace("(Delta[mu](t) - y[mu]\n", "(Delta[mu](t) - w[mu] * (y[mu]\n")
-                        .replace(" + (E[z", " - (E[z").replace("/ gamma)", "/ gamma))"))
-    text = text.replace("param Kx[P, P]", 'param w[P] = 1.0 "per-point loss weights"\nparam Kx[P, P]', 1)
+    text = weighted_loss((SPECS / "deep_multi.dmft").read_text().replace("activation phi(h) = tanh(h)",
+                                                                        "activation phi(h) = h"))
     path = tmp_path / "deep_weighted.dmft"
     path.write_text(text)
     m = dmftc.load(str(path))

@@ -28,6 +28,7 @@ from dmftc.errors import ParameterError
 from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse
 from dmftc.validation.deep_ensemble import deep_mean_shift, deep_truth
+from spec_texts import weighted_loss   # tests/spec_texts.py: the weighted-loss edit of deep_multi
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 MULTI = (SPECS / "deep_multi.dmft").read_text()
@@ -100,15 +101,9 @@ def test_mask_is_the_limit_of_a_vanishing_loss_weight(tmp_path):
     N Var and mean as O(w_1).  Both exact (linear), through different parts of the engine (the update mask in
     the couplings; a per-point readout linearised at the saddle)."""
     Kx, y = _case(8)
-    weighted = LINEAR.replace("param Kx[P, P]", 'param w[P] = 1.0 "per-point loss weights"\nparam Kx[P, P]', 1)
-    old = "hat Delta[mu](t) (Delta[mu](t) - y[mu]\n"
-    assert old in weighted
-    weighted = weighted.replace(old, "hat Delta[mu](t) (Delta[mu](t) - w[mu] * (y[mu]\n").replace(
-        "E[z[L, mu](0) phi(h[L, mu](0))]) / gamma)), t)", "E[z[L, mu](0) phi(h[L, mu](0))]) / gamma))), t)")
-    weighted = weighted.replace("+ (E[z[L, mu](t)", "- (E[z[L, mu](t)")
     kw = dict(P=P, Kx=Kx, y=y, L=L, T=T, eta=ETA, gamma=GAMMA)
     masked = _load(tmp_path, LINEAR, "deep_multi_linear").solve(m=MASK, **kw)
-    wm = _load(tmp_path, weighted, "deep_weighted")
+    wm = _load(tmp_path, weighted_loss(LINEAR), "deep_weighted")
     gaps = []
     for eps in (1e-2, 1e-3):
         sol = wm.solve(w=np.array([1.0, eps, 1.0]), **kw)
