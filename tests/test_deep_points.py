@@ -148,8 +148,10 @@ LINEAR = MULTI.replace("activation phi(h) = tanh(h)", "activation phi(h) = h")
 
 
 def test_linear_propagator_with_one_point_is_deep_linear(tmp_path):
-    """With P = 1 the Hessian of the folded action is deep_linear's: the same propagator to round-off."""
-    kw = dict(L=2, T=4, eta=0.2, gamma=1.1)
+    """With P = 1 the Hessian of the folded action is deep_linear's: the same propagator, and the same exact O(1/N)
+    mean correction (third derivatives), to round-off; so the networks' check of the correction on points below
+    covers the one-point spec's too (experiments/deep_linear_correction.py checks it at full size)."""
+    kw = dict(L=2, T=4, eta=0.2, gamma=1.1, correction=True)
     one = dmftc.load(str(SPECS / "deep_linear.dmft")).solve(y=0.7, **kw)
     pts = _load(tmp_path, LINEAR, "deep_multi_linear").solve(P=1, Kx=np.array([[1.0]]), y=np.array([0.7]), **kw)
     assert pts.info["diagnostics"]["propagator"]["stationarity"] < 1e-12
@@ -157,6 +159,11 @@ def test_linear_propagator_with_one_point_is_deep_linear(tmp_path):
         np.testing.assert_allclose(np.ravel(pts.var(n)), one.var(n), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(pts.sigma("K", "Phi[2]")[0, 0, :, 0, 0], one.sigma("K", "Phi[2]"), rtol=1e-9,
                                atol=1e-12)
+    for n in ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]"):
+        ref = one.mean_correction(n)
+        assert np.abs(ref).max() > 0.01, n
+        np.testing.assert_allclose(np.ravel(pts.mean_correction(n)), np.ravel(ref), rtol=1e-9,
+                                   atol=1e-12 * np.abs(ref).max())
     assert one.two_time("Phi[1]").shape == (4, 4, 4, 4)      # kept on one point, and said so on several
     with pytest.raises(ParameterError, match="one training point"):
         pts.two_time("Phi[1]")

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
-SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "deep_linear_correction",
-           "two_time_deep_linear", "online_learning", "rates", "deep_points")   # each writes <name>.png / .npz
+SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "two_time_deep_linear",
+           "rates", "deep_points")   # each writes <name>.png / .npz
 # figure script -> the default test comparing the same spec's theory with finite-width networks
 COVERED = {
     "fig2_lazy": "tests/test_validation.py::test_theory_matches_finite_width_networks[two_layer_multi_lazy]",
@@ -30,6 +30,10 @@ COVERED = {
     "fig6_eos": "tests/test_validation.py::test_theory_matches_finite_width_networks[eos_large_step]",
     "deep_gradient_fields": "tests/test_deep_gradient_field.py::test_surrogate_gradient_matches_networks_short",
     "deep_points_variance": "tests/test_deep_points.py::test_monte_carlo_propagator_on_points_matches_networks[tanh]",
+    # the online spec's theory and networks are the offline ones on whitened points (tests/test_online.py)
+    "online_learning": "tests/test_validation.py::test_theory_matches_finite_width_networks[linear_whitened]",
+    # one point's correction is the folded one's at P = 1 (test_linear_propagator_with_one_point_is_deep_linear)
+    "deep_linear_correction": "tests/test_deep_points.py::test_linear_mean_correction_on_points_matches_networks",
 }
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
 
