@@ -79,12 +79,13 @@ def main():
             arrays.update({f"{loss}:theory:{n}": th, f"{loss}:theory_se:{n}": th_se, f"{loss}:ensemble:{n}": ens,
                            f"{loss}:ensemble_se:{n}": ens_se})
         agree.meta[f"propagator ({loss})"] = {k: v for k, v in sol.info.items() if k.startswith("propagator_")}
-        prefix = "point 3 a test point: N Var " if mask is not None else f"{loss} loss: N Var "
+        prefix = "test point 3: N Var " if mask is not None else f"{loss} loss: N Var "
         common.point_panels(axes[row], times, {n: curves[n] for n in shown}, prefix=prefix)
     np.savez_compressed(args.out / "deep_points_variance.npz", times=times, **arrays)
     fig.suptitle(f"deep tanh network (L = {L}) on P = {P} points, squared and logistic loss, and a test point: N Var, "
                  f"theory (dashed, 2 se; {samples} paths) against networks (points, N = {N}/{2 * N} extrapolated, "
                  f"E = {E})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     common.save_figure(fig, args.out, "deep_points_variance")
     common.finish_deep(agree, args.out, REL_MAX)
 
