@@ -20,9 +20,9 @@ in full mode also within 5% of each quantity's peak.
     python experiments/deep_points_variance.py [--quick] [--out DIR]
 
 Full mode (T = 8, eta = 0.1; propagator 16000 source paths in 8 groups; N = 256 and 512, E = 30000 networks per
-width) takes about 19 minutes on 2 cores; the quick mode (T = 4, N = 128/256, E = 2000) is a smoke run (the
-default suite's tests/test_deep_points.py and tests/test_deep_losses.py make the same comparisons at smaller
-sizes).
+width) takes 12-19 minutes on 2 cores (713 s on 2026-11-28); the quick mode (T = 4, N = 128/256, E = 2000) is a
+smoke run (the default suite's tests/test_deep_points.py and tests/test_deep_losses.py make the same comparisons
+at smaller sizes).
 """
 import os
 import sys

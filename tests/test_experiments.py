@@ -2,10 +2,10 @@
 
 The scripts exit non-zero when theory and Richardson-extrapolated finite-width
 ensembles disagree by more than 4 combined standard errors, so these tests fail if a figure drifts.  The
-default suite runs the scripts whose comparison no other default test makes (SCRIPTS, about 5 minutes of one
-core); the paper-figure scripts below run with ``-m slow``, each next to the default test that checks the same
-theory against networks (COVERED), as do the scripts of the big deep propagators (SLOW_SCRIPTS).  The fast test checks that the helpers the scripts use
-for derived observables reproduce dmftc.validation.truth exactly.
+default suite runs the scripts whose comparison no other default test makes (SCRIPTS, about 2.5 minutes of one
+core); the others run with ``-m slow``: each script in COVERED next to the default test that checks the same
+theory against networks, and the scripts of the big deep propagators (SLOW_SCRIPTS).  The fast test checks that
+the helpers the scripts use for derived observables reproduce dmftc.validation.truth exactly.
 """
 import json
 import subprocess
