@@ -67,20 +67,13 @@ def cmd_run(args) -> int:
         k, v = item.split("=", 1)
         params[k.strip()] = _parse_value(v.strip(), k.strip())
     model = load(args.spec)
-    extra = {}
-    if args.propagator_samples is not None:
-        if getattr(model.module, "KIND", None) != "deep":
-            raise ParameterError("--propagator-samples applies to deep specs (layers l = 1..L) only; two-layer "
-                                 "specs use --samples for the propagator too")
-        extra["propagator_samples"] = args.propagator_samples
-    if args.sampler is not None:
-        extra["sampler"] = args.sampler
-    if args.width is not None:
-        if args.width < 1:
-            raise ParameterError(f"--width must be a positive integer, got {args.width}")
-        extra["correction"] = True
-    sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend,
-                      progress=not args.quiet, **extra, **params)
+    if args.width is not None and args.width < 1:
+        raise ParameterError(f"--width must be a positive integer, got {args.width}")
+    # the options are checked alike for every kind of spec (dmftc.runtime.options: e.g. --propagator-samples is
+    # for deep specs only)
+    sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend, sampler=args.sampler,
+                      propagator_samples=args.propagator_samples, correction=args.width is not None,
+                      progress=not args.quiet, **params)
     if not args.quiet:
         print(sol.summary())
         if args.width is not None:

@@ -379,7 +379,7 @@ def test_linear_spec_of_another_action_gets_its_own_exact_propagator(tmp_path):
     assert sol.var("Phi[1]")[0] == pytest.approx(2 * 0.6 ** 2, abs=1e-12)    # N Var of the mean of h^2, h ~ N(0, 0.6)
 
 
-@pytest.mark.parametrize("kw, match", [({"L": 2.5}, "must be an integer >= 1"), ({"L": 0}, "must be an integer"),
+@pytest.mark.parametrize("kw, match", [({"L": 2.5}, "must be a positive integer"), ({"L": 0}, "must be a positive integer"),
                                        ({"gama": 1.0}, "did you mean 'gamma'"), ({"eta": -1.0}, "must be positive")])
 def test_bad_parameters(kw, match):
     m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")

@@ -346,7 +346,7 @@ def test_kinked_activations_on_points_say_what_they_approximate(tmp_path):
 @pytest.mark.parametrize("given, word", [
     (dict(Kx=np.eye(2), P=3), r"'Kx' must have shape \(3, 3\)"),
     (dict(y=np.ones(4), P=3), r"'y' must have shape \(3,\)"),
-    (dict(y=np.ones(4), Kx=np.eye(3)), "disagree on the number of points P: 'y' has 4, 'Kx' has 3"),
+    (dict(y=np.ones(4), Kx=np.eye(3)), "disagree on the size P: 'y' has 4, 'Kx' has 3"),
     (dict(Kx=np.array([[1.0, 2.0], [0.0, 1.0]]), P=2), "symmetric"),
     (dict(Kx=np.array([[1.0, 2.0], [2.0, 1.0]]), P=2), "positive semi-definite"),
     (dict(P=2.5), "integer"),

@@ -19,7 +19,6 @@ mean correction), for any other activation by the one Monte Carlo propagator of 
 from __future__ import annotations
 
 import math
-import numbers
 import time as _time
 
 import jax
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import ParameterError
+from dmftc.runtime.params import resolve_params
 from dmftc.runtime.point_observables import PointObservables
 from dmftc.runtime.solution import Solution
 
@@ -35,63 +35,11 @@ __all__ = ["resolve_point_params", "solve_points", "linear_propagator", "mc_prop
 
 
 def resolve_point_params(mod, given: dict) -> tuple[dict, int, int, int]:
-    """The spec's defaults overridden by ``given``, validated: (params, L, T, P); parameters with point indices
-    as arrays ((P,) or (P, P); a number given for one with one point index is every point's value)."""
-    pts = mod.POINTS
-    counts = dict(pts["params"])
-    steps, step, depth, size = mod.TIME["steps"], mod.TIME["step"], mod.DEPTH, pts["size"]
-    declared = [n for n, _, _ in mod.PARAMS] + [steps, step]
-    for name in given:
-        if name not in declared:
-            raise ParameterError(f"unknown parameter '{name}' for model {mod.MODEL} (parameters: {', '.join(declared)})")
-    p, seen = {}, {}
-    for k, v in given.items():
-        if k in counts:
-            try:
-                arr = np.asarray(v, dtype=float)
-            except (TypeError, ValueError):
-                arr = None
-            if arr is None or isinstance(v, (str, bytes, bool)) or not np.all(np.isfinite(arr)):
-                raise ParameterError(f"parameter '{k}' must be finite numbers, got {v!r}")
-            p[k] = arr
-            if arr.ndim == counts[k] and arr.ndim:
-                seen[k] = arr.shape[0]
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-            raise ParameterError(f"parameter '{k}' must be a finite real number, got {v!r}")
-        p[k] = float(v)
-    for name, what in ((depth, "the number of hidden layers"), (steps, "the number of steps"),
-                       (size, "the number of training points")):
-        if name in p and (p[name] != int(p[name]) or p[name] < 1):
-            raise ParameterError(f"parameter '{name}' ({what}) must be an integer >= 1, got {given.get(name)!r}")
-    if size not in given and seen:          # the number of points from the arrays given
-        if len(set(seen.values())) > 1:
-            raise ParameterError(f"the arrays given disagree on the number of points {size}: "
-                                 + ", ".join(f"'{k}' has {n}" for k, n in seen.items()))
-        p[size] = float(next(iter(seen.values())))
-    p = mod.defaults(p)
-    P = int(p[size])
-    for k, n in counts.items():
-        arr = np.asarray(p[k], dtype=float)
-        if arr.ndim == 0 and n == 1:
-            arr = np.full(P, float(arr))
-        if arr.shape != (P,) * n:
-            raise ParameterError(f"parameter '{k}' must have shape {(P,) * n} ({size} = {P}), got {arr.shape}")
-        if n == 2:
-            if not np.allclose(arr, arr.T, rtol=0, atol=1e-12 * max(1.0, np.abs(arr).max())):
-                raise ParameterError(f"parameter '{k}' must be symmetric")
-            lam = np.linalg.eigvalsh(0.5 * (arr + arr.T))
-            if lam.min() < -1e-10 * max(1.0, np.abs(lam).max()):
-                raise ParameterError(f"parameter '{k}' must be positive semi-definite (a Gram matrix of the points; "
-                                     f"smallest eigenvalue {lam.min():.3g})")
-        if k == pts.get("mask") and not np.all((arr == 0) | (arr == 1)):
-            raise ParameterError(f"parameter '{k}' is the update mask: 1 on a point the network trains on, 0 on a test "
-                                 f"point, got {arr.tolist()} (a weighted loss puts its weights in the error signal)")
-        p[k] = arr
-    p = {k: (v if k in counts else float(v)) for k, v in p.items()}
-    if p[step] <= 0:
-        raise ParameterError(f"parameter '{step}' (time step) must be positive, got {p[step]!r}")
-    return p, int(p[depth]), int(p[steps]), P
+    """The spec's defaults overridden by ``given``, validated (:func:`dmftc.runtime.params.resolve_params`: the
+    number of points from the arrays' shapes when not given, Gram matrices symmetric and PSD, the update mask 0
+    or 1): (params, L, T, P)."""
+    p, sz, T = resolve_params(mod, given)
+    return p, sz[mod.DEPTH], T, sz[mod.POINTS["size"]]
 
 
 def _assemble(mod, out, L, T, P, p):
@@ -228,17 +176,13 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact').  The Monte Carlo propagator of
     a nonlinear spec (``propagator_samples`` paths in ``propagator_groups`` groups, ``sampler``'s normals) is
     computed on first use of ``var`` or ``sigma`` (:func:`mc_propagator`)."""
-    from dmftc.runtime.deep_dmft import (_MEMORY_BUDGET, SpecKernels, _compiled, _integer, _number, _traced,
-                                         march_exact)
-    from dmftc.runtime.sampling import check_sampler
+    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, SpecKernels, _compiled, _integer, _traced, march_exact
 
     p, L, T, P = resolve_point_params(mod, given)
     if correction and not mod.LINEAR:
         raise ParameterError("the O(1/N) mean correction of nonlinear deep specs on several training points is not "
                              "implemented (linear ones have the exact one)")
-    dirac_width = _number("dirac_width", dirac_width, low=0.0)
-    if backend not in ("auto", "exact", "mc"):
-        raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
+    dirac_width = float(dirac_width)             # the options are checked by dmftc.runtime.options.SolveOptions
     linear = bool(mod.LINEAR)
     if backend == "exact" and not linear:
         raise ParameterError("the exact backend needs Gaussian fields (a linear activation); use backend='mc'")
@@ -248,7 +192,6 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if not exact:
         propagator_groups = _integer("propagator_groups", propagator_groups, 2)
         propagator_samples = _integer("propagator_samples", propagator_samples, 2 * propagator_groups)
-        check_sampler(sampler)
     TP = T * P
     if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "

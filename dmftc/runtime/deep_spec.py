@@ -19,13 +19,11 @@ spec's gradient field g = a(h) z + b(h) with their first three.
 from __future__ import annotations
 
 from dataclasses import replace
-import difflib
-import math
-import numbers
 
 import numpy as np
 
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
+from dmftc.runtime.params import resolve_params
 from dmftc.runtime.solution import Solution
 
 # Stationarity required of the closed-form action read from the spec at the saddle of the spec's own program
@@ -33,32 +31,11 @@ from dmftc.runtime.solution import Solution
 _LINEAR_MATCH = 1e-8
 
 
-def _suggest(name, known):
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
 def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
-    """The spec's defaults overridden by ``given``, validated: (params, L, T)."""
-    steps, step, depth = mod.TIME["steps"], mod.TIME["step"], mod.DEPTH
-    declared = [n for n, _, _ in mod.PARAMS] + [steps, step]
-    for name in given:
-        if name not in declared:
-            raise ParameterError(f"unknown parameter '{name}' for model {mod.MODEL}{_suggest(name, declared)}"
-                                 f" (parameters: {', '.join(declared)})")
-    p = {}
-    for k, v in given.items():
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-            raise ParameterError(f"parameter '{k}' must be a finite real number, got {v!r}")
-        p[k] = float(v)
-    for name, what in ((depth, "the number of hidden layers"), (steps, "the number of steps")):
-        if name in p and (p[name] != int(p[name]) or p[name] < 1):
-            raise ParameterError(f"parameter '{name}' ({what}) must be an integer >= 1, got {given[name]!r}")
-    p = mod.defaults(p)
-    p = {k: float(v) for k, v in p.items()}
-    if p[step] <= 0:
-        raise ParameterError(f"parameter '{step}' (time step) must be positive, got {p[step]!r}")
-    return p, int(p[depth]), int(p[steps])
+    """The spec's defaults overridden by ``given``, validated (:func:`dmftc.runtime.params.resolve_params`):
+    (params, L, T)."""
+    p, sz, T = resolve_params(mod, given)
+    return p, sz[mod.DEPTH], T
 
 
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
@@ -71,13 +48,6 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     from dmftc.runtime.deep_dmft import SpecKernels
     from dmftc.runtime.deep_dmft import solve_deep as march
 
-    if getattr(mod, "POINTS", None):              # several training points (dmftc.runtime.deep_points)
-        from dmftc.runtime.deep_points import solve_points
-
-        return solve_points(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
-                            correction=correction, progress=progress, memory_limit=memory_limit,
-                            propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                            sampler=sampler, **given)
     p, L, T = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
     steps, step = mod.TIME["steps"], mod.TIME["step"]

@@ -240,7 +240,7 @@ def saddle_on_draws(mod, draws, *, dirac_width=0.1, **params):
     if len(draws) != len(mod.SOURCES):
         raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
     S0 = int(np.shape(draws[0])[0])
-    p, sz, T = resolve_params(mod, params, samples=max(S0, 2), seed=0, dirac_width=dirac_width)
+    p, sz, T = resolve_params(mod, params, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(np.asarray(x, dtype=float).reshape(S0, -1)) for x in draws])
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
@@ -265,18 +265,11 @@ def solve_module(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_widt
     from dmftc.runtime.blocks import DenseBlocks
     from dmftc.runtime.solution import Solution
 
-    if getattr(mod, "KIND", None) == "deep":  # a deep network spec: dmftc.runtime.deep_spec
-        from dmftc.runtime.deep_spec import solve_deep_module
-        return solve_deep_module(mod, samples=samples, seed=seed, groups=groups, dirac_width=dirac_width,
-                                 backend=backend, progress=progress, correction=correction,
-                                 **({} if sampler is None else {"sampler": sampler}), **kwargs)
     sampler = "random" if sampler is None else sampler
-    if backend not in ("auto", "exact", "mc"):
-        raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
     if backend == "exact" and mod.NONLINEAR is not None:
         raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
     exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
-    p, sz, T = resolve_params(mod, kwargs, samples=samples, seed=seed, dirac_width=dirac_width)
+    p, sz, T = resolve_params(mod, kwargs, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     timings = {}
     t0 = _time.perf_counter()

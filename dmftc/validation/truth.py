@@ -112,7 +112,7 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
 
     from dmftc.runtime.params import resolve_params
 
-    full, _, _ = resolve_params(compiled.module, dict(params), samples=2, seed=0)
+    full, _, _ = resolve_params(compiled.module, dict(params))
     act, Kx_all, y, names = _network(network or compiled.name, full)
     act = activation or act
     stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(full["gamma"]),

@@ -1,0 +1,42 @@
+"""The one entry of the runtime: solve a generated module, whatever kind of spec it was compiled from.
+
+    solve(module, SolveOptions(...), params)  ->  dmftc.runtime.solution.Solution
+
+The options are validated once (:mod:`dmftc.runtime.options`); the module's ``KIND`` picks the engine:
+
+* a two-layer spec (time-constant Gaussian sources): :func:`dmftc.runtime.two_layer.solve_module`;
+* a deep spec (layers l = 1..L, gp sources whose covariances are order parameters):
+  :func:`dmftc.runtime.deep_spec.solve_deep_module`, and for a deep spec on several training points
+  (``POINTS``) :func:`dmftc.runtime.deep_points.solve_points`.
+
+Every engine returns the same :class:`~dmftc.runtime.solution.Solution`.
+"""
+from __future__ import annotations
+
+from dmftc.runtime.options import SolveOptions
+
+__all__ = ["solve", "kind_of"]
+
+
+def kind_of(module) -> str:
+    """'deep' or 'two-layer': which engine solves a generated module."""
+    return "deep" if getattr(module, "KIND", None) == "deep" else "two-layer"
+
+
+def solve(module, options: SolveOptions, params: dict):
+    """Solve ``module`` with ``options`` at the model parameters ``params`` (the spec's defaults for the rest)."""
+    if not isinstance(options, SolveOptions):
+        raise TypeError(f"options must be a SolveOptions, got {type(options).__name__}")
+    kind = kind_of(module)
+    kw = options.for_kind(kind)
+    if kind == "two-layer":
+        from dmftc.runtime.two_layer import solve_module
+
+        return solve_module(module, **kw, **params)
+    if getattr(module, "POINTS", None):
+        from dmftc.runtime.deep_points import solve_points
+
+        return solve_points(module, **kw, **params)
+    from dmftc.runtime.deep_spec import solve_deep_module
+
+    return solve_deep_module(module, **kw, **params)

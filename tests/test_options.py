@@ -1,0 +1,74 @@
+"""The solve options are one definition for every kind of spec (dmftc.runtime.options): the same bad option gives
+the same error whatever the spec (two-layer, deep, deep linear, deep on several points), before anything is
+solved, and an option that the spec's kind does not read is an error instead of being ignored."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dmftc
+from dmftc.errors import ParameterError
+from dmftc.runtime.options import DEEP_ONLY, TWO_LAYER_ONLY, SolveOptions
+from dmftc.runtime.solve import kind_of
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ("two_layer", "deep_tanh", "deep_linear", "deep_multi")
+
+BAD = [
+    (dict(samples=0), "samples must be an integer >= 2, got 0"),
+    (dict(samples=1.5), "samples must be an integer >= 2, got 1.5"),
+    (dict(samples=True), "samples must be an integer >= 2, got True"),
+    (dict(seed=-1), "seed must be an integer >= 0, got -1"),
+    (dict(groups=0), "groups must be an integer >= 1, got 0"),
+    (dict(backend="foo"), "backend must be one of 'auto', 'exact', 'mc', got 'foo'"),
+    (dict(sampler="halton"), "sampler must be one of 'sobol', 'random', got 'halton'"),
+    (dict(dirac_width=-1.0), "dirac_width must be a finite number >= 0, got -1.0"),
+    (dict(dirac_width=float("nan")), "dirac_width must be a finite number >= 0, got nan"),
+    (dict(correction="yes"), "correction must be True or False, got 'yes'"),
+    (dict(progress=1), "progress must be True or False, got 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: dmftc.load(ROOT / "specs" / f"{name}.dmft") for name in SPECS}
+
+
+@pytest.mark.parametrize("bad, message", BAD, ids=[next(iter(b)) + "=" + repr(next(iter(b.values()))) for b, _ in BAD])
+def test_a_bad_option_is_the_same_error_for_every_kind_of_spec(models, bad, message):
+    for name, m in models.items():
+        with pytest.raises(ParameterError) as err:
+            m.solve(T=2, **bad)
+        assert str(err.value) == message, name
+
+
+def test_an_option_of_the_other_kind_is_an_error_not_ignored(models):
+    assert kind_of(models["two_layer"].module) == "two-layer"
+    assert {kind_of(models[n].module) for n in SPECS[1:]} == {"deep"}
+    for name in DEEP_ONLY:
+        with pytest.raises(ParameterError, match=f"the option {name} applies to deep specs only"):
+            models["two_layer"].solve(T=2, **{name: 64})
+    for name in TWO_LAYER_ONLY:
+        for deep in SPECS[1:]:
+            with pytest.raises(ParameterError, match=f"the option {name} applies to two-layer specs only"):
+                models[deep].solve(T=2, **{name: 64})
+
+
+def test_for_kind_hands_each_engine_its_options_and_defaults():
+    opts = SolveOptions(samples=64, groups=4, propagator_samples=128)
+    deep = opts.for_kind("deep")
+    assert deep["propagator_samples"] == 128 and "batch" not in deep and "propagator_groups" not in deep
+    assert "memory_limit" not in deep and "sampler" not in deep        # left to the engine's default
+    with pytest.raises(ParameterError, match="propagator_samples applies to deep specs only"):
+        opts.for_kind("two-layer")
+    two = SolveOptions(samples=64, batch=8).for_kind("two-layer")
+    assert two["batch"] == 8 and not set(two) & set(DEEP_ONLY)
+    assert SolveOptions(seed=3, backend="mc").given() == {"seed": 3, "backend": "mc"}
+
+
+def test_cli_rejects_a_deep_option_for_a_two_layer_spec():
+    r = subprocess.run([sys.executable, "-m", "dmftc.cli", "run", "specs/two_layer.dmft", "--propagator-samples", "64",
+                        "-q"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "propagator_samples applies to deep specs only" in r.stderr
+    assert "Traceback" not in r.stderr
