@@ -72,3 +72,24 @@ def test_cli_rejects_a_deep_option_for_a_two_layer_spec():
                         "-q"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "propagator_samples applies to deep specs only" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+PARAMS_BAD = [
+    (dict(T=0), "parameter 'T' must be a positive integer (the number of steps), got 0"),
+    (dict(T=2.5), "parameter 'T' must be a positive integer (the number of steps), got 2.5"),
+    (dict(eta=-0.1), "parameter 'eta' (time step) must be positive, got -0.1"),
+    (dict(gamma=float("nan")), "parameter 'gamma' contains NaN or infinity"),
+    (dict(gamma="large"), "parameter 'gamma' must be a number, got str 'large'"),
+    (dict(gamma=[1.0, 2.0]), "parameter 'gamma' is a scalar, got an array of shape (2,)"),
+]
+
+
+@pytest.mark.parametrize("bad, message", PARAMS_BAD, ids=[repr(b) for b, _ in PARAMS_BAD])
+def test_a_bad_model_parameter_is_the_same_error_for_every_kind_of_spec(models, bad, message):
+    """One resolver (dmftc.runtime.params.resolve_params) for the model parameters of every kind of spec."""
+    for name, m in models.items():
+        with pytest.raises(ParameterError) as err:
+            m.solve(**{"T": 2, **bad})
+        assert str(err.value) == message, name
+    with pytest.raises(ParameterError, match=r"unknown parameter 'gama' .*did you mean 'gamma'"):
+        models["deep_multi"].solve(gama=1.0)
