@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast as pyast
+import os
 import sys
 from pathlib import Path
 
@@ -165,6 +166,9 @@ def main(argv=None) -> int:
     except DmftcError as err:
         print(f"dmftc: error: {err}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:           # the reader closed the pipe (dmftc derive SPEC | head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at interpreter exit
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from dmftc import __version__
 from dmftc.frontend.check import check
-from dmftc.derive.two_layer import Derivation, derive
-from dmftc.codegen.two_layer import emit
+from dmftc.codegen import emit
+from dmftc.derive import derive
 from dmftc.errors import DmftcError
-from dmftc.codegen.lower import lower as layout
 from dmftc.ir import ModelIR, lower
 from dmftc.frontend.parse import parse
 
@@ -54,7 +53,7 @@ def front_end_ir(path: Path) -> tuple[str, ModelIR]:
     return text, lower(check(parse(text, str(path))))
 
 
-def front_end(path: Path) -> tuple[str, Derivation]:
+def front_end(path: Path) -> tuple[str, object]:
     """Parse, check, lower and derive a spec file; returns (text, derivation)."""
     text, ir = front_end_ir(path)
     return text, derive(ir)
@@ -63,11 +62,7 @@ def front_end(path: Path) -> tuple[str, Derivation]:
 def generate(path: Path) -> str:
     """The generated module's source text for a spec file."""
     text, deriv = front_end(path)
-    sha = hashlib.sha256(text.encode()).hexdigest()
-    if not isinstance(deriv, Derivation):  # a deep network
-        from dmftc.codegen.deep import emit_deep
-        return emit_deep(deriv, spec_path=display_path(path), spec_sha256=sha)
-    return emit(deriv, layout(deriv), spec_path=display_path(path), spec_sha256=sha)
+    return emit(deriv, spec_path=display_path(path), spec_sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
 def output_path(spec_path: Path, out_dir: Path | None = None) -> Path:

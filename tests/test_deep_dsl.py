@@ -15,7 +15,7 @@ import sympy as sp
 
 import dmftc
 from dmftc.frontend.check import check
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.derive.deep import activation_functions
 from dmftc.derive.deep_blocks import (explicit_term, format_deep_derivation, gaussian_average, price_term,
                                       response_observable, unroll)

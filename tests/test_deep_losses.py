@@ -163,7 +163,7 @@ def test_mean_correction_of_a_nonlinear_error_signal_is_refused(tmp_path):
 
 def test_derive_says_which_error_signal_the_propagator_linearises():
     from dmftc.derive.deep_blocks import format_deep_derivation
-    from dmftc.derive.two_layer import derive
+    from dmftc.derive import derive
     from dmftc.frontend.check import check
     from dmftc.frontend.parse import parse
 

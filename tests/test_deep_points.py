@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dmftc
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.errors import ParameterError, ShapeSpecError, SpecError, StructureSpecError
 from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import dmftc
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.errors import ParameterError
 from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from dmftc.frontend.check import check
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.codegen.two_layer import emit
 from dmftc.errors import SpecError
 from dmftc.codegen.lower import lower

@@ -8,7 +8,7 @@ import pytest
 import sympy as sp
 
 from dmftc.compiler import front_end_ir
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse
 from dmftc.ir import ModelIR, lower

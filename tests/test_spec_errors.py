@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmftc.frontend.check import check
-from dmftc.derive.two_layer import derive
+from dmftc.derive import derive
 from dmftc.errors import (CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError,
                           SyntaxSpecError)
 from dmftc.frontend.parse import parse

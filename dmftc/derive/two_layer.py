@@ -209,13 +209,7 @@ class _Deriver(IndexNames):
 
 
 
-def derive(model) -> Derivation:
-    """Derive a checked model or its IR; a deep model (:mod:`dmftc.frontend.check_deep`) gives a
-    :class:`dmftc.derive.deep.DeepDerivation`."""
-    from dmftc.frontend.check_deep import DeepModel
-
-    if isinstance(model, DeepModel) or (isinstance(model, ModelIR) and model.kind == "deep"):
-        from dmftc.derive.deep import derive_deep
-        return derive_deep(model)
+def derive_two_layer(model) -> Derivation:
+    """Derive a checked two-layer model or its IR (any kind of spec: :func:`dmftc.derive.derive`)."""
     ir = model if isinstance(model, ModelIR) else lower_two_layer(model)
     return _Deriver(ir).run()
