@@ -32,7 +32,7 @@ from dmftc.errors import ParameterError
 from dmftc.runtime.blocks import LazyBlocks
 from dmftc.runtime.solution import Solution
 
-__all__ = ["deep_solution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
+__all__ = ["deep_solution", "linear_solution", "LazyPropagator", "solve_deep", "propagator_bytes", "causal_propagator_bytes"]
 
 _NO_NONLINEAR_CORRECTION = (
     "the O(1/N) mean correction of deep networks is implemented for linear activations (exact, from the third "
@@ -130,30 +130,14 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     act = as_activation(activation, width)
     params = {"gamma": gamma, "y": y, "eta": eta}
     if act.linear:
-        from dmftc.runtime.deep_linear import deep_linear_propagator
         from dmftc.runtime.deep_model import as_model
 
-        need = propagator_bytes(_count("L", L), _count("T", T), correction)
-        if need > memory_limit:
-            raise ParameterError(
-                f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
-                f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
-                "or L, or raise memory_limit")
-        from dmftc.runtime.deep_action import observable_names
-
+        L, T = _count("L", L), _count("T", T)
         if model is None and isinstance(activation, str):      # the standard network: its compiled spec
             from dmftc.runtime.standard_spec import standard
 
             model = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=width)[2]
-        prop = deep_linear_propagator(L=L, T=T, model=as_model(model, gamma, y, eta), correction=correction)
-        sad = prop.saddle
-        means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
-        for l in range(1, L + 1):
-            means.update({f"Phi[{l}]": sad.Phi[l - 1], f"G[{l}]": sad.G[l - 1],
-                          f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
-        zeros = {k: np.zeros_like(v) for k, v in means.items()}
-        m1 = {n: prop.mean_correction(n) for n in observable_names(L)} if correction else None
-        return deep_solution(act.label, L, T, params, means, zeros, lambda: prop, dict(prop.diagnostics), m1)
+        return linear_solution(act.label, L, T, params, as_model(model, gamma, y, eta), memory_limit, correction)
     if correction:
         raise ParameterError(_NO_NONLINEAR_CORRECTION)
     from dmftc.runtime.deep_dmft import solve_deep as mc_saddle
@@ -183,6 +167,31 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     if act.kink_order is not None:
         info["approximation"] = kink_note(act, width)
     return deep_solution(act.label, L, T, params, means, se, prop.get, info)
+
+
+def linear_solution(label: str, L: int, T: int, params: dict, model, memory_limit: float, correction: bool):
+    """The exact solution of a deep linear network's action ``model`` (a compiled spec's
+    :class:`~dmftc.runtime.deep_model.DeepModel`, or the standard network's): the saddle, the propagator and,
+    with ``correction``, the O(1/N) mean correction, from the autodiff derivatives of the closed-form Gaussian
+    action (:mod:`dmftc.runtime.deep_linear`); refused with the size it would need above ``memory_limit``."""
+    from dmftc.runtime.deep_action import observable_names
+    from dmftc.runtime.deep_linear import deep_linear_propagator
+
+    need = propagator_bytes(L, T, correction)
+    if need > memory_limit:
+        raise ParameterError(
+            f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
+            f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
+            "or L, or raise memory_limit")
+    prop = deep_linear_propagator(L=L, T=T, model=model, correction=correction)
+    sad = prop.saddle
+    means = {"Delta": sad.Delta, "f": sad.f, "K": sad.K}
+    for l in range(1, L + 1):
+        means.update({f"Phi[{l}]": sad.Phi[l - 1], f"G[{l}]": sad.G[l - 1],
+                      f"Rphi[{l}]": sad.Rphi[l - 1], f"Rg[{l}]": sad.Rg[l - 1]})
+    zeros = {k: np.zeros_like(v) for k, v in means.items()}
+    m1 = {n: prop.mean_correction(n) for n in observable_names(L)} if correction else None
+    return deep_solution(label, L, T, params, means, zeros, lambda: prop, dict(prop.diagnostics), m1)
 
 
 def kink_note(act, width: float) -> str:

@@ -70,7 +70,8 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     if mod.LINEAR:
         if backend == "mc":
             raise ParameterError("deep linear specs are solved exactly (backend 'auto' or 'exact')")
-        own = march(activation="linear", L=L, T=T, backend="exact", spec=spec, spec_params=p,
+        label = spec.site_activation(p, dirac_width).label        # the spec's own activation (phi = h)
+        own = march(activation=label, L=L, T=T, backend="exact", spec=spec, spec_params=p,
                     dirac_width=dirac_width, **std)
         need = deep.propagator_bytes(L, T, correction)
         if need > memory_limit:
@@ -84,12 +85,11 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                 f"(memory_limit = {memory_limit / 1e9:.1f} GB); means are available, for variances lower {steps} "
                 f"or {mod.DEPTH}, or raise memory_limit")
         if err is None:
-            inner = deep.solve_deep(activation="linear", L=L, T=T, memory_limit=memory_limit,
-                                    correction=correction, model=model, **std)
+            inner = deep.linear_solution(label, L, T, std, model, memory_limit, correction)
             err = _saddle_mismatch(mod, inner)
             if err is None:
                 return _in_spec_names(mod, inner, p, names)
-        inner = _from_saddle(deep, own, "linear", L, T, std, {"backend": "exact"}, err)
+        inner = _from_saddle(deep, own, label, L, T, std, {"backend": "exact"}, err)
         return _in_spec_names(mod, inner, p, names)
     if correction:
         raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
