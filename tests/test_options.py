@@ -93,3 +93,8 @@ def test_a_bad_model_parameter_is_the_same_error_for_every_kind_of_spec(models, 
         assert str(err.value) == message, name
     with pytest.raises(ParameterError, match=r"unknown parameter 'gama' .*did you mean 'gamma'"):
         models["deep_multi"].solve(gama=1.0)
+
+
+def test_saddle_on_draws_of_a_deep_spec_is_a_clear_error(models):
+    with pytest.raises(ParameterError, match="sources of the deep spec .* are Gaussian processes"):
+        models["deep_tanh"].saddle_on_draws([[[0.0]], [[0.0]]], T=2)

@@ -50,7 +50,15 @@ class CompiledModel:
     def saddle_on_draws(self, draws, **params) -> dict:
         """The saddle-point march on given source draws, one (S, n_k) array per source group (see
         :func:`dmftc.runtime.two_layer.saddle_on_draws`); returns ``{name: (*dims, T)}``."""
+        from dmftc.errors import ParameterError
+        from dmftc.runtime.solve import kind_of
         from dmftc.runtime.two_layer import saddle_on_draws
+
+        if kind_of(self.module) == "deep":
+            raise ParameterError(
+                f"saddle_on_draws takes draws of time-constant sources (two-layer specs); the sources of the deep "
+                f"spec {self.module.SPEC_PATH} are Gaussian processes whose covariances are order parameters, "
+                "so no draws are fixed before the march: use solve(seed=...) for common random numbers")
         return saddle_on_draws(self.module, draws, **params)
 
     def sweep(self, name: str, values, **kwargs) -> list:
