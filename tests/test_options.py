@@ -98,3 +98,25 @@ def test_a_bad_model_parameter_is_the_same_error_for_every_kind_of_spec(models, 
 def test_saddle_on_draws_of_a_deep_spec_is_a_clear_error(models):
     with pytest.raises(ParameterError, match="sources of the deep spec .* are Gaussian processes"):
         models["deep_tanh"].saddle_on_draws([[[0.0]], [[0.0]]], T=2)
+
+
+def test_a_parameter_cannot_take_the_name_of_a_solve_option(tmp_path):
+    """solve(**kw) takes options and model parameters together: a parameter named like an option could never be
+    set, so the checker refuses it with its location (the checker's list is SolveOptions' fields)."""
+    from dataclasses import fields
+
+    from dmftc.errors import NameSpecError
+    from dmftc.frontend.check import SOLVE_OPTIONS
+
+    assert set(SOLVE_OPTIONS) == {f.name for f in fields(SolveOptions)}
+    for spec, anchor in (("two_layer_multi", 'param gamma = 1.0 "feature learning strength"\n'),
+                         ("deep_tanh", 'param gamma = 1.0 "feature learning strength"\n')):
+        text = (ROOT / "specs" / f"{spec}.dmft").read_text()
+        assert anchor in text, spec
+        path = tmp_path / f"{spec}.dmft"
+        path.write_text(text.replace(anchor, anchor + 'param seed = 3.0 "a name solve uses"\n'))
+        line = text[:text.index(anchor)].count("\n") + 2
+        with pytest.raises(NameSpecError) as err:
+            dmftc.load(path, tmp_path / "gen")
+        assert "'seed' is an option of solve" in str(err.value)
+        assert f"{path}:{line}:7" in err.value.render(), err.value.render()

@@ -20,6 +20,10 @@ BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (on
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
+# the options of a solve (dmftc.runtime.options.SolveOptions; tests/test_options.py keeps the two equal): solve(**kw)
+# takes the options and the model parameters together, so a parameter of one of these names could never be set
+SOLVE_OPTIONS = ("samples", "seed", "groups", "dirac_width", "backend", "sampler", "progress", "correction", "batch",
+                 "propagator_samples", "propagator_groups", "memory_limit")
 _DEEP_HINT = "deep-network specs declare a layer index first, e.g. 'layers l = 1..L'"
 _KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
                "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable",
@@ -124,6 +128,9 @@ class _Checker:
         if name in RESERVED:
             raise self.err(NameSpecError, f"'{name}' is a built-in name and cannot be redefined", pos,
                            hint="choose another name")
+        if kind == "param" and name in SOLVE_OPTIONS:
+            raise self.err(NameSpecError, f"'{name}' is an option of solve and cannot name a parameter (solve(...) "
+                           "and dmftc run would take it as the option)", pos, hint="choose another name")
         self.symbols[name] = Symbol(kind, name, tuple(indices), pos)
 
     def run(self) -> Model:
