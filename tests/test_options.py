@@ -106,7 +106,7 @@ def test_a_parameter_cannot_take_the_name_of_a_solve_option(tmp_path):
     from dataclasses import fields
 
     from dmftc.errors import NameSpecError
-    from dmftc.frontend.check import SOLVE_OPTIONS
+    from dmftc.frontend.names import SOLVE_OPTIONS
 
     assert set(SOLVE_OPTIONS) == {f.name for f in fields(SolveOptions)}
     for spec, anchor in (("two_layer_multi", 'param gamma = 1.0 "feature learning strength"\n'),

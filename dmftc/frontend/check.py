@@ -8,37 +8,13 @@ problem is a located :class:`SpecError` with a hint.
 from __future__ import annotations
 
 import bisect
-import difflib
 import re
 from dataclasses import dataclass
 
-from dmftc.derive.activation import ARITY
 from dmftc.frontend import ast
+from dmftc.frontend.names import (DEEP_HINT, KIND_WORDS, BUILTIN_FUNCTIONS, DEFAULT_FUNCTIONS, RESERVED, SOLVE_OPTIONS,
+                                  Symbol, check_function_call, kind_word, suggest)
 from dmftc.errors import CausalitySpecError, NameSpecError, Pos, ShapeSpecError, SpecError, StructureSpecError
-
-BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (one table: dmftc.derive.activation)
-# Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
-DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
-RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
-# the options of a solve (dmftc.runtime.options.SolveOptions; tests/test_options.py keeps the two equal): solve(**kw)
-# takes the options and the model parameters together, so a parameter of one of these names could never be set
-SOLVE_OPTIONS = ("samples", "seed", "groups", "dirac_width", "backend", "sampler", "progress", "correction", "batch",
-                 "propagator_samples", "propagator_groups", "memory_limit")
-_DEEP_HINT = "deep-network specs declare a layer index first, e.g. 'layers l = 1..L'"
-_KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
-               "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable",
-               "layer": "the layer index", "family": "an order parameter", "response": "a response function"}
-
-
-@dataclass(frozen=True)
-class Symbol:
-    """What a name in the spec denotes."""
-
-    kind: str  # param | size | index | activation | order | source | field | time | builtin
-    name: str
-    indices: tuple[str, ...]
-    pos: Pos | None
-
 
 @dataclass(frozen=True)
 class Model:
@@ -53,27 +29,6 @@ class Model:
     @property
     def name(self) -> str:
         return self.spec.model.name
-
-
-def check_function_call(err, e, rec):
-    """An activation or built-in function call: no indices, its number of arguments; ``rec`` checks each."""
-    if e.indices:
-        raise err(ShapeSpecError, f"function '{e.name}' takes no indices", e.pos)
-    want = BUILTIN_FUNCTIONS.get(e.name, 1)
-    if len(e.args) != want:
-        raise err(ShapeSpecError, f"'{e.name}' takes {want} argument(s), got {len(e.args)}", e.pos)
-    for a in e.args:
-        rec(a)
-
-
-def _what(sym: Symbol) -> str:
-    """'order parameter', 'field', ...: the kind of a symbol in words."""
-    return _KIND_WORDS[sym.kind].split(" ", 1)[1] if sym.kind in _KIND_WORDS else sym.kind
-
-
-def _suggest(name: str, candidates) -> str | None:
-    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
 
 
 class _Checker:
@@ -123,7 +78,7 @@ class _Checker:
         if name in self.symbols:
             prev = self.symbols[name]
             where = f" at line {prev.pos.line}" if prev.pos else ""
-            raise self.err(NameSpecError, f"'{name}' is already defined as {_KIND_WORDS[prev.kind]}{where}", pos,
+            raise self.err(NameSpecError, f"'{name}' is already defined as {KIND_WORDS[prev.kind]}{where}", pos,
                            hint="every name (parameter, index, order parameter, source, field) must be unique")
         if name in RESERVED:
             raise self.err(NameSpecError, f"'{name}' is a built-in name and cannot be redefined", pos,
@@ -151,7 +106,7 @@ class _Checker:
             if size is None or size.kind != "param" or size.indices:
                 raise self.err(NameSpecError, f"index range size '{ix.size}' is not a scalar parameter",
                                self.word_pos(ix.size, ix.pos),
-                               hint=_suggest(ix.size, [n for n, v in self.symbols.items() if v.kind == "param"])
+                               hint=suggest(ix.size, [n for n, v in self.symbols.items() if v.kind == "param"])
                                or f"declare it first, e.g. 'param {ix.size} = 4'")
             for n in ix.names:
                 self.declare("index", n, (), ix.pos)
@@ -163,14 +118,14 @@ class _Checker:
                 if sym is None or sym.kind != "param":
                     raise self.err(NameSpecError, f"dimension '{d}' of parameter '{p.name}' is not a parameter",
                                    self.word_pos(d, p.pos, after=self.word_pos(p.name, p.pos)),
-                                   hint=_suggest(d, [k for k, v in self.symbols.items() if v.kind == "param"])
+                                   hint=suggest(d, [k for k, v in self.symbols.items() if v.kind == "param"])
                                    or f"declare the size first, e.g. 'param {d} = 4'")
         for a in s.activations:
             self.declare("activation", a.name, (), a.pos)
         for o in s.orders:
             if o.time2 is not None:
                 raise self.err(StructureSpecError, f"two-time order parameter '{o.name}' in a spec without layers",
-                               self.word_pos(o.time2, o.pos, after=self.word_pos(o.name, o.pos)), hint=_DEEP_HINT)
+                               self.word_pos(o.time2, o.pos, after=self.word_pos(o.name, o.pos)), hint=DEEP_HINT)
             self.check_index_names(o.indices, o.pos)
             if o.time != tm.var:
                 raise self.err(NameSpecError, f"order parameter '{o.name}' must depend on the time variable '{tm.var}'",
@@ -179,14 +134,14 @@ class _Checker:
         for src in s.sources:
             if src.kind != "normal":
                 raise self.err(StructureSpecError, "Gaussian-process sources (~ gp) need a layered spec",
-                               self.word_pos("gp", src.pos), hint=_DEEP_HINT + "; otherwise use ~ normal(0, cov)")
+                               self.word_pos("gp", src.pos), hint=DEEP_HINT + "; otherwise use ~ normal(0, cov)")
             for tgt in src.targets:
                 self.check_index_names(tgt.indices, tgt.pos)
                 self.declare("source", tgt.name, tgt.indices, tgt.pos)
         for f in s.fields:
             if f.time2 is not None:
                 raise self.err(StructureSpecError, f"'{f.name}' has two time arguments in a spec without layers",
-                               self.word_pos(f.time2, f.pos, after=self.word_pos(f.name, f.pos)), hint=_DEEP_HINT)
+                               self.word_pos(f.time2, f.pos, after=self.word_pos(f.name, f.pos)), hint=DEEP_HINT)
             self.check_index_names(f.indices, f.pos)
             if f.time != tm.var:
                 raise self.err(NameSpecError, f"field '{f.name}' must be defined at the time variable '{tm.var}'",
@@ -232,7 +187,7 @@ class _Checker:
         for i in indices:
             if i not in self.index_size:
                 raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, pos),
-                               hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
+                               hint=suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
         if len(set(indices)) != len(indices):
             raise self.err(ShapeSpecError, "repeated index in a declaration", pos,
                            hint="use distinct index names, e.g. K[mu, nu]")
@@ -251,7 +206,7 @@ class _Checker:
                 raise self.err(NameSpecError, f"'{name}' can only be used in parameter values", pos,
                                hint="inside equations use " + ", ".join(sorted(BUILTIN_FUNCTIONS)))
             cands = set(self.symbols) | set(locals_) | set(BUILTIN_FUNCTIONS) | set(extra)
-            raise self.err(NameSpecError, f"undefined name '{name}'", pos, hint=_suggest(name, cands)
+            raise self.err(NameSpecError, f"undefined name '{name}'", pos, hint=suggest(name, cands)
                            or "declare it as a param, order parameter, source or field")
         return sym
 
@@ -269,7 +224,7 @@ class _Checker:
                 raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
                                hint="time enters only through integrals and time arguments")
             if sym.kind in ("order", "field"):
-                raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
+                raise self.err(ShapeSpecError, f"{kind_word(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(sym.indices)}({time or self.spec.time.var})")
             if sym.kind in ("activation", "builtin"):
                 raise self.err(ShapeSpecError, f"function '{e.name}' needs an argument", e.pos,
@@ -291,7 +246,7 @@ class _Checker:
             sym = self.lookup(e.name, e.pos, locals_)
             self._check_indices(sym, e.indices, e.pos, bound)
             if sym.kind in ("order", "field"):
-                raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' needs a time argument", e.pos,
+                raise self.err(ShapeSpecError, f"{kind_word(sym)} '{e.name}' needs a time argument", e.pos,
                                hint=f"write {e.name}{self._idx_text(e.indices)}({time or self.spec.time.var})")
             self._source_use(sym, e.pos, ctx, in_log, integral_var)
             return
@@ -307,11 +262,11 @@ class _Checker:
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind in ("order", "field"):
                 if ctx == "activation":
-                    raise self.err(StructureSpecError, f"an activation cannot depend on the {_what(sym)} '{e.name}'",
+                    raise self.err(StructureSpecError, f"an activation cannot depend on the {kind_word(sym)} '{e.name}'",
                                    e.pos, hint="an activation is a function of its argument and parameters only")
                 self._check_indices(sym, e.indices, e.pos, bound)
                 if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
-                    raise self.err(ShapeSpecError, f"{_what(sym)} '{e.name}' takes one time argument", e.pos,
+                    raise self.err(ShapeSpecError, f"{kind_word(sym)} '{e.name}' takes one time argument", e.pos,
                                    hint=f"write {e.name}(t) or, inside an integral, {e.name}(s)")
                 tv = e.args[0].name
                 allowed = {x for x in (time, integral_var) if x}
@@ -334,7 +289,7 @@ class _Checker:
             if sym.kind in ("activation", "builtin"):
                 check_function_call(self.err, e, rec)
                 return
-            raise self.err(ShapeSpecError, f"'{e.name}' is a {_what(sym)}, not a function", e.pos,
+            raise self.err(ShapeSpecError, f"'{e.name}' is a {kind_word(sym)}, not a function", e.pos,
                            hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)
         if isinstance(e, ast.PrimeCall):
             if ctx == "default":
@@ -343,7 +298,7 @@ class _Checker:
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind not in ("activation", "builtin") or BUILTIN_FUNCTIONS.get(e.name, 1) != 1:
                 raise self.err(SpecError, f"'{e.name}' is not an activation; only activations have derivatives",
-                               e.pos, hint=_suggest(e.name, [a.name for a in self.spec.activations]))
+                               e.pos, hint=suggest(e.name, [a.name for a in self.spec.activations]))
             if len(e.args) != 1:
                 raise self.err(ShapeSpecError, f"{e.name}' takes one argument", e.pos)
             rec(e.args[0])
@@ -358,7 +313,7 @@ class _Checker:
             if sym.kind != "order":
                 orders = [o.name for o in self.spec.orders]
                 raise self.err(NameSpecError, f"'hat {e.name}': '{e.name}' is not an order parameter", e.pos,
-                               hint=_suggest(e.name, orders) or f"order parameters: {', '.join(orders)}")
+                               hint=suggest(e.name, orders) or f"order parameters: {', '.join(orders)}")
             self._check_indices(sym, e.indices, e.pos, bound)
             if time is None:
                 raise self.err(StructureSpecError, f"'hat {e.name}' outside an integral over time", e.pos,
@@ -380,7 +335,7 @@ class _Checker:
             for i in e.indices:
                 if i not in self.index_size:
                     raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, e.pos),
-                                   hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
+                                   hint=suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
                 if i in bound:
                     raise self.err(SpecError, f"index '{i}' is already bound here", e.pos,
                                    hint="use a different index name for the inner sum")
@@ -406,7 +361,7 @@ class _Checker:
         if isinstance(e, (ast.TimeSum, ast.LayerSum, ast.Response)):
             what = {ast.TimeSum: "sum over earlier times", ast.LayerSum: "sum over layers",
                     ast.Response: "response average E[d ... / d ...]"}[type(e)]
-            raise self.err(StructureSpecError, f"a {what} is only available in deep specs", e.pos, hint=_DEEP_HINT)
+            raise self.err(StructureSpecError, f"a {what} is only available in deep specs", e.pos, hint=DEEP_HINT)
         raise AssertionError(type(e))  # pragma: no cover
 
     def _integral(self, e, ctx, bound, time, locals_, integral_var, in_log):
@@ -464,7 +419,7 @@ class _Checker:
         for i in indices:
             if i not in self.index_size:
                 raise self.err(NameSpecError, f"'{i}' is not a declared index", self.word_pos(i, pos),
-                               hint=_suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
+                               hint=suggest(i, self.index_size) or f"declare it with 'index {i} in 1..P'")
             if i not in bound:
                 raise self.err(SpecError, f"index '{i}' is not bound here", self.word_pos(i, pos),
                                hint=f"sum over it with sum({i}: ...) or use an index of the equation's left side")

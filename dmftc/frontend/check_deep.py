@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from dmftc.frontend import ast
 from dmftc.frontend.action_deep import lower_deep_action
-from dmftc.frontend.check import _Checker, _suggest
+from dmftc.frontend.check import _Checker
+from dmftc.frontend.names import suggest
 from dmftc.frontend.check_deep_expr import DeepExpressionChecks, LayerRef, _children, _kind
 from dmftc.frontend.points_deep import fold_points
 from dmftc.errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
@@ -248,7 +249,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         try:
             return super().lookup(name, pos, locals_, extra)
         except NameSpecError as err:
-            own = _suggest(name, [n for n, v in self.symbols.items() if v.kind not in ("time", "layer")])
+            own = suggest(name, [n for n, v in self.symbols.items() if v.kind not in ("time", "layer")])
             if own and err.message.startswith("undefined name"):
                 err.hint = own
             raise
@@ -277,7 +278,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         if prm is None:
             raise self.err(NameSpecError, f"the depth '{lay.depth}' is not a parameter",
                            self.word_pos(lay.depth, lay.pos, after=self.word_pos(lay.var, lay.pos)),
-                           hint=_suggest(lay.depth, [p.name for p in self.spec.params])
+                           hint=suggest(lay.depth, [p.name for p in self.spec.params])
                            or f"declare it first: 'param {lay.depth} = 2 \"hidden layers\"'")
         v = prm.default
         if not (isinstance(v, ast.Num) and float(v.value).is_integer() and v.value >= 1):

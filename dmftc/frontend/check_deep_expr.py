@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dmftc.frontend import ast
-from dmftc.frontend.check import BUILTIN_FUNCTIONS, check_function_call
+from dmftc.frontend.names import BUILTIN_FUNCTIONS, check_function_call
 from dmftc.errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
 
 
