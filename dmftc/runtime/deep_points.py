@@ -153,7 +153,7 @@ def mc_propagator(obs: PointObservables, memory_limit: float, kw: dict):
     Hessian of the folded action, causal by time, and its causal solve) mapped to the observables ``obs`` of
     every point and pair.  Returns (:class:`dmftc.runtime.blocks.DenseBlocks` with the standard errors over groups,
     diagnostics)."""
-    from dmftc.deep import LazyPropagator
+    from dmftc.runtime.deep_solution import LazyPropagator
 
     prop = LazyPropagator(memory_limit, **kw).get()
     return obs.dense(prop.sigma, prop.se), prop.diagnostics
@@ -257,7 +257,7 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
             act = spec.site_activation(p, dirac_width)
             info.update(activation=act.label, kink_order=act.kink_order)
             if act.kink_order is not None:
-                from dmftc.deep import kink_note
+                from dmftc.runtime.deep_solution import kink_note
 
                 info["approximation"] = kink_note(act, dirac_width)
             obs = PointObservables(mod, model, L, T, P)

@@ -44,7 +44,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                       sampler: str = "sobol", **given) -> Solution:
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
     ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
-    from dmftc import deep
+    from dmftc.runtime import deep_solution as deep
     from dmftc.runtime.deep_dmft import SpecKernels
     from dmftc.runtime.deep_dmft import solve_deep as march
 
@@ -92,12 +92,13 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
         inner = _from_saddle(deep, own, label, L, T, std, {"backend": "exact"}, err)
         return _in_spec_names(mod, inner, p, names)
     if correction:
-        raise ParameterError(deep._NO_NONLINEAR_CORRECTION)
-    inner = deep.solve_deep(activation=spec.site_activation(p, dirac_width), L=L, T=T, samples=samples, seed=seed,
-                            spec=spec, spec_params=p, groups=groups, dirac_width=dirac_width, backend=backend,
-                            memory_limit=memory_limit, propagator_samples=propagator_samples,
-                            propagator_groups=propagator_groups, progress=progress, model=model,
-                            propagator_sampler=sampler, **std)
+        raise ParameterError(deep.NO_NONLINEAR_CORRECTION)
+    act = spec.site_activation(p, dirac_width)
+    inner = deep.nonlinear_solution(act, act, L=L, T=T, samples=samples, seed=seed, spec=spec, spec_params=p,
+                                    groups=groups, dirac_width=dirac_width, backend=backend, width=dirac_width,
+                                    memory_limit=memory_limit, propagator_samples=propagator_samples,
+                                    propagator_groups=propagator_groups, progress=progress, model=model,
+                                    propagator_sampler=sampler, **std)
     if err is not None:
         inner = replace(inner, blocks_error=err)
     return _in_spec_names(mod, inner, p, names)
