@@ -12,6 +12,8 @@ errors.  Proven-linear processes use the exact backend (:mod:`dmftc.runtime.exac
 """
 from __future__ import annotations
 
+import itertools
+
 import os
 import time as _time
 from concurrent.futures import ThreadPoolExecutor
@@ -172,9 +174,12 @@ def _moments(mod, geo, S, q, avg, p, sz, T, batch):
         Sb, n = item
         return run_all(Sb, q, avg, p, jnp.asarray(np.arange(batch) < n, dtype=jnp.float64))
 
-    # two batches in flight: XLA runs each on its own core while Python accumulates
+    # the first batch on this thread: it compiles the kernel and writes JAX's persistent cache once (two threads
+    # compiling and writing the cache at once crashed a CI worker with a segfault inside jax compilation_cache);
+    # then two batches in flight: XLA runs each on its own core while Python accumulates
+    first = run(batches[0])
     with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-        for (_, Bn), (X, Dt) in zip(batches, pool.map(run, batches)):
+        for (_, Bn), (X, Dt) in zip(batches, itertools.chain([first], pool.map(run, batches[1:]))):
             X = {k: v[:, :Bn] for k, v in X.items()}
             cols = [_k.canonical(X[n], (1,) + tuple(a + 1 for a in mod.STORED_AXES[n])).reshape(T, Bn, -1)
                     for n in obs]
