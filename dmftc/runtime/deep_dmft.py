@@ -75,6 +75,7 @@ from jax.scipy.linalg import solve_triangular
 
 from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
+from dmftc.runtime.options import check_integer
 
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
@@ -352,12 +353,6 @@ def _number(name, v, *, low=None, strict=False):
     return float(v)
 
 
-def _integer(name, v, low):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
-        raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
-    return int(v)
-
-
 def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
                samples: int = 20000, seed: int = 0, backend: str = "auto", groups: int = 8,
                dirac_width: float = 0.1, spec=None, spec_params: dict | None = None, model=None) -> DeepSaddle:
@@ -374,7 +369,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     :class:`dmftc.runtime.deep_model.DeepModel`, default the standard network with gamma, y, eta) is marched.
     """
     dirac_width = _number("dirac_width", dirac_width, low=0.0)
-    L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
+    L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
     label = activation if spec is not None else None
@@ -393,9 +388,9 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         raise ParameterError(f"the exact backend needs Gaussian fields (activation='linear'), got {activation!r}; "
                              "use backend='mc'")
     exact = backend == "exact" or (backend == "auto" and linear)
-    seed = _integer("seed", seed, 0)
-    groups = _integer("groups", groups, 2)
-    samples = _integer("samples", samples, 2 * groups)
+    seed = check_integer("seed", seed, 0)
+    groups = check_integer("groups", groups, 2)
+    samples = check_integer("samples", samples, 2 * groups)
     if not exact and 4 * L * (samples // groups) * T * T > _MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
                              f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "

@@ -176,7 +176,8 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact').  The Monte Carlo propagator of
     a nonlinear spec (``propagator_samples`` paths in ``propagator_groups`` groups, ``sampler``'s normals) is
     computed on first use of ``var`` or ``sigma`` (:func:`mc_propagator`)."""
-    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, SpecKernels, _compiled, _integer, _traced, march_exact
+    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, SpecKernels, _compiled, _traced, march_exact
+    from dmftc.runtime.options import check_integer
 
     p, L, T, P = resolve_point_params(mod, given)
     if correction and not mod.LINEAR:
@@ -187,11 +188,11 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if backend == "exact" and not linear:
         raise ParameterError("the exact backend needs Gaussian fields (a linear activation); use backend='mc'")
     exact = linear and backend != "mc"
-    seed, groups = _integer("seed", seed, 0), _integer("groups", groups, 2)
-    samples = _integer("samples", samples, 2 * groups)
+    seed, groups = check_integer("seed", seed, 0), check_integer("groups", groups, 2)
+    samples = check_integer("samples", samples, 2 * groups)
     if not exact:
-        propagator_groups = _integer("propagator_groups", propagator_groups, 2)
-        propagator_samples = _integer("propagator_samples", propagator_samples, 2 * propagator_groups)
+        propagator_groups = check_integer("propagator_groups", propagator_groups, 2)
+        propagator_samples = check_integer("propagator_samples", propagator_samples, 2 * propagator_groups)
     TP = T * P
     if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "

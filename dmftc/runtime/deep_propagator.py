@@ -64,7 +64,8 @@ import scipy.linalg as sla
 
 from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, assemble_hessian,
                                        propagator_from_hessian, saddle_point_vector)
-from dmftc.runtime.deep_dmft import _integer, march_kernels, march_paths, runs_site
+from dmftc.runtime.deep_dmft import march_kernels, march_paths, runs_site
+from dmftc.runtime.options import check_integer
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
@@ -308,14 +309,14 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
             "kink in phi'' only (e.g. h / (1 + abs(h))) are extrapolated in the delta width")
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
-    L, T = _integer("L (number of hidden layers)", L, 1), _integer("T (number of steps)", T, 1)
+    L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
     model = as_model(model, gamma, y, eta)
-    seed = _integer("seed", seed, 0)
+    seed = check_integer("seed", seed, 0)
     check_sampler(sampler)
-    groups = _integer("groups", groups, 2)
-    samples = _integer("samples", samples, 2 * groups)
+    groups = check_integer("groups", groups, 2)
+    samples = check_integer("samples", samples, 2 * groups)
     if chunk is not None:
-        chunk = _integer("chunk", chunk, 1)
+        chunk = check_integer("chunk", chunk, 1)
     per = samples // groups
     t0 = _time.perf_counter()
     runs, runs_w = [], []

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from dmftc.errors import ParameterError
 from dmftc.runtime.sampling import SAMPLERS
 
-__all__ = ["SolveOptions", "check_dirac_width", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
+__all__ = ["SolveOptions", "check_dirac_width", "check_integer", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
 
 BACKENDS = ("auto", "exact", "mc")
 # options that one kind of engine reads and the other has no use for; given for the other kind they are an error
@@ -30,7 +30,8 @@ TWO_LAYER_ONLY = {
 }
 
 
-def _integer(name: str, v, low: int) -> int:
+def check_integer(name: str, v, low: int) -> int:
+    """``v`` as an int, or the error: an integer (not a bool) of at least ``low``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
         raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
     return int(v)
@@ -76,9 +77,9 @@ class SolveOptions:
     memory_limit: float | None = None
 
     def __post_init__(self):
-        _integer("samples", self.samples, 2)
-        _integer("seed", self.seed, 0)
-        _integer("groups", self.groups, 1)
+        check_integer("samples", self.samples, 2)
+        check_integer("seed", self.seed, 0)
+        check_integer("groups", self.groups, 1)
         check_dirac_width(self.dirac_width)
         if self.backend not in BACKENDS:
             raise ParameterError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {self.backend!r}")
@@ -87,11 +88,11 @@ class SolveOptions:
         _flag("progress", self.progress)
         _flag("correction", self.correction)
         if self.batch is not None:
-            _integer("batch", self.batch, 1)
+            check_integer("batch", self.batch, 1)
         if self.propagator_samples is not None:
-            _integer("propagator_samples", self.propagator_samples, 2)
+            check_integer("propagator_samples", self.propagator_samples, 2)
         if self.propagator_groups is not None:
-            _integer("propagator_groups", self.propagator_groups, 1)
+            check_integer("propagator_groups", self.propagator_groups, 1)
         m = self.memory_limit
         if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Real) or not math.isfinite(float(m))
                               or m <= 0):

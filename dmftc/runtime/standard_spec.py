@@ -72,11 +72,12 @@ def standard_module(activation: str):
 def standard(activation: str, *, L, T, gamma, y, eta, width):
     """The standard network with ``activation`` as its compiled spec (:func:`standard_module`):
     (SpecKernels, parameter values, DeepModel, the spec's activation) for the march and the propagator."""
-    from dmftc.runtime.deep_dmft import SpecKernels, _integer, _number
+    from dmftc.runtime.deep_dmft import SpecKernels, _number
+    from dmftc.runtime.options import check_integer
     from dmftc.runtime.deep_model import from_spec
     from dmftc.runtime.deep_spec import resolve_deep_params
 
-    given = {"L": _integer("L (number of hidden layers)", L, 1), "T": _integer("T (number of steps)", T, 1),
+    given = {"L": check_integer("L (number of hidden layers)", L, 1), "T": check_integer("T (number of steps)", T, 1),
              "gamma": _number("gamma", gamma, low=0.0, strict=True), "y": _number("y", y),
              "eta": _number("eta", eta, low=0.0)}
     width = _number("dirac_width", width, low=0.0)
