@@ -2,21 +2,16 @@
 compiled):
 
 * 64-bit floats (``jax_enable_x64``): the saddle-point marches and the propagator's solves need them;
-* on request (``DMFTC_JAX_CACHE=1``), a persistent compilation cache, so that another process solving the same
-  spec (a second ``dmftc run``, a parameter sweep in fresh processes) loads the compiled kernels instead of
-  compiling them again (``dmftc run specs/two_layer.dmft -q`` on 2 cores: 9.2 s without the cache, 6.7 s when it
-  holds the kernels of an earlier run).  JAX keys each entry by the program, its shapes, the backend and the JAX
+* a persistent compilation cache, so that another process solving the same spec (a second ``dmftc run``, a
+  parameter sweep in fresh processes, the test suite's workers) loads the compiled kernels instead of compiling
+  them again (``dmftc run specs/two_layer.dmft -q`` on 2 cores: 9.2 s without the cache, 6.7 s when it holds the
+  kernels of an earlier run).  JAX keys each entry by the program, its shapes, the backend and the JAX
   version, so an entry is only ever reused for the same computation: the cache changes no result.
 
-The cache is off by default: with jax/jaxlib 0.10.2 on the CPU, writing an entry (``executable.serialize()`` in
-``jax._src.compilation_cache.put_executable_and_time``) killed the process with a segmentation fault now and then
-(twice in the test suite's CI runs of 2026-11-28, each time in the two-layer engine's fluctuation kernel, once with
-no other thread compiling); a crash cannot be caught, so a speed-up is not worth the risk by default.
-
-Where, when on: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own setting wins); else
-``$DMFTC_CACHE_DIR/jax-<machine>``, ``$XDG_CACHE_HOME/dmftc/jax-<machine>`` or ``~/.cache/dmftc/jax-<machine>``,
-created private to the user (a compilation cache is trusted code: never point it at a directory others can
-write).  If the directory cannot be created, dmftc runs without it.  Programs that compile in under 0.1 s are not
+Where: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own setting wins); else ``$DMFTC_CACHE_DIR/jax-<machine>``,
+``$XDG_CACHE_HOME/dmftc/jax-<machine>`` or ``~/.cache/dmftc/jax-<machine>``, created private to the user (a
+compilation cache is trusted code: never point it at a directory others can write).  ``DMFTC_JAX_CACHE=0`` turns
+it off; if the directory cannot be created, dmftc runs without it.  Programs that compile in under 0.1 s are not
 cached.
 """
 from __future__ import annotations
@@ -32,7 +27,7 @@ MIN_COMPILE_SECONDS = 0.1
 
 def cache_dir() -> Path | None:
     """The directory dmftc gives JAX's compilation cache (None: off, or left to JAX's own setting)."""
-    if os.environ.get("DMFTC_JAX_CACHE", "0").strip().lower() not in ("1", "true", "yes", "on"):
+    if os.environ.get("DMFTC_JAX_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None

@@ -1,6 +1,6 @@
-"""dmftc.jax_setup: importing dmftc turns on 64-bit floats; JAX's persistent compilation cache is off unless
-DMFTC_JAX_CACHE=1 asks for it (then in a private per-user directory, so that a second process finds the programs
-the first one compiled), and JAX's own JAX_COMPILATION_CACHE_DIR wins.  Each case runs in a fresh interpreter (the settings
+"""dmftc.jax_setup: importing dmftc turns on 64-bit floats and JAX's persistent compilation cache in a private
+per-user directory, so that a second process finds the programs the first one compiled; DMFTC_JAX_CACHE=0 turns
+the cache off and JAX's own JAX_COMPILATION_CACHE_DIR wins.  Each case runs in a fresh interpreter (the settings
 are made at import, before anything compiles)."""
 import json
 import os
@@ -36,24 +36,21 @@ def _entries(path):
 
 
 def test_second_process_reuses_the_first_ones_compiled_programs(tmp_path):
-    first = _probe(DMFTC_CACHE_DIR=str(tmp_path), DMFTC_JAX_CACHE="1")
+    first = _probe(DMFTC_CACHE_DIR=str(tmp_path))
     assert first["dir"] == first["jax_dir"] and first["dir"].startswith(str(tmp_path))
     assert first["x64"] and first["dtype"] == "float64"
     assert os.stat(first["dir"]).st_mode & 0o777 == 0o700           # private: a compilation cache is trusted code
     stored = _entries(first["dir"])
     assert stored, "the first process stored nothing"
-    second = _probe(DMFTC_CACHE_DIR=str(tmp_path), DMFTC_JAX_CACHE="1")
+    second = _probe(DMFTC_CACHE_DIR=str(tmp_path))
     assert second["dir"] == first["dir"]
     assert _entries(second["dir"]) == stored                          # found, not compiled and stored again
 
 
-def test_cache_is_off_unless_asked_for_and_jax_own_setting_wins(tmp_path):
-    for value in (None, "0", "off"):
-        env = {"DMFTC_CACHE_DIR": str(tmp_path / "a")} | ({} if value is None else {"DMFTC_JAX_CACHE": value})
-        off = _probe(**env)
-        assert off["dir"] is None and off["jax_dir"] is None and off["x64"] and off["dtype"] == "float64"
-        assert not (tmp_path / "a").exists()
-    own = _probe(DMFTC_CACHE_DIR=str(tmp_path / "b"), DMFTC_JAX_CACHE="1",
-                 JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
+def test_cache_can_be_turned_off_and_jax_own_setting_wins(tmp_path):
+    off = _probe(DMFTC_CACHE_DIR=str(tmp_path / "a"), DMFTC_JAX_CACHE="0")
+    assert off["dir"] is None and off["jax_dir"] is None and off["x64"]
+    assert not (tmp_path / "a").exists()
+    own = _probe(DMFTC_CACHE_DIR=str(tmp_path / "b"), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
     assert own["dir"] is None and own["jax_dir"] == str(tmp_path / "jax")
     assert not (tmp_path / "b").exists()
