@@ -56,7 +56,9 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     activation, by Monte Carlo otherwise; a compiled spec's; default: the standard network with gamma, y, eta).
     """
     from dmftc.derive.activation import as_activation
+    from dmftc.jax_setup import make_room
 
+    make_room()                       # a long process: drop compiled programs before the mappings run out
     width = march_options.get("dirac_width", 0.1)
     act = as_activation(activation, width)
     params = {"gamma": gamma, "y": y, "eta": eta}

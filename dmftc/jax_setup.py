@@ -13,9 +13,19 @@ Where: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own setting wins); else ``
 compilation cache is trusted code: never point it at a directory others can write).  ``DMFTC_JAX_CACHE=0`` turns
 it off; if the directory cannot be created, dmftc runs without it.  Programs that compile in under 0.1 s are not
 cached.
+
+Compiled programs also live in memory, and on the CPU each one holds a few memory mappings of its machine code
+(about 3 for a small program, far more for the marches).  JAX keeps every program it compiled for the life of the
+process, so a long process that compiles many (the test suite's workers, a sweep over sizes) reaches Linux's
+``vm.max_map_count`` (65530 by default); the next compilation's mapping then fails and XLA dies with a
+segmentation fault (on 2026-11-28, three CI runs lost a worker this way, each in a compilation or a cache write
+late in the worker's life; ``tests/test_solve.py`` alone, 32 tests in one process, reaches about 6100 mappings).  :func:`make_room`, called at
+the entry of every solve, drops JAX's compiled programs when the process holds over half the limit; they are
+compiled again when next used, with the same results.
 """
 from __future__ import annotations
 
+import gc
 import os
 import platform
 from pathlib import Path
@@ -55,3 +65,38 @@ def configure() -> Path | None:
 
 
 CACHE_DIR = configure()
+
+
+MAP_FRACTION = 0.5          # make_room drops compiled programs above this fraction of vm.max_map_count
+_ROOM = {"releases": 0}
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(memory mappings this process holds, the system's limit vm.max_map_count); None where Linux's /proc does
+    not tell."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            limit = int(fh.read())
+        with open("/proc/self/maps", "rb") as fh:
+            held = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except (OSError, ValueError):
+        return None
+    return held, limit
+
+
+def make_room(fraction: float = MAP_FRACTION) -> bool:
+    """Drop every program JAX has compiled in this process (``jax.clear_caches``) when the process holds more than
+    ``fraction`` of the memory mappings the system allows (module doc); True if it did.  Programs are compiled
+    again on their next use; no result changes."""
+    maps = memory_maps()
+    if maps is None or maps[0] <= fraction * maps[1]:
+        return False
+    jax.clear_caches()
+    gc.collect()
+    _ROOM["releases"] += 1
+    return True
+
+
+def releases() -> int:
+    """How many times :func:`make_room` dropped the compiled programs in this process."""
+    return _ROOM["releases"]

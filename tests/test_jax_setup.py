@@ -54,3 +54,27 @@ def test_cache_can_be_turned_off_and_jax_own_setting_wins(tmp_path):
     own = _probe(DMFTC_CACHE_DIR=str(tmp_path / "b"), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
     assert own["dir"] is None and own["jax_dir"] == str(tmp_path / "jax")
     assert not (tmp_path / "b").exists()
+
+
+def test_make_room_drops_compiled_programs_only_when_crowded():
+    """make_room (dmftc/jax_setup.py): below its fraction of vm.max_map_count nothing happens; above, JAX's
+    compiled programs are dropped (the process's memory mappings fall) and a function still gives its result."""
+    import jax
+    import jax.numpy as jnp
+
+    from dmftc import jax_setup
+
+    maps = jax_setup.memory_maps()
+    if maps is None:
+        import pytest
+        pytest.skip("no /proc/self/maps here")
+    held, limit = maps
+    assert 0 < held < limit and limit >= 1000
+    fns = [jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cos(x) ** (k % 4)) for k in range(60)]
+    first = [float(f(jnp.arange(3.0 + k))[1]) for k, f in enumerate(fns)]
+    before, count = jax_setup.memory_maps()[0], jax_setup.releases()
+    assert not jax_setup.make_room(fraction=1.0) and jax_setup.releases() == count
+    assert jax_setup.make_room(fraction=0.0) and jax_setup.releases() == count + 1
+    after = jax_setup.memory_maps()[0]
+    assert after < before - 100, (before, after)                       # 60 programs' mappings released
+    assert [float(f(jnp.arange(3.0 + k))[1]) for k, f in enumerate(fns)] == first   # recompiled, same values

@@ -71,6 +71,7 @@ from dmftc.runtime.causal_solve import assemble_blocks, causal_propagator
 from dmftc.progress import Progress
 from dmftc.runtime.local_estimator import estimator
 from dmftc.runtime.solve_bias import Pool, bias_report
+from dmftc.jax_setup import make_room
 from dmftc.runtime.deep_model import DeepModel, as_model
 from dmftc.runtime.sampling import check_sampler, source_normals
 from dmftc.derive.activation import as_activation
@@ -291,6 +292,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
 
     ``points``, ``observables``: a spec on several training points (:func:`group_propagator`); ``T`` then
     counts its (time, point) steps and the observables are those ``observables`` names."""
+    make_room()                       # a long process: drop compiled programs before the mappings run out
     std = None
     if model is None and isinstance(activation, str):     # the standard network: its compiled spec's program
         from dmftc.runtime.standard_spec import standard

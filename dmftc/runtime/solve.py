@@ -13,6 +13,7 @@ Every engine returns the same :class:`~dmftc.runtime.solution.Solution`.
 """
 from __future__ import annotations
 
+from dmftc.jax_setup import make_room
 from dmftc.runtime.options import SolveOptions
 
 __all__ = ["solve", "kind_of"]
@@ -29,6 +30,7 @@ def solve(module, options: SolveOptions, params: dict):
         raise TypeError(f"options must be a SolveOptions, got {type(options).__name__}")
     kind = kind_of(module)
     kw = options.for_kind(kind)
+    make_room()                       # a long process: drop compiled programs before the mappings run out
     if kind == "two-layer":
         from dmftc.runtime.two_layer import solve_module
 
