@@ -27,8 +27,9 @@ means also "Rphi[l]", "Rg[l]" (response functions) and "f".
 from __future__ import annotations
 
 from dmftc.errors import ParameterError
-from dmftc.runtime.deep_solution import (NO_NONLINEAR_CORRECTION, causal_propagator_bytes, count, deep_solution,
+from dmftc.runtime.deep_solution import (NO_NONLINEAR_CORRECTION, causal_propagator_bytes, deep_solution,
                                          linear_solution, nonlinear_solution, propagator_bytes)
+from dmftc.runtime.options import check_integer
 from dmftc.runtime.solution import Solution
 
 # the parts of a deep solution live in dmftc.runtime.deep_solution; these names stay importable from here
@@ -65,12 +66,12 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     if act.linear:
         from dmftc.runtime.deep_model import as_model
 
-        L, T = count("L", L), count("T", T)
+        L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
         if model is None and isinstance(activation, str):      # the standard network: its compiled spec
             from dmftc.runtime.standard_spec import standard
 
             model = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=width)[2]
-        return linear_solution(act.label, L, T, params, as_model(model, gamma, y, eta), memory_limit, correction)
+        return linear_solution(act.label, L, T, params, as_model(model, gamma, y, eta, L=L), memory_limit, correction)
     if correction:
         raise ParameterError(NO_NONLINEAR_CORRECTION)
     march_act = act

@@ -63,7 +63,8 @@ def test_theta_jacobian_matches_autodiff(odd):
     nonlinear in the kernels and in Delta."""
     import jax.numpy as jnp
 
-    from dmftc.runtime.deep_model import DeepModel, standard
+    from dmftc.runtime.deep_model import DeepModel
+    from dmftc.reference.standard_model import standard
     from dmftc.runtime.local_estimator import _theta_jacobian
     from dmftc.reference.deep_autodiff import _theta_map
 

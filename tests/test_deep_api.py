@@ -44,8 +44,10 @@ def test_too_large_is_refused_with_the_size():
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"L": 0}, "L must be a positive integer"),
-    ({"T": 2.5}, "T must be a positive integer"),
+    ({"L": 0}, r"L \(number of hidden layers\) must be an integer >= 1, got 0"),
+    ({"T": 2.5}, r"T \(number of steps\) must be an integer >= 1, got 2.5"),
+    ({"L": 0, "activation": "tanh"}, r"L \(number of hidden layers\) must be an integer >= 1, got 0"),
+    ({"T": 2.5, "activation": "tanh"}, r"T \(number of steps\) must be an integer >= 1, got 2.5"),
     ({"activation": 3}, "an activation is an expression in h"),
 ])
 def test_bad_arguments(kw, match):

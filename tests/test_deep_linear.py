@@ -171,7 +171,8 @@ def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compi
     from pathlib import Path
 
     from dmftc.runtime import deep_linear
-    from dmftc.runtime.deep_model import from_spec, standard
+    from dmftc.runtime.deep_model import from_spec
+    from dmftc.reference.standard_model import standard
 
     T, L = 4, 2
     spec = dmftc.load(Path(__file__).resolve().parents[1] / "specs" / "deep_linear.dmft")

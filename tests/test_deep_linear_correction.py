@@ -17,7 +17,7 @@ from dmftc.errors import ParameterError
 from dmftc.runtime.deep_action import Layout, saddle_point_vector
 from dmftc.runtime.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
 from dmftc.runtime.deep_linear_correction import cubic_contraction
-from dmftc.runtime.deep_model import standard
+from dmftc.reference.standard_model import standard
 from models import odd_model  # noqa: E402  (tests/models.py)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import pytest
 
 from dmftc.runtime.deep_action import Layout, _gather_local, observable_names, saddle_point_vector
 from dmftc.runtime.deep_linear import _local_hessian, _log_z_local, deep_linear_propagator
-from dmftc.runtime.deep_model import standard
+from dmftc.reference.standard_model import standard
 from dmftc.runtime.deep_propagator import deep_propagator, mc_saddle
 from dmftc.runtime.local_estimator import LocalEstimator, estimator as _estimator
 from dmftc.reference.deep_autodiff import local_logf

@@ -112,7 +112,7 @@ def test_solution_says_which_march_gave_its_means():
     """A compiled deep spec's Monte Carlo means come from its own program, and so do the Python API's (the standard
     network is a compiled spec); only a DeepModel given without a spec runs the reference structured march."""
     from dmftc.deep import solve_deep
-    from dmftc.runtime.deep_model import standard
+    from dmftc.reference.standard_model import standard
 
     kw = dict(L=1, T=4, samples=64, groups=2)
     assert "site_march" in dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(**kw).info["march"]

@@ -43,7 +43,7 @@ def numpy_mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gam
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
     (deep_action.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     site = as_activation(activation)
     act = lambda h: site.numpy(h)[:3]                                  # noqa: E731
     S = xiu.shape[1]
@@ -123,7 +123,7 @@ def numpy_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = Non
     L, T = int(L), int(T)
     if L < 1 or T < 1:
         raise ValueError("need L >= 1 and T >= 1")
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     kh = lambda q, d: np.asarray(model.k_h(q, d), float)               # noqa: E731
     kz = lambda q, d: np.asarray(model.k_z(q, d), float)               # noqa: E731
     ones = np.ones((T, T))

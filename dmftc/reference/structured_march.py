@@ -71,7 +71,7 @@ class ModelKernels(TemplateKernels):
     """A :class:`dmftc.runtime.deep_model.DeepModel`'s action with an activation, in the march's terms: couplings
     A + k_h(Phi, Delta) and (B, k_z(G, Delta)), boundary kernels phi0 and g_top (responses 0), the readout
     Delta = y0 + c_t E_t + c_0 E_0 with E by Stein's lemma, and the model's K.  Marched for a model given as
-    a DeepModel without a compiled spec (e.g. :func:`dmftc.runtime.deep_model.standard`, or the tests' odd model).  The
+    a DeepModel without a compiled spec (e.g. :func:`dmftc.reference.standard_model.standard`, or the tests' odd model).  The
     model's numeric values are the march's traced parameters: one compilation serves its whole family."""
 
     def __init__(self, activation, model):

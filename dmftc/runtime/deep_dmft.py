@@ -373,14 +373,12 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
     label = activation if spec is not None else None
-    if spec is None:                      # a DeepModel without a spec: the reference structured march
-        from dmftc.reference.structured_march import ModelKernels
-
+    if spec is None:                      # a DeepModel (default: the standard network's compiled spec)
         from dmftc.runtime.deep_model import as_model
 
-        spec = ModelKernels(as_activation(activation, dirac_width), as_model(model, gamma, y, eta))
-        spec_params = spec.params(L)
-        label = spec.site.label
+        site = as_activation(activation, dirac_width)
+        spec, spec_params = march_kernels(site, as_model(model, gamma, y, eta, L=L), L)
+        label = site.label
     linear = spec.linear
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")

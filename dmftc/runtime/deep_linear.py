@@ -111,7 +111,7 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     L, T = int(L), int(T)
     if L < 1 or T < 1:
         raise ValueError("need L >= 1 and T >= 1")
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     own = bool(getattr(model.module, "LINEAR", False))         # a compiled linear spec: its own program
     kern, prm = march_kernels(None if own else as_activation("linear"), model, L)
     return saddle_of_march(model, march_exact(kern, prm, L, T, points=model.points), L, T)
@@ -159,7 +159,7 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
     """Action S per neuron of ``model`` (default: the standard network with gamma, y, eta) as a differentiable
     (JAX) function of the flat order-parameter vector x (see :class:`Layout`; a dict of arrays is packed
     first).  Formula in the module docstring."""
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
     if isinstance(x, dict):
         x = lay.pack(x)
@@ -180,7 +180,7 @@ def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method
     eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each ln Z_l over its local
     variables, assembled with the bilinear part (:func:`dmftc.runtime.deep_action.assemble_hessian`; exactly the
     same matrix)."""
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
     if method == "dense":
@@ -200,7 +200,7 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
     ``correction``: also the O(1/N) mean correction (``Propagator.mean_correction``), which needs the whole
     inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     if correction:
         require_affine_readout(model)
     sad = deep_linear_saddle(L=L, T=T, model=model)

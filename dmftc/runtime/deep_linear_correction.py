@@ -56,7 +56,7 @@ def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, 
                       rtol: float = 1e-13) -> np.ndarray:
     """s_b = sum_cd S3_bcd C_cd at the point x0 (flat layout of :class:`Layout`) for a symmetric C (n, n), for
     ``model``'s action (default: the standard network with gamma, y, eta)."""
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
     x0 = jnp.asarray(x0)
     fn = _third_directional(T, model)

@@ -1,5 +1,5 @@
 """The model-specific part of a deep network's action, as the propagator needs it: read from a compiled deep
-spec (:func:`from_spec`) or the standard network of :mod:`dmftc.runtime.deep_dmft` (:func:`standard`).
+spec (:func:`from_spec`), or built by hand (the tests' oracles: :mod:`dmftc.reference.standard_model`).
 
 The deep propagator (:mod:`dmftc.runtime.deep_propagator`) differentiates the MSR action
 
@@ -49,7 +49,7 @@ import numpy as np
 from dmftc.errors import Pos, StructureSpecError
 
 
-__all__ = ["DeepModel", "standard", "from_spec", "as_model"]
+__all__ = ["DeepModel", "from_spec", "as_model"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ class DeepModel:
 
     @property
     def standard_params(self) -> dict | None:
-        """(gamma, eta, y) of the standard network this model is (:func:`standard`), else None."""
+        """(gamma, eta, y) of the hand-written standard network this model is
+        (:func:`dmftc.reference.standard_model.standard`), else None."""
         return dict(zip(("gamma", "eta", "y"), self.key[1:4])) if self.key[0] == "standard" else None
 
     @property
@@ -216,26 +217,6 @@ def _k_row_hessian(k_of, row, L):
     return jax.hessian(k)(row[var])
 
 
-def _std_k(dPhi, dG):
-    return sum(dG[l] * dPhi[l] for l in range(len(dPhi)))
-
-
-def _standard_bound(v) -> DeepModel:
-    eg, g = v["eta"] * v["gamma"], v["gamma"]
-    return DeepModel(key=("standard-bound",), label="standard deep network", k_h=lambda q, d: eg * d * q,
-                     k_z=lambda q, d: eg * d * q, readout=(v["y"], -1.0 / g, 1.0 / g), phi0=1.0, g_top=1.0,
-                     k_of=_std_k)
-
-
-def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
-    """The standard deep network of :mod:`dmftc.runtime.deep_dmft`'s doc (mean-field parameterisation, one
-    training point, |x|^2 = D): k_h = eta gamma Delta Phi, k_z = eta gamma Delta G, Delta = y - (E_t - E_0) / gamma,
-    Phi[0] = G[L+1] = 1, K = sum_l G[l+1] Phi[l]."""
-    v = {"eta": float(eta), "gamma": float(gamma), "y": float(y)}
-    return replace(_standard_bound(v), key=("standard", v["gamma"], v["eta"], v["y"]), family=("standard",),
-                   values=tuple(sorted(v.items())), bind=_standard_bound)
-
-
 def family_jit(cache: dict, key: tuple, model: DeepModel, build: Callable) -> Callable:
     """A compiled function of ``model``'s action, shared by its family: ``build(model_of)`` returns the function
     to compile, ``model_of(vals)`` the model inside it (vals traced when the model has a family, ignored else).
@@ -253,19 +234,28 @@ def family_jit(cache: dict, key: tuple, model: DeepModel, build: Callable) -> Ca
     return lambda *args: fn(*args, vals)
 
 
-def as_model(model=None, gamma=None, y=None, eta=None) -> DeepModel:
-    """The model of an action: ``model`` when given, else the standard network with (gamma, y, eta)."""
+def as_model(model=None, gamma=None, y=None, eta=None, *, L=None) -> DeepModel:
+    """The model of an action: ``model`` when given, else the standard network with (gamma, y, eta) at depth L,
+    read from its compiled spec (``specs/deep_tanh.dmft``, :mod:`dmftc.runtime.standard_spec`); the network
+    written out by hand is an oracle of the tests (:mod:`dmftc.reference.standard_model`)."""
     from dmftc.errors import ParameterError
-    from dmftc.runtime.deep_dmft import _number
 
     if model is not None:
         if not isinstance(model, DeepModel):
             raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
         return model
-    if gamma is None or y is None or eta is None:
-        raise ParameterError("give either model= or the standard network's gamma, y and eta")
-    return standard(gamma=_number("gamma", gamma, low=0.0, strict=True), eta=_number("eta", eta, low=0.0),
-                    y=_number("y", y))
+    if gamma is None or y is None or eta is None or L is None:
+        raise ParameterError("give either model= or the standard network's gamma, y, eta and L")
+    key = (L, gamma, y, eta)
+    if key not in _STANDARD:
+        from dmftc.runtime.standard_spec import standard
+
+        with jax.ensure_compile_time_eval():         # also when called inside a traced function
+            _STANDARD[key] = standard("linear", L=L, T=1, gamma=gamma, y=y, eta=eta, width=0.0)[2]
+    return _STANDARD[key]
+
+
+_STANDARD: dict = {}
 
 
 def _spec_error(mod, why, where=None, hint=None):

@@ -99,7 +99,7 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
     A compiled spec's model (``model.module``) marches the spec's own single-site program
     (:mod:`dmftc.runtime.site_march`) when ``activation`` is that spec's; otherwise the model's structured kernels."""
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     activation = as_activation(activation)
     kern, prm = march_kernels(activation, model, L)
     if points > 1 and not runs_site(kern):
@@ -170,7 +170,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
     if points > 1 and solver != "causal":
         raise ParameterError("several training points are solved by the causal solver only")
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
@@ -312,7 +312,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
     L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
-    model = as_model(model, gamma, y, eta)
+    model = as_model(model, gamma, y, eta, L=L)
     seed = check_integer("seed", seed, 0)
     check_sampler(sampler)
     groups = check_integer("groups", groups, 2)

@@ -16,10 +16,11 @@ import numpy as np
 
 from dmftc.errors import ParameterError
 from dmftc.runtime.blocks import LazyBlocks
+from dmftc.runtime.options import check_integer
 from dmftc.runtime.solution import Solution
 
 __all__ = ["deep_solution", "linear_solution", "nonlinear_solution", "LazyPropagator", "propagator_bytes",
-           "causal_propagator_bytes", "kink_note", "NO_NONLINEAR_CORRECTION", "count"]
+           "causal_propagator_bytes", "kink_note", "NO_NONLINEAR_CORRECTION"]
 
 NO_NONLINEAR_CORRECTION = (
     "the O(1/N) mean correction of deep networks is implemented for linear activations (exact, from the third "
@@ -108,8 +109,8 @@ def nonlinear_solution(act, march_act, *, L: int, T: int, gamma: float, y: float
                     model=model if spec is None else None, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
-    count("propagator_samples", propagator_samples)
-    if count("propagator_groups", propagator_groups) < 2 or propagator_samples < 2 * propagator_groups:
+    check_integer("propagator_samples", propagator_samples, 2)
+    if check_integer("propagator_groups", propagator_groups, 1) < 2 or propagator_samples < 2 * propagator_groups:
         raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
                              f"group, got {propagator_groups} groups and {propagator_samples} paths")
     from dmftc.runtime.sampling import check_sampler
@@ -159,10 +160,3 @@ def kink_note(act, width: float) -> str:
             "propagator; the propagator is extrapolated to width 0 from widths w and w/2 on the same paths "
             "(info 'dirac_shift': the size of that correction relative to each curve's peak); the residual bias "
             "is not estimated and may exceed the Monte Carlo error")
-
-
-def count(name, v) -> int:
-    """A positive integer argument, or the error."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ParameterError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
