@@ -435,7 +435,8 @@ def _kink_report(shift, var_se, var, width, chatter=None):
     if most > _CHATTER_WARN:
         text += (f"; {most:.1%} of the paths cross the kink of {max(chatter, key=chatter.get)} 3 or more times "
                  "(chattering neurons: the sensitivities through them are approximate; in such cases N Var K "
-                 "was measured 5-26% of its peak off networks, issue 13)")
+                 "was measured 5-26% of its peak off networks, several times the shift at half width, which "
+                 "is then a lower bound on the bias, not an estimate; issue 13)")
     return {"dirac_width": float(width), "shift_at_half_width_max": float(np.abs(shift).max()),
             "shift_rel_to_peak": float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)),
             "shift_vs_se": worst, "chattering": chatter or {},
