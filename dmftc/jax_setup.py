@@ -14,14 +14,14 @@ compilation cache is trusted code: never point it at a directory others can writ
 it off; if the directory cannot be created, dmftc runs without it.  Programs that compile in under 0.1 s are not
 cached.
 
-Compiled programs also live in memory, and on the CPU each one holds a few memory mappings of its machine code
-(about 3 for a small program, far more for the marches).  JAX keeps every program it compiled for the life of the
+Compiled programs also live in memory, and on the CPU each one holds memory mappings of its machine code (4-6
+for a small program here, far more for the marches).  JAX keeps every program it compiled for the life of the
 process, so a long process that compiles many (the test suite's workers, a sweep over sizes) reaches Linux's
 ``vm.max_map_count`` (65530 by default); the next compilation's mapping then fails and XLA dies with a
 segmentation fault (on 2026-11-28, three CI runs lost a worker this way, each in a compilation or a cache write
-late in the worker's life; ``tests/test_solve.py`` alone, 32 tests in one process, reaches about 6100 mappings).  :func:`make_room`, called at
-the entry of every solve, drops JAX's compiled programs when the process holds over half the limit; they are
-compiled again when next used, with the same results.
+late in the worker's life; ``tests/test_solve.py`` alone, 32 tests in one process, reaches about 6100
+mappings).  :func:`make_room`, called at the entry of every solve, drops JAX's compiled programs when the process
+holds over half the limit; they are compiled again when next used, with the same results.
 """
 from __future__ import annotations
 

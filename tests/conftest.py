@@ -19,10 +19,10 @@ import pytest
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 
+from dmftc.jax_setup import make_room  # noqa: E402  (after the cache settings: importing dmftc applies them)
+
 
 @pytest.fixture(autouse=True)
 def _room_for_compiled_programs():
     yield
-    from dmftc.jax_setup import make_room
-
     make_room()

@@ -127,3 +127,18 @@ def test_kink_in_phi_prime_gets_means_and_a_refused_propagator(tmp_path):
     assert np.all(np.isfinite(sol.mean("K")))
     with pytest.raises(ParameterError, match="derivatives of delta functions"):
         sol.var("K")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(gamma=[1.0], y=1.0, eta=0.1, L=2), "gamma must be a finite real number"),
+    (dict(gamma=1.0, y=1.0, eta=-0.1, L=2), "eta must be >= 0"),
+    (dict(gamma=1.0, y=1.0, eta=0.1, L=0), r"L \(number of hidden layers\) must be an integer >= 1"),
+    (dict(gamma=1.0, y=1.0, eta=0.1), "give either model= or the standard network's gamma, y, eta and L"),
+])
+def test_default_model_checks_its_parameters(kw, match):
+    """as_model without a model builds the standard network from its compiled spec; bad values are refused
+    before they key its cache (a ParameterError, not a TypeError)."""
+    from dmftc.runtime.deep_model import as_model
+
+    with pytest.raises(ParameterError, match=match):
+        as_model(None, **kw)

@@ -246,12 +246,16 @@ def as_model(model=None, gamma=None, y=None, eta=None, *, L=None) -> DeepModel:
         return model
     if gamma is None or y is None or eta is None or L is None:
         raise ParameterError("give either model= or the standard network's gamma, y, eta and L")
-    key = (L, gamma, y, eta)
+    from dmftc.runtime.deep_dmft import _number
+    from dmftc.runtime.options import check_integer
+
+    key = (check_integer("L (number of hidden layers)", L, 1), _number("gamma", gamma, low=0.0, strict=True),
+           _number("y", y), _number("eta", eta, low=0.0))       # checked before they key the cache
     if key not in _STANDARD:
         from dmftc.runtime.standard_spec import standard
 
         with jax.ensure_compile_time_eval():         # also when called inside a traced function
-            _STANDARD[key] = standard("linear", L=L, T=1, gamma=gamma, y=y, eta=eta, width=0.0)[2]
+            _STANDARD[key] = standard("linear", L=key[0], T=1, gamma=key[1], y=key[2], eta=key[3], width=0.0)[2]
     return _STANDARD[key]
 
 
