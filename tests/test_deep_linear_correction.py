@@ -23,7 +23,8 @@ from models import odd_model  # noqa: E402  (tests/models.py)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("odd", [False, True])
+# the odd model exercises every term the standard one does and more; the standard one runs with -m slow
+@pytest.mark.parametrize("odd", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_cubic_contraction_equals_dense_third_derivative(odd):
     """s_b = sum_cd S3_bcd C_cd from per-layer directional derivatives = the dense jacfwd(hessian) tensor, for
     the standard network and for a model with nonlinear couplings, another readout and boundaries."""

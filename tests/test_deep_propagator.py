@@ -225,7 +225,9 @@ def test_structured_estimator_equals_brute_force_autodiff():
         assert np.abs(h2).max() > 0.1
 
 
-@pytest.mark.parametrize("activation,odd", [("tanh", False), ("tanh", True),
+# The odd model's couplings, readout and boundaries run in the default suite through the spec-built nonstandard
+# gradient field (tests/test_deep_gradient_field.py) and test_deep_linear_correction; its own L = 3 case is slow.
+@pytest.mark.parametrize("activation,odd", [("tanh", False), pytest.param("tanh", True, marks=pytest.mark.slow),
                                             pytest.param("erf", False, marks=pytest.mark.slow)])
 def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
     """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives in closed form, Price block

@@ -70,11 +70,12 @@ def test_make_room_drops_compiled_programs_only_when_crowded():
         pytest.skip("no /proc/self/maps here")
     held, limit = maps
     assert 0 < held < limit and limit >= 1000
-    fns = [jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cos(x) ** (k % 4)) for k in range(60)]
+    fns = [jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cos(x) ** (k % 4)) for k in range(40)]
     first = [float(f(jnp.arange(3.0 + k))[1]) for k, f in enumerate(fns)]
     before, count = jax_setup.memory_maps()[0], jax_setup.releases()
     assert not jax_setup.make_room(fraction=1.0) and jax_setup.releases() == count
     assert jax_setup.make_room(fraction=0.0) and jax_setup.releases() == count + 1
     after = jax_setup.memory_maps()[0]
-    assert after < before - 100, (before, after)                       # 60 programs' mappings released
-    assert [float(f(jnp.arange(3.0 + k))[1]) for k, f in enumerate(fns)] == first   # recompiled, same values
+    assert after < before - 100, (before, after)                       # 40 programs' mappings released
+    again = range(0, 40, 8)                                            # a few recompiled: same values
+    assert [float(fns[k](jnp.arange(3.0 + k))[1]) for k in again] == [first[k] for k in again]
