@@ -232,10 +232,10 @@ def test_deep_tanh_spec_matches_python_api():
     from dmftc.deep import solve_deep
 
     m = dmftc.load(ROOT / "specs" / "deep_tanh.dmft")
-    kw = dict(L=2, T=8, gamma=1.0, y=1.0, eta=0.05)
-    prop = dict(propagator_samples=800, propagator_groups=4)
-    sol = m.solve(samples=1600, seed=5, **prop, **kw)
-    ref = solve_deep(activation="tanh", samples=1600, seed=5, **prop, **kw)
+    kw = dict(L=2, T=5, gamma=1.0, y=1.0, eta=0.05)
+    prop = dict(propagator_samples=400, propagator_groups=4)
+    sol = m.solve(samples=800, seed=5, **prop, **kw)
+    ref = solve_deep(activation="tanh", samples=800, seed=5, **prop, **kw)
     assert "site_march" in ref.info["march"]
     assert set(sol.names) == {"Delta", "K"} | {f"{q}[{l}]" for q in ("Phi", "G", "A", "B") for l in (1, 2)}
     close = lambda a, b, n: np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(np.abs(b).max(), 1.0),  # noqa: E731
@@ -391,16 +391,16 @@ def test_cli_run_deep_tanh_with_depth_and_plot(tmp_path, capsys, monkeypatch):
     from dmftc.cli import main
 
     monkeypatch.chdir(ROOT)
-    code = main(["run", "specs/deep_tanh.dmft", "--set", "L=3", "--set", "T=6", "--samples", "400",
-                 "--propagator-samples", "400", "--plot", str(tmp_path / "d.png"), "--out", str(tmp_path / "d.npz")])
+    code = main(["run", "specs/deep_tanh.dmft", "--set", "L=3", "--set", "T=4", "--samples", "400",
+                 "--propagator-samples", "200", "--plot", str(tmp_path / "d.png"), "--out", str(tmp_path / "d.npz")])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "model deep_tanh" in out.out and "Phi[3]" in out.out and "not implemented" not in out.out
-    assert "deep propagator (L = 3, T = 6)" in out.err                 # progress bar on stderr
+    assert "deep propagator (L = 3, T = 4)" in out.err                 # progress bar on stderr
     assert (tmp_path / "d.png").stat().st_size > 1000
     back = dmftc.Solution.load(tmp_path / "d.npz")
     assert back.kind == "deep" and back.depth == 3
-    assert back.mean("Phi[3]").shape == (6, 6) and back.var("Phi[3]").shape == (6,)
+    assert back.mean("Phi[3]").shape == (4, 4) and back.var("Phi[3]").shape == (4,)
     assert back.var("Phi[3]")[0] > 0
 
 
