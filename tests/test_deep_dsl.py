@@ -349,6 +349,7 @@ def test_linear_spec_of_another_action_gets_its_own_exact_propagator(tmp_path):
     standard network's."""
     from dmftc.reference.deep_autodiff import gaussian_cubature5
     from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.deep_dmft import SpecKernels
     from dmftc.runtime.deep_propagator import group_propagator
 
     text = (ROOT / "specs" / "deep_linear.dmft").read_text()
@@ -367,8 +368,9 @@ def test_linear_spec_of_another_action_gets_its_own_exact_propagator(tmp_path):
     assert model.phi0 == 0.6 and model.standard_params is None
     pts, w = gaussian_cubature5(2 * T)
     xiu, xir = np.repeat(pts[None, :, :T], L, axis=0), np.repeat(pts[None, :, T:], L, axis=0)
-    P = group_propagator(activation="linear", L=L, T=T, xiu=xiu, xir=xir, weights=w, model=model)
-    assert P.diagnostics["stationarity"] < 1e-12
+    act = SpecKernels(m.module).site_activation(sol.params, 0.1)          # the spec's own (linear) activation
+    P = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, weights=w, model=model)
+    assert P.diagnostics["stationarity"] < 1e-12 and P.diagnostics["march"] == "site program"
     names = ("Delta", "K", "Phi[1]", "Phi[2]", "G[1]", "G[2]")
     for a in names:
         np.testing.assert_allclose(P.saddle.Delta, sol.mean("Delta"), rtol=0, atol=1e-12)

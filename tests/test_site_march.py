@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import dmftc
+from models import structured
+from dmftc.errors import ParameterError
 from dmftc.reference.structured_march import TemplateKernels, structured_paths
 from dmftc.runtime.deep_dmft import SpecKernels
 from dmftc.runtime.deep_spec import resolve_deep_params
@@ -124,8 +126,9 @@ def test_solution_says_which_march_gave_its_means():
 @pytest.mark.parametrize("name", ["deep_tanh", "other_action"])
 def test_propagator_groups_march_the_spec_program(name, tmp_path):
     """A compiled spec's propagator groups take their saddle (and the paths ln Z_l is estimated on) from the
-    spec's own program; on the same paths the propagator equals the one built on the structured march (the
-    saddle is stationary in both: the Monte Carlo action's gradient vanishes to round-off)."""
+    spec's own program; on the same paths the propagator equals the one built on the reference structured march
+    (the saddle is stationary in both: the Monte Carlo action's gradient vanishes to round-off).  A model the
+    runtime has no program for is refused."""
     import dataclasses
 
     from dmftc.runtime.deep_model import from_spec
@@ -140,15 +143,18 @@ def test_propagator_groups_march_the_spec_program(name, tmp_path):
     act = SpecKernels(mod).site_activation(p, 0.1)
     xiu, xir = np.random.default_rng(3).standard_normal((2, L, 128, T))
     site = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, model=model)
-    ref = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, model=dataclasses.replace(model, module=None))
+    ref = group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir,
+                           model=dataclasses.replace(model, module=None, march=structured))
     assert site.diagnostics["march"] == "site program" and ref.diagnostics["march"] == "structured"
     assert site.diagnostics["stationarity"] < 1e-12
     for a in site.sigma:
         x, y = np.diag(site.sigma[a][a]), np.diag(ref.sigma[a][a])
         assert np.max(np.abs(x - y)) <= 1e-9 * np.max(np.abs(y)), a
-    # another activation than the spec's is not the spec's program: the structured march runs
-    other = group_propagator(activation="tanh", L=L, T=T, xiu=xiu, xir=xir, model=model)
-    assert other.diagnostics["march"] == "structured"
+    # another activation than the spec's has no program in the runtime (the structured march is a test oracle)
+    with pytest.raises(ParameterError, match="no single-site program to march: the activation .* is not that of"):
+        group_propagator(activation="tanh", L=L, T=T, xiu=xiu, xir=xir, model=model)
+    with pytest.raises(ParameterError, match="not compiled from a spec"):
+        group_propagator(activation=act, L=L, T=T, xiu=xiu, xir=xir, model=dataclasses.replace(model, module=None))
 
 
 def test_sums_read_path_factors_kept_once_per_step():

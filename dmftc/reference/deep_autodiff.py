@@ -43,7 +43,7 @@ def _act_jax(act):
     return fields
 
 
-__all__ = ["AutodiffEstimator", "local_logf", "gaussian_cubature5"]
+__all__ = ["AutodiffEstimator", "autodiff_estimator", "local_logf", "gaussian_cubature5"]
 
 
 def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
@@ -293,3 +293,10 @@ class AutodiffEstimator(LocalEstimator):
             np.add.at(grad, self.pos, self.fac * p0 / Z)
         hess = hess + Pf + Pf.T
         return math.log(Z / S), grad, hess
+
+
+def autodiff_estimator(T, activation, vary_u, vary_r, *, method="struct", chunk=None) -> AutodiffEstimator:
+    """The autodiff reference of :func:`dmftc.runtime.local_estimator.estimator` for a layer kind (one training
+    point): ``method`` 'struct' (at the saddle) or 'full' (brute force); ``activation`` as the runtime takes it."""
+    return AutodiffEstimator(T=T, activation=as_activation(activation), vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                             method=method)

@@ -15,11 +15,17 @@ def _std_k(dPhi, dG):
     return sum(dG[l] * dPhi[l] for l in range(len(dPhi)))
 
 
+def _march(activation, model):
+    from dmftc.reference.structured_march import ModelKernels      # (imports the runtime: not at module level)
+
+    return ModelKernels(activation, model)
+
+
 def _standard_bound(v) -> DeepModel:
     eg, g = v["eta"] * v["gamma"], v["gamma"]
     return DeepModel(key=("standard-bound",), label="standard deep network", k_h=lambda q, d: eg * d * q,
                      k_z=lambda q, d: eg * d * q, readout=(v["y"], -1.0 / g, 1.0 / g), phi0=1.0, g_top=1.0,
-                     k_of=_std_k)
+                     k_of=_std_k, march=_march)
 
 
 def standard(*, gamma: float, eta: float, y: float) -> DeepModel:

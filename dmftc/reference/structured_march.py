@@ -88,6 +88,10 @@ class ModelKernels(TemplateKernels):
         """The march's parameter values for depth L: the model's values (traced), L and the activation's width."""
         return dict(self.model.values) | {"L": L, "dirac width": self.site.width}
 
+    def march(self, xiu, xir, wts, prm, *, L, T, exact, direct=False, keep=False):
+        """:func:`structured_march` of these kernels (what the runtime's march calls for a hand-built model)."""
+        return structured_march(xiu, xir, wts, prm, L=L, T=T, exact=exact, spec=self, direct=direct, keep=keep)
+
     def _m(self, p):
         return self.model.bind(p) if self.model.bind is not None else self.model
 

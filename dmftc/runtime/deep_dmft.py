@@ -73,7 +73,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.options import check_integer
 
@@ -182,8 +181,10 @@ def runs_site(spec) -> bool:
 def march_kernels(activation, model, L: int):
     """(kernels, parameter values) of the march of ``model`` (a :class:`dmftc.runtime.deep_model.DeepModel`) with
     ``activation``: the spec's generated program (:class:`SpecKernels`) when the model was read from a compiled
-    spec and ``activation`` is that spec's (None: the spec's own, delta width 0), else the model's kernels for the
-    reference structured march (:class:`dmftc.reference.structured_march.ModelKernels`)."""
+    spec and ``activation`` is that spec's (None: the spec's own, delta width 0), else the kernels the model
+    brings for itself (``DeepModel.march``: the tests' hand-built models bring the reference structured march,
+    :class:`dmftc.reference.structured_march.ModelKernels`).  The runtime has no march of its own besides the
+    spec's program."""
     mod = model.module
     spec = SpecKernels(mod) if mod is not None else None
     if runs_site(spec):
@@ -191,26 +192,26 @@ def march_kernels(activation, model, L: int):
             width = 0.0 if activation is None else activation.width
             mask = {mod.POINTS["mask"]: np.asarray(model.trained)} if model.trained is not None else {}
             return spec, dict(model.values) | mask | {mod.DEPTH: L, "dirac width": width}
-    from dmftc.reference.structured_march import ModelKernels
-
-    kern = ModelKernels(activation, model)
+    if model.march is None:
+        what = (f"the activation {activation.label} is not that of its spec {mod.SPEC_PATH}" if mod is not None
+                else "it was not compiled from a spec")
+        raise ParameterError(f"{model.label}: no single-site program to march: {what}; write the activation into "
+                             "a deep spec (activation phi(h) = ...) and load it with dmftc.load")
+    kern = model.march(activation, model)
     return kern, kern.params(L)
 
 
 def _compiled(L, T, exact, spec, direct=False, keep=False, points=1):
     """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
-    generated module carries one, else (a DeepModel without a spec) the reference structured march
-    (:mod:`dmftc.reference.structured_march`) of ``spec``'s kernels."""
+    generated module carries one, else the march of the kernels a hand-built model brings (``spec.march``)."""
     key = (spec.key, L, T, exact, direct, keep, points)
     if key not in _JIT:
         if runs_site(spec):
             fn = lambda xiu, xir, wts, prm: _site(xiu, xir, wts, prm, L=L, T=T, mod=spec.module,  # noqa: E731
                                                   direct=direct, keep=keep, exact=exact, points=points)
         else:
-            from dmftc.reference.structured_march import structured_march
-
-            fn = lambda xiu, xir, wts, prm: structured_march(xiu, xir, wts, prm, L=L, T=T, exact=exact,  # noqa: E731
-                                                   spec=spec, direct=direct, keep=keep)
+            fn = lambda xiu, xir, wts, prm: spec.march(xiu, xir, wts, prm, L=L, T=T, exact=exact,  # noqa: E731
+                                                       direct=direct, keep=keep)
         _JIT[key] = jax.jit(fn)
     return _JIT[key]
 
@@ -281,10 +282,12 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     return out
 
 
-def _assemble(out, L, T, spec, p):
-    """Raw march output -> named arrays; kernels symmetrised from their causal rows."""
-    arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(spec.report_f(np.asarray(out["f"]), p)),
-           "f_direct": np.asarray(spec.report_f(np.asarray(out["fdir"]), p))}
+def _assemble(out, L, T, spec, p, report_f=None):
+    """Raw march output -> named arrays; kernels symmetrised from their causal rows.  ``report_f``: what 'f' is
+    (default ``spec.report_f``)."""
+    report_f = report_f or spec.report_f
+    arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(report_f(np.asarray(out["f"]), p)),
+           "f_direct": np.asarray(report_f(np.asarray(out["fdir"]), p))}
     for l in range(1, L + 1):
         arr[f"Phi[{l}]"] = _symmetric(out["Phi"][l - 1])
         arr[f"G[{l}]"] = _symmetric(out["G"][l - 1])
@@ -373,12 +376,17 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     gamma = _number("gamma", gamma, low=0.0, strict=True)
     y, eta = _number("y", y), _number("eta", eta, low=0.0)
     label = activation if spec is not None else None
+    report_f = None
     if spec is None:                      # a DeepModel (default: the standard network's compiled spec)
-        from dmftc.runtime.deep_model import as_model
+        from dmftc.runtime.deep_model import model_and_activation
 
-        site = as_activation(activation, dirac_width)
-        spec, spec_params = march_kernels(site, as_model(model, gamma, y, eta, L=L), L)
+        model, site = model_and_activation(model, activation, gamma, y, eta, L=L, width=dirac_width)
+        spec, spec_params = march_kernels(site, model, L)
         label = site.label
+        c_t = np.asarray(model.readout[1]) if model.readout_fn is None else None
+        if runs_site(spec) and c_t is not None and c_t.ndim == 0:
+            # a model's 'f' is its output change -c_t E_t (the standard network's E_t / gamma), not E_t
+            report_f = lambda e, p, c=-float(c_t): c * e  # noqa: E731
     linear = spec.linear
     if backend not in ("auto", "exact", "mc"):
         raise ParameterError(f"backend must be 'auto', 'exact' or 'mc', got {backend!r}")
@@ -399,7 +407,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
                   dirac_width=dirac_width)
     t0 = _time.perf_counter()
     if exact:
-        arrays = _assemble(march_exact(spec, prm, L, T), L, T, spec, host)
+        arrays = _assemble(march_exact(spec, prm, L, T), L, T, spec, host, report_f)
         stderr = {k: np.zeros_like(v) for k, v in arrays.items()}
         diag = dict(backend="exact", basis_size=2 * L * T)
     else:
@@ -411,7 +419,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
             xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, T), dtype=jnp.float64)
             out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), prm)
             _check_finite(out, L, T, f"Monte Carlo group {gi}")
-            runs.append(_assemble(out, L, T, spec, host))
+            runs.append(_assemble(out, L, T, spec, host, report_f))
         arrays = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
         stderr = {k: np.std([r[k] for r in runs], axis=0, ddof=1) / math.sqrt(groups) for k in runs[0]}
         params.update(samples=per * groups, seed=seed, groups=groups)

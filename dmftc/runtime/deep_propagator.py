@@ -72,9 +72,8 @@ from dmftc.progress import Progress
 from dmftc.runtime.local_estimator import estimator
 from dmftc.runtime.solve_bias import Pool, bias_report
 from dmftc.jax_setup import make_room
-from dmftc.runtime.deep_model import DeepModel, as_model
+from dmftc.runtime.deep_model import DeepModel, model_and_activation
 from dmftc.runtime.sampling import check_sampler, source_normals
-from dmftc.derive.activation import as_activation
 
 
 __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator"]
@@ -99,8 +98,7 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
     A compiled spec's model (``model.module``) marches the spec's own single-site program
     (:mod:`dmftc.runtime.site_march`) when ``activation`` is that spec's; otherwise the model's structured kernels."""
-    model = as_model(model, gamma, y, eta, L=L)
-    activation = as_activation(activation)
+    model, activation = model_and_activation(model, activation, gamma, y, eta, L=L)
     kern, prm = march_kernels(activation, model, L)
     if points > 1 and not runs_site(kern):
         raise ParameterError("several training points need a compiled spec's own single-site program")
@@ -152,7 +150,7 @@ class DeepPropagator:
 
 
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
-                     method="fast", weights=None, solver="causal", full=False, keep_blocks=False, points=1,
+                     weights=None, solver="causal", full=False, keep_blocks=False, points=1,
                      observables=None):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_action.Propagator
@@ -170,7 +168,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
     if points > 1 and solver != "causal":
         raise ParameterError("several training points are solved by the causal solver only")
-    model = as_model(model, gamma, y, eta, L=L)
+    model, activation = model_and_activation(model, activation, gamma, y, eta, L=L)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
         if weights is not None:                       # normalised to sum to the number of paths (as plain means)
@@ -190,7 +188,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
     def local_hessians():
         for l in range(1, L + 1):
             v, idx = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
-            est = estimator(T, activation, l > 1, l < L, chunk, method, points)
+            est = estimator(T, activation, l > 1, l < L, chunk, points)
             ta = _time.perf_counter()
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
                                  model=model, weights=weights)
@@ -263,7 +261,7 @@ def _observable_matrix(P):
 
 def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y: float | None = None,
                     eta: float | None = None, model: DeepModel | None = None, samples: int = 8000, seed: int = 0,
-                    groups: int = 4, chunk: int | None = None, method: str = "fast", progress: bool = False,
+                    groups: int = 4, chunk: int | None = None, progress: bool = False,
                     dirac_width: float = 0.1, dirac_extrapolate: bool = True, sampler: str = "sobol", points: int = 1,
                     observables=None) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
@@ -293,13 +291,9 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     ``points``, ``observables``: a spec on several training points (:func:`group_propagator`); ``T`` then
     counts its (time, point) steps and the observables are those ``observables`` names."""
     make_room()                       # a long process: drop compiled programs before the mappings run out
-    std = None
-    if model is None and isinstance(activation, str):     # the standard network: its compiled spec's program
-        from dmftc.runtime.standard_spec import standard
-
-        std = dict(gamma=gamma, eta=eta, y=y)
-        _, _, model, activation = standard(activation, L=L, T=T, gamma=gamma, y=y, eta=eta, width=dirac_width)
-    activation = as_activation(activation, dirac_width)
+    std = dict(gamma=gamma, eta=eta, y=y) if model is None and isinstance(activation, str) else None
+    # (the standard network: its compiled spec's program and activation)
+    model, activation = model_and_activation(model, activation, gamma, y, eta, L=L, width=dirac_width)
     if activation.kink_order is not None and activation.kink_order <= 2:
         raise ParameterError(
             f"no deep propagator for {activation.label}: its derivative of order {activation.kink_order} holds a "
@@ -312,7 +306,6 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     half = activation.at_width(activation.width / 2) if dirac_extrapolate and activation.kink_order is not None \
         else None
     L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
-    model = as_model(model, gamma, y, eta, L=L)
     seed = check_integer("seed", seed, 0)
     check_sampler(sampler)
     groups = check_integer("groups", groups, 2)
@@ -327,7 +320,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
                   groups, enabled=progress) as bar:
         for gi in range(groups):
             xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, per, T)
-            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, method=method, keep_blocks=True,
+            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, keep_blocks=True,
                       points=points, observables=observables)
             run = group_propagator(activation=activation, **kw)
             pools[0].add(run)

@@ -4,10 +4,11 @@ docstring derives the single-site integrand F = exp(-Q(x*)) / |det(I - J(x*))|).
 
 Estimator
 ---------
-Default (method 'fast'): the closed-form per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and
+The closed-form per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and
 third source derivatives of the single-site fields; the Price block summed over paths and times in one matrix
 product).  It computes exactly the sums of the autodiff estimator described below, which is kept as the
-reference ('struct', and 'full' = brute force); the tests check fast = struct = full on the same paths.
+reference (:mod:`dmftc.reference.deep_autodiff`: 'struct', and 'full' = brute force); the tests check
+fast = struct = full on the same paths.
 
 * Derivatives in the couplings, hats and Delta ("theta"): pathwise.  x* at the saddle (causal C, E) is the
   march's field x0 (exact); off the saddle x*(theta, w) is reproduced by TWO Newton steps from the stopped x0,
@@ -150,7 +151,8 @@ class LocalEstimator:
         if (np.abs(a.reshape(T, T)[later]).max() > 0 or np.abs(b.reshape(T, T)[later & ~same]).max() > 0
                 or max(np.abs(ph).max(), np.abs(gh).max(), np.abs(dh).max()) > 0):
             raise ParameterError("the structured estimator needs a causal base point with zero hats (the saddle); "
-                                 "use method='full' elsewhere")
+                                 "elsewhere use the brute-force reference (dmftc.reference.deep_autodiff, "
+                                 "method 'full')")
         by_parts = self.price_tol is not None and self.vary_u       # the forward source u varies: block 0
         Z, Pg = stein_plan(pp, T, self.price_tol) if by_parts else (None, None)
         out = self.moments(v, W, X0, top=top, model=model, weights=weights, stein=Z)
@@ -245,23 +247,13 @@ def _theta_jacobian(v, m, T, model: DeepModel):
 _EST: dict = {}
 
 
-def estimator(T, activation, vary_u, vary_r, chunk=None, method="fast", points=1):
-    """The ln Z_l estimator of a layer kind; ``method`` 'struct' / 'full' are the autodiff references of
-    :mod:`dmftc.reference.deep_autodiff` (tests only, one training point).  ``points``: P of a spec on several
-    training points, whose T steps are the (time, point) pairs."""
+def estimator(T, activation, vary_u, vary_r, chunk=None, points=1):
+    """The ln Z_l estimator of a layer kind (cached).  ``points``: P of a spec on several training points, whose T
+    steps are the (time, point) pairs.  The autodiff references it is tested against are
+    :class:`dmftc.reference.deep_autodiff.AutodiffEstimator` (tests only)."""
     activation = as_activation(activation)
-    if method not in ("fast", "struct", "full"):
-        raise ParameterError(f"method must be 'fast', 'struct' or 'full', got {method!r}")
-    if method != "fast" and points != 1:
-        raise ParameterError("the autodiff reference estimators take one training point; use method='fast'")
-    key = (T, activation, bool(vary_u), bool(vary_r), chunk, method, int(points))
+    key = (T, activation, bool(vary_u), bool(vary_r), chunk, int(points))
     if key not in _EST:
-        if method == "fast":
-            _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
-                                       points=points)
-        else:
-            from dmftc.reference.deep_autodiff import AutodiffEstimator
-
-            _EST[key] = AutodiffEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
-                                          method=method)
+        _EST[key] = LocalEstimator(T=T, activation=activation, vary_u=vary_u, vary_r=vary_r, chunk=chunk,
+                                   points=points)
     return _EST[key]
