@@ -129,7 +129,7 @@ def test_kink_in_phi_prime_gets_means_and_a_refused_propagator(tmp_path):
         sol.var("K")
     # the means' own approximation (the march drops the delta of the second derivative) is named, with its size
     note = sol.info["approximation"]
-    assert "pathwise derivatives and drop it" in note and "2-8% of its peak off networks" in note, note
+    assert "pathwise derivatives and drop it" in note and "3-10% of its peak off networks" in note, note
     assert "note:" in sol.summary() and "Gaussian of width" not in note
 
 

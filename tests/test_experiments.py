@@ -35,7 +35,8 @@ COVERED = {
     # one point's correction is the folded one's at P = 1 (test_linear_propagator_with_one_point_is_deep_linear)
     "deep_linear_correction": "tests/test_deep_points.py::test_linear_mean_correction_on_points_matches_networks",
 }
-SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means")   # deep propagator compile; big ensembles
+SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means",    # deep propagator compile; big ensembles
+                "deep_relu_means")                          # issue 13: reported, not asserted (runs, writes)
 
 
 @pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow)

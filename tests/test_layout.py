@@ -1,6 +1,6 @@
 """Architecture rules of issue 12 that can be checked on the source: the runtime knows no activation by name
-(every activation reaches it as code generated from a spec's expression, :mod:`dmftc.derive.activation`), and
-no module of dmftc is much over 600 lines."""
+(every activation reaches it as code generated from a spec's expression, :mod:`dmftc.derive.activation`), only the
+tests use the reference package, and no module of dmftc is much over 600 lines."""
 import io
 import tokenize
 from pathlib import Path
@@ -41,3 +41,27 @@ def test_no_module_over_about_600_lines():
     long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 620}
     assert not long, long
+
+
+def _imports_reference(path: Path) -> list[int]:
+    """Lines of ``path`` that import from dmftc.reference (at module level or inside a function)."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        if any(n == "dmftc.reference" or n.startswith("dmftc.reference.") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_tests_use_the_reference_package(tmp_path):
+    """The hand-written solvers of dmftc/reference are the tests' oracles: no other module of dmftc imports them
+    (a hand-built DeepModel brings its own march, DeepModel.march)."""
+    hits = [f"{p.relative_to(PKG)}:{line}" for p in sorted(PKG.rglob("*.py"))
+            if "reference" not in p.relative_to(PKG).parts for line in _imports_reference(p)]
+    assert not hits, "dmftc modules importing dmftc.reference:\n" + "\n".join(hits)
+    bad = tmp_path / "m.py"                                  # the check can fail
+    bad.write_text("import numpy\ndef f():\n    from dmftc.reference.structured_march import ModelKernels\n")
+    assert _imports_reference(bad) == [3]

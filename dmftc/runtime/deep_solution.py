@@ -157,8 +157,8 @@ def kink_note(act, width: float) -> str:
     head = f"the activation's derivative of order {act.kink_order}{via} holds a delta function (a kink)"
     if act.kink_order <= 2:
         return (head + ": the march's responses take pathwise derivatives and drop it (the means are biased: "
-                "measured for sqrt(2) max(0, h), L = 2-3, T = 30: K 2-8% of its peak off networks, growing with gamma, "
-                "beyond the Monte Carlo error; dmftc.runtime.site_march); no propagator")
+                "measured for sqrt(2) max(0, h), L = 2-3, T = 30: K 3-10% of its peak off networks, growing "
+                "with gamma, beyond the Monte Carlo error; see experiments/README.md); no propagator")
     return (head + f", replaced by a Gaussian of width {width:g} (dirac_width) in the propagator, which is "
             "extrapolated to width 0 from widths w and w/2 on the same paths (info 'dirac_shift': the size of "
             "that correction relative to each curve's peak); the residual bias is not estimated and may exceed "

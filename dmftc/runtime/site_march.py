@@ -16,11 +16,10 @@ every layer's quantities in the order of their same-time reads (``SITE['reads']`
   the layer carries its derivative with respect to an additive perturbation of the source x[l] at each time s
   (``jax.jvp`` of the same generated functions, vectorised over s, the order parameters held fixed).  The
   tangents are pathwise: a kink in phi' (relu) differentiates to 0 on each side, and the delta function of its
-  phi'' is dropped, not mollified.  Measured against depth-L relu networks (sqrt(2) max(0, h), T = 30,
-  eta = 0.05, E = 3000-4000 at N = 256 and 512, extrapolated): the means of K are 2.2% (gamma 0.5, L = 2),
-  4.2% (gamma 1), 6.9% (gamma 2) and 7.7% (gamma 1, L = 3) of their peak off, z up to 20; with the delta as a
-  Gaussian of width 0.1 they are 8-35% off, and as the width shrinks the means diverge (the dead neurons of
-  layer 1 keep a fixed h, so the tangents multiply deltas at the same point).  The solution says so
+  phi'' is dropped, not mollified.  Measured against depth-L relu networks (experiments/deep_relu_means.py): the
+  means of K are 3-10% of their peak off in rich training, growing with gamma and depth; with the delta as a
+  Gaussian of width 0.1 they are 9-73% off, and as the width shrinks the means diverge (the neurons of layer 1
+  that switch off keep a fixed h, so the tangents multiply deltas at the same point).  The solution says so
   (:func:`dmftc.runtime.deep_solution.kink_note`);
 * a path factor of the fields' sums (``SITE['terms']``: phi(h[l](s)), g[l](s)) is computed once, at its time, with
   its tangents; a sum reads the kept values and tangents (paths x T^2 per factor and step, as for one
