@@ -13,8 +13,9 @@ mode also within 2% of each quantity's peak.
     python experiments/deep_points.py [--quick] [--out DIR]
 
 Full mode (T = 20, eta = 0.05; 64000 source paths in 16 groups; N = 256 and 512, E = 3000 networks per width)
-takes about 8 minutes on 2 cores; the quick mode (T = 6, eta = 0.1, N = 128/256, E = 1500; about 15 s) runs in the
-default test suite (tests/test_experiments.py).
+takes about 8 minutes on 2 cores; the quick mode (T = 6, eta = 0.1, N = 128/256, E = 1500; about 15 s) runs with
+``-m slow`` (tests/test_experiments.py); the default suite makes the same comparison in
+tests/test_deep_points.py::test_means_on_points_match_networks.
 """
 import os
 import sys

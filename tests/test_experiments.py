@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
 SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "two_time_deep_linear",
-           "rates", "deep_points")   # each writes <name>.png / .npz
+           "rates")   # each writes <name>.png / .npz
 # figure script -> the default test comparing the same spec's theory with finite-width networks
 COVERED = {
     "fig2_lazy": "tests/test_validation.py::test_theory_matches_finite_width_networks[two_layer_multi_lazy]",
@@ -30,6 +30,8 @@ COVERED = {
     "fig6_eos": "tests/test_validation.py::test_theory_matches_finite_width_networks[eos_large_step]",
     "deep_gradient_fields": "tests/test_deep_gradient_field.py::test_surrogate_gradient_matches_networks_short",
     "deep_points_variance": "tests/test_deep_points.py::test_monte_carlo_propagator_on_points_matches_networks[tanh]",
+    # the same spec's means on random points against networks at T = 6, eta = 0.1 (P = 3 there, 4 here)
+    "deep_points": "tests/test_deep_points.py::test_means_on_points_match_networks",
     # the online spec's theory and networks are the offline ones on whitened points (tests/test_online.py)
     "online_learning": "tests/test_validation.py::test_theory_matches_finite_width_networks[linear_whitened]",
     # one point's correction is the folded one's at P = 1 (test_linear_propagator_with_one_point_is_deep_linear)
