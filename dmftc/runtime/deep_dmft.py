@@ -427,6 +427,6 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     diag["f_direct"] = arrays.pop("f_direct")
     diag["f_direct_stderr"] = stderr.pop("f_direct")
     diag["wall_time"] = _time.perf_counter() - t0
-    diag["march"] = ("the spec's single-site program (dmftc.runtime.site_march)"
-                     if runs_site(spec) else "structured (dmftc.runtime.deep_dmft)")
+    diag["march"] = ("the spec's single-site program (dmftc.runtime.site_march)" if runs_site(spec)
+                     else f"the model's own march ({type(spec).__module__}.{type(spec).__qualname__})")
     return DeepSaddle(L=L, T=T, params=params, arrays=arrays, stderr=stderr, diagnostics=diag)
