@@ -78,6 +78,10 @@ def test_linear_test_point_matches_networks(tmp_path):
     _assert_matches(sol, truth)
     # the theory of the network that trains on every point is far from these networks
     every = m.solve(**kw)
+    # the solution names its test points (positions along the point axes), and says so in its summary
+    assert sol.info["test_points"] == (1,) and sol.info["trained_points"] == (0, 2)
+    assert "test points (not trained on; 0-based along the point axes): 1" in sol.summary()
+    assert every.info["test_points"] == () and "test points" not in every.summary()
     z = np.abs(every.var("Delta")[1] - truth.nvar["Delta"][1])[1:] / truth.se_nvar["Delta"][1][1:]
     assert z.max() > 8
 

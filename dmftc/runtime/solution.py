@@ -309,6 +309,9 @@ class Solution:
         else:
             head += " (two-layer"
         lines = [f"{head}, T = {self.T}, t_max = {self.times[-1]:.3g}; {how}): {shown}"]
+        if self.info.get("test_points"):
+            lines.append(f"  test points (not trained on; 0-based along the point axes): "
+                         f"{', '.join(map(str, self.info['test_points']))}")
         lines.append(f"  {'name':<14}{'shape':>8}{'final mean':>13}{'mean se':>11}{'peak N Var':>13}{'at t':>8}"
                      f"{'its se':>10}")
         missing = None
