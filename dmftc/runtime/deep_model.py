@@ -49,7 +49,7 @@ import numpy as np
 from dmftc.errors import Pos, StructureSpecError
 
 
-__all__ = ["DeepModel", "from_spec", "as_model", "model_and_activation"]
+__all__ = ["DeepModel", "from_spec", "as_model", "model_and_activation", "trained_mask"]
 
 
 @dataclass(frozen=True)
@@ -387,10 +387,10 @@ def from_spec(mod, p: dict) -> DeepModel:
                      values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None, affine),
                      module=mod, points=points,
                      readout_fn=readout_fn, linear_readout=readout_fn is None, affine_readout=affine,
-                     trained=_trained(mod, q))
+                     trained=trained_mask(mod, q))
 
 
-def _trained(mod, q):
+def trained_mask(mod, q):
     """The update mask of a spec on several points as a tuple of 0/1 (None without one)."""
     pts = getattr(mod, "POINTS", None)
     name = pts.get("mask") if pts else None
@@ -466,4 +466,4 @@ def _spec_bound(mod, q, nonlinear: bool = False, affine: bool = True) -> DeepMod
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
                      points=int(q[pts["size"]]) if pts else 1, readout_fn=fn,
                      linear_readout=not nonlinear or lin is not None, affine_readout=affine,
-                     trained=_trained(mod, q))
+                     trained=trained_mask(mod, q))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import ParameterError
+from dmftc.runtime.deep_model import trained_mask
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.point_observables import PointObservables
 from dmftc.runtime.solution import Solution
@@ -228,10 +229,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     two = tuple(k for k, v in means.items() if v.ndim == 4)
     info = dict(diagnostics=diag, backend=diag["backend"], points=P, two_time=two, spec=mod.SPEC_PATH,
                 spec_sha256=mod.SPEC_SHA256, dmftc_version=mod.DMFTC_VERSION)
-    if mod.POINTS.get("mask"):               # positions along the point axes (0-based) of the trained / test points
-        trained = np.asarray(p[mod.POINTS["mask"]], dtype=float).reshape(-1)
-        info.update(trained_points=tuple(int(i) for i in np.flatnonzero(trained == 1.0)),
-                    test_points=tuple(int(i) for i in np.flatnonzero(trained == 0.0)))
+    trained = trained_mask(mod, p)            # 0/1 per point (validated by resolve_params); None without a mask
+    if trained is not None:                   # positions along the point axes (0-based) of the trained / test points
+        info.update(trained_points=tuple(i for i, v in enumerate(trained) if v == 1.0),
+                    test_points=tuple(i for i, v in enumerate(trained) if v == 0.0))
     if not exact:
         info.update(samples=per * groups, seed=seed, groups=groups, propagator_samples=propagator_samples,
                     propagator_groups=propagator_groups, propagator_sampler=sampler)
