@@ -178,7 +178,8 @@ def scalar_K(diag, p):
 # evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
-# time (the fields' tangents live for the current step only)
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
 SITE = {
     'fields': ('h', 'z', 'g'),
     'sources': (('u', 'Phi', -1), ('r', 'G', 1)),
@@ -190,6 +191,8 @@ SITE = {
     'reads': ((('field', 'h'), (('row', 'A', 'l-1'), ('row', 'Phi', 'l-1'), ('source', 'u', 'l'))), (('field', 'z'), (('field', 'h', 'l'), ('row', 'B', 'l+1'), ('row', 'G', 'l+1'), ('source', 'r', 'l'), ('term', 'phi(h[l](s))', 'l'))), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('term', 'g[l](s)'), (('field', 'g', 'l'),)), (('term', 'phi(h[l](s))'), (('field', 'h', 'l'),)), (('row', 'Phi'), (('field', 'h', 'l'), ('term', 'phi(h[l](s))', 'l'))), (('row', 'G'), (('field', 'g', 'l'), ('term', 'g[l](s)', 'l'))), (('row', 'A'), (('field', 'h', 'l'),)), (('row', 'B'), (('field', 'g', 'l'),))),
     'history': ('h', 'g'),
     'terms': ('g[l](s)', 'phi(h[l](s))'),
+    'normals': (),
+    'layer': 'l',
 }
 
 

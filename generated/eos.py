@@ -133,3 +133,66 @@ def past_factors(q, Rq, p, sz):
     """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
     return [
     ]
+
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
+SITE = {
+    'fields': ('h', 'z'),
+    'sources': (),
+    'kernels': (),
+    'responses': (),
+    'readouts': (('Delta', ('E_Delta',)), ('K', ('E_K',))),
+    'stein': (),
+    'fixed': (),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'r', 'l'),)), (('term', 'z[l](s)'), (('field', 'z', 'l'),)), (('term', 'h[l](s)'), (('field', 'h', 'l'),))),
+    'history': ('h', 'z'),
+    'terms': ('z[l](s)', 'h[l](s)'),
+    'normals': ('u', 'r'),
+    'layer': 'l',
+}
+
+
+def site_field_h(E):
+    """h[l](t) = eta*gamma*Sum(Delta(s)*z[l](s), (s, 0, t - 1)) + u[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('z[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u', 'l'))
+
+
+def site_field_z(E):
+    """z[l](t) = eta*gamma*Sum(Delta(s)*h[l](s), (s, 0, t - 1)) + r[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('h[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('r', 'l'))
+
+
+def site_term_0(E):
+    """z[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('z', 'l', 't')
+
+
+def site_term_1(E):
+    """h[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('h', 'l', 't')
+
+
+def site_average_E_Delta(E):
+    """E_Delta = <(-h[l](t)*z[l](t) + r[l](t)*u[l](t))/gamma>: the paths"""
+    return (((-1.0 * E.field('h', 'l', 't') * E.field('z', 'l', 't')) + (E.source('r', 'l') * E.source('u', 'l'))) / (E.p['gamma']))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = E_Delta + y; v: the averages"""
+    return (v['E_Delta'] + E.p['y'])
+
+
+def site_average_E_K(E):
+    """E_K = <h[l](t)**2 + z[l](t)**2>: the paths"""
+    return ((E.field('h', 'l', 't') ** 2) + (E.field('z', 'l', 't') ** 2))
+
+
+def site_constraint_K(E, v):
+    """K(t) = E_K; v: the averages"""
+    return v['E_K']
+

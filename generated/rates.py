@@ -139,3 +139,76 @@ def past_factors(q, Rq, p, sz):
     """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
     return [
     ]
+
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
+SITE = {
+    'fields': ('h', 'z', 'g'),
+    'sources': (),
+    'kernels': (),
+    'responses': (),
+    'readouts': (('Delta', ('E_Delta',)), ('r', ()), ('K', ('E_K',))),
+    'stein': (),
+    'fixed': (),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'w', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('term', 'g[l](s)'), (('field', 'g', 'l'),)), (('term', 'tanh(h[l](s))'), (('field', 'h', 'l'),))),
+    'history': ('h', 'g'),
+    'terms': ('g[l](s)', 'tanh(h[l](s))'),
+    'normals': ('u', 'w'),
+    'layer': 'l',
+}
+
+
+def site_field_h(E):
+    """h[l](t) = eta*gamma*Sum(Delta(s)*g[l](s), (s, 0, t - 1)) + u[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('g[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u', 'l'))
+
+
+def site_field_z(E):
+    """z[l](t) = eta*gamma*Sum(Delta(s)*tanh(h[l](s)), (s, 0, t - 1)) + w[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('tanh(h[l](s))'), E.q('Delta', 's'), upto=False)) + E.source('w', 'l'))
+
+
+def site_field_g(E):
+    """g[l](t) = (1 - tanh(h[l](t))**2)*z[l](t)"""
+    return ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
+
+
+def site_term_0(E):
+    """g[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('g', 'l', 't')
+
+
+def site_term_1(E):
+    """tanh(h[l](s)) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return jnp.tanh(E.field('h', 'l', 't'))
+
+
+def site_average_E_Delta(E):
+    """E_Delta = <(w[l](t)*tanh(u[l](t)) - z[l](t)*tanh(h[l](t)))/gamma>: the paths"""
+    return (((E.source('w', 'l') * jnp.tanh(E.source('u', 'l'))) + (-1.0 * E.field('z', 'l', 't') * jnp.tanh(E.field('h', 'l', 't')))) / (E.p['gamma']))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = E_Delta + y; v: the averages"""
+    return (v['E_Delta'] + E.p['y'])
+
+
+def site_constraint_r(E, v):
+    """r(t) = -log(Delta(t)/y); v: the averages"""
+    return (-1.0 * jnp.log((E.q('Delta', 't') / (E.p['y']))))
+
+
+def site_average_E_K(E):
+    """E_K = <g[l](t)**2 + tanh(h[l](t))**2>: the paths"""
+    return ((E.field('g', 'l', 't') ** 2) + (jnp.tanh(E.field('h', 'l', 't')) ** 2))
+
+
+def site_constraint_K(E, v):
+    """K(t) = E_K; v: the averages"""
+    return v['E_K']
+

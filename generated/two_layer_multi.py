@@ -144,3 +144,7 @@ def past_factors(q, Rq, p, sz):
     """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
     return [
     ]
+
+
+# no single-site program (dmftc.derive.site_lowering): two_layer_multi has sample axes (mu, nu), which the site program does not lower yet
+SITE = None

@@ -7,8 +7,10 @@ step t of the layer being computed:
     E.field(name, ref, time)    the field of layer ``ref`` ('' = this layer) at 't' (paths,), at 's' (paths, T:
                                 every earlier time, the last axis) or at a fixed time; inside a sum over s a
                                 field at 't' is (paths, 1)
-    E.source(name, ref)         the gp source at t            E.row(name, ref)   row t of a kernel or response
-    E.diag(name, ref)           its (t, t) entry              E.q(name, time)    a one-time order parameter
+    E.source(name, ref)         the source at t: a gp's, or a constant-in-time one's (``SITE['normals']``)
+    E.row(name, ref)            row t of a kernel or response
+    E.diag(name, ref)           its (t, t) entry
+    E.q(name, time)             a one-time order parameter at 't', 's' (T,) or a fixed time
     E.act(k, x)                 the k-th derivative of the activation
     E.causal_dot(P, C, upto)    sum over s < t (s <= t with ``upto``) of P(s) C(t, s): the paths' factor P (paths,
                                 T) times a row C (T,), a matrix-vector product (None: no path factor)
@@ -37,7 +39,7 @@ class _SitePrinter(ExprPrinter):
         self.prog, self.scalars, self.params = prog, scalars, params
         self.terms = {f: sp.sstr(f) for f in prog.terms} if terms else {}      # read the kept path factors at s
         self.fields = {n for n, _ in prog.fields}
-        self.sources = {n for n, _, _ in prog.sources}
+        self.sources = {n for n, _, _ in prog.sources} | set(prog.normals)
         self.two = {n for n, _ in prog.families} | {n for n, _, _ in prog.responses}
         self.t, self.s = sp.Symbol(prog.time), sp.Symbol("s")
         self.vec = False
@@ -86,7 +88,7 @@ class _SitePrinter(ExprPrinter):
             vec = ", vec=True" if self.vec and a != self.s else ""
             return f"E.field({base!r}, {ref!r}, {self.time(a)}{vec})"
         if base in self.sources:
-            return f"E.source({base!r}, {ref!r})"
+            return f"E.source({base!r}, {ref!r}{', vec=True' if self.vec else ''})"
         if base in self.two:
             if tuple(e.args) == (self.t, self.s):
                 return f"E.row({base!r}, {ref!r})"
@@ -122,13 +124,16 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "reads": prog.reads,
         "history": prog.history,
         "terms": tuple(sp.sstr(f) for f in prog.terms),
+        "normals": prog.normals,
+        "layer": prog.layer,
     }
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
       "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,\n"
       "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
-      "# time (the fields' tangents live for the current step only)\n")
+      "# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,\n"
+      "# whose values the caller draws\n")
     w("SITE = {\n")
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from dmftc.errors import StructureSpecError
 from dmftc.ir.nodes import ModelIR
 
 __all__ = ["SiteProgram", "path_factors", "split_name", "site_program", "split_path"]
@@ -61,6 +60,7 @@ class SiteProgram:
     layer: str               # the layer variable ('l')
     history: tuple = ()      # fields read at an earlier time s by some field (through the path factors)
     terms: tuple = ()        # the path factors of the fields' sums, at s (values and tangents kept over time)
+    normals: tuple = ()      # sources constant in time (normal(0, C): a two-layer spec's), drawn by the caller
 
     @property
     def tangent_sources(self) -> tuple:
@@ -199,9 +199,11 @@ def merge_sums(expr, fields: set, tsym):
 
 
 def site_program(ir: ModelIR) -> SiteProgram:
-    """The single-site program of a deep spec's IR."""
+    """The single-site program of a deep spec's IR, or of a two-layer spec's (:mod:`dmftc.derive.site_lowering`:
+    one layer, constant-in-time sources, every order parameter a readout)."""
     if ir.kind != "deep":
-        raise StructureSpecError("the site program is that of a deep spec (a layer axis); this spec has none")
+        from dmftc.derive.site_lowering import two_layer_parts
+        return assemble(**two_layer_parts(ir))
     tsym = sp.Symbol(ir.time[0])
     names = {f.name for f in ir.fields}
     fields = tuple((f.name, merge_sums(f.expr, names, tsym)) for f in ir.fields)
@@ -210,8 +212,17 @@ def site_program(ir: ModelIR) -> SiteProgram:
     reads = tuple((o.name, o.coeff, o.rest, tuple((a.symbol, a.expr) for a in o.averages))
                   for o in ir.orders if o.kind == "constraint" and o.averages)
     srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
+    layer = next(a.name for a in ir.axes if a.kind == "layer")
+    return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer)
+
+
+def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=()) -> SiteProgram:
+    """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
+    plans, fixed-time averages, path factors and same-time reads (module doc)."""
+    tsym = sp.Symbol(time)
+    names = {n for n, _ in fields}
     two = {n for n, _ in fams} | {n for n, _, _ in resp}
-    src_names = {n for n, _, _ in srcs}
+    src_names = {n for n, _, _ in srcs} | set(normals)
     tangents = {x for _, _, x in resp}
     stein, fixed = [], []
     for _, _, _, avgs in reads:
@@ -229,7 +240,7 @@ def site_program(ir: ModelIR) -> SiteProgram:
                 if len(times) == 1 and sp.simplify(oexpr.subs(tsym, next(iter(times))) - expr) == 0:
                     fixed.append((sym, other, int(next(iter(times)))))
                     break
-    layer, act, s_sym = next(a.name for a in ir.axes if a.kind == "layer"), ir.activations[0][0], sp.Symbol("s")
+    s_sym = sp.Symbol("s")
     terms, node_reads = {}, []
     for n, e in fields:
         found, same = path_factors(e, names, tsym, layer, act)
@@ -246,5 +257,5 @@ def site_program(ir: ModelIR) -> SiteProgram:
     history = tuple(n for n, _ in fields if any(
         split_name(type(a).__name__)[0] == n and a.args == (s_sym,) for _, e in fields
         for a in e.atoms(sp.core.function.AppliedUndef)))
-    return SiteProgram(fields, srcs, fams, resp, reads, tuple(stein), tuple(fixed), tuple(node_reads),
-                       ir.time[0], act, layer, history, tuple(terms))
+    return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
+                       tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals))

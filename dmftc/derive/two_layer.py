@@ -14,6 +14,7 @@ import sympy as sp
 
 from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import ONEHOT, chain, diff_indexed, index_symbol, quantity, singular_terms, unsupported
+from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check import Model
 from dmftc.ir.nodes import Field, ModelIR, OrderParameter, RunningSum, Source
@@ -61,6 +62,8 @@ class Derivation:
     nonlinear: str | None = None   # why the process is not Gaussian (None: linear, exact moments possible)
     ir: ModelIR | None = field(default=None, compare=False)
     kink_fields: tuple[str, ...] = ()   # fields whose zero is a kink of the activation (DiracDelta(field))
+    site: object = field(default=None, compare=False)   # the single-site program (dmftc.derive.site), or None
+    site_missing: str | None = None     # why there is none
 
     def saddle(self, name: str) -> OrderParameter:
         return next(s for s in self.saddles if s.name == name)
@@ -211,5 +214,13 @@ class _Deriver(IndexNames):
 
 def derive_two_layer(model) -> Derivation:
     """Derive a checked two-layer model or its IR (any kind of spec: :func:`dmftc.derive.derive`)."""
+    from dataclasses import replace
+
+    from dmftc.derive.site import site_program
+
     ir = model if isinstance(model, ModelIR) else lower_two_layer(model)
-    return _Deriver(ir).run()
+    d = _Deriver(ir).run()
+    try:
+        return replace(d, site=site_program(ir))
+    except StructureSpecError as err:
+        return replace(d, site_missing=err.message)

@@ -57,6 +57,7 @@ class Evaluator:
 
     def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
+        self.var, self.depth = layer_names(mod)
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
         self.idx = jnp.arange(T)
@@ -75,7 +76,7 @@ class Evaluator:
         return k * self.points + self.mu
 
     def layer(self, ref):
-        return layer_number(ref, self.l, self.L, self.mod.LAYER, self.mod.DEPTH)
+        return layer_number(ref, self.l, self.L, self.var, self.depth)
 
     def field(self, name, ref, time, vec=False):
         key = (name, self.layer(ref))
@@ -92,8 +93,10 @@ class Evaluator:
         once this step computed it)."""
         return self.terms[(name, self.l)]
 
-    def source(self, name, ref):
-        return self.src[(name, self.layer(ref))]
+    def source(self, name, ref, vec=False):
+        """A source at t (paths,): a gp's, or a constant-in-time one's; inside a sum over s, (paths, 1)."""
+        v = self.src[(name, self.layer(ref))]
+        return v[:, None] if vec else v
 
     def row(self, name, ref):
         l = self.layer(ref)
@@ -105,7 +108,7 @@ class Evaluator:
 
     def boundary(self, name, l):
         for (n, ref), v in self.bounds.items():
-            if n == name and layer_number(ref, self.l, self.L, self.mod.LAYER, self.mod.DEPTH) == l:
+            if n == name and layer_number(ref, self.l, self.L, self.var, self.depth) == l:
                 return v
         raise StructureSpecError(f"{name}[{l}] is neither a hidden layer nor a boundary of {self.mod.SPEC_PATH}")
 
@@ -124,6 +127,12 @@ class Evaluator:
         if jnp.shape(P)[-1] != self.T:                        # a factor constant in s (a field at t)
             return P[..., 0] * jnp.sum(row)
         return P @ row
+
+
+def layer_names(mod) -> tuple:
+    """(layer variable, depth parameter) of a generated module: a deep spec's, or those of the one layer a
+    two-layer spec's program is lowered to (dmftc.derive.site_lowering)."""
+    return getattr(mod, "LAYER", None) or mod.SITE["layer"], getattr(mod, "DEPTH", None)
 
 
 def update_mask(mod, p: dict, n: int):
@@ -160,6 +169,7 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
     for l = 1..L, each after what it reads at the same time (``site['reads']``); deterministic (the
     earliest-declared ready node first)."""
     reads = dict(site["reads"])
+    constant = set(site.get("normals", ()))
     deps = {}
     for l in range(1, L + 1):
         for x, fam, off in site["sources"]:
@@ -169,6 +179,8 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
             for n in names:
                 need = set()
                 for rk, rn, ref in reads[(kind, n)]:
+                    if rk == "source" and rn in constant:        # drawn before the march
+                        continue
                     tgt = layer_number(ref, l, L, var, depth)
                     if rk in ("field", "term") and tgt != l:
                         raise StructureSpecError(f"{n} reads the {rk} {rn} of another layer; layers are coupled "
@@ -189,7 +201,7 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
 
 
 def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
-               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1):
+               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None):
     """One march of the generated module ``mod`` on standard normals ``xi`` (source name -> (L, S, T)) with path
     weights ``wts`` (S,) summing to 1 (or 1 per row of an exact basis).  ``act``: (phi, phi', phi'', ...) as
     functions of x; ``p``: parameter values; ``width``: the delta functions' width (where the generated code
@@ -202,27 +214,34 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     exact basis (rows = basis directions of the sources, ``wts`` = 1 each, exact for the quadratic averages of
     linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows.
     ``points``: P of a spec on several training points, whose steps are then the T = (time steps) P pairs
-    (time, point) (:class:`Evaluator`)."""
+    (time, point) (:class:`Evaluator`).  ``normals``: the values (S,) of the sources constant in time
+    (``SITE['normals']``, a two-layer spec's: drawn by the caller from the module's ``source_covariances``), the
+    same in every layer."""
     site = mod.SITE
     if "terms" not in site:
         raise StructureSpecError(f"{mod.SPEC_PATH}: its generated module predates the site march's path factors; "
                                  "recompile it (dmftc compile)")
-    S = next(iter(xi.values())).shape[1]
+    normals = {} if normals is None else normals
+    missing = [n for n in site.get("normals", ()) if n not in normals]
+    if missing:
+        raise StructureSpecError(f"{mod.SPEC_PATH}: no values given for the constant-in-time sources {missing}")
+    S = next(iter(xi.values())).shape[1] if xi else jnp.shape(next(iter(normals.values())))[0]
     twts = wts if tangent_wts is None else tangent_wts
-    order = schedule(site, L, mod.LAYER, mod.DEPTH)
+    order = schedule(site, L, *layer_names(mod))
     names, terms = site["fields"], site["terms"]
     wrt = tuple(sorted({x for _, x in site["responses"]}))
     resp = dict(site["responses"])
     covs = {x: (fam, off) for x, fam, off in site["sources"]}
     stein = {sym: (f, x) for sym, f, x in site["stein"]}
     fixed = {sym: (o, k) for sym, o, k in site["fixed"]}
-    bounds = mod.boundaries(p)
+    bounds = mod.boundaries(p) if hasattr(mod, "boundaries") else {}
     idx = jnp.arange(T)
 
     def step(t, c):
         hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
                                                                         "q1", "avg"))
-        src, dcol = {}, {}
+        src = {(n, l): jnp.asarray(v, jnp.float64) for n, v in normals.items() for l in range(1, L + 1)}
+        dcol = {}
         onehot = (idx == t).astype(jnp.float64)
 
         def ev(l, srcs=src, cur=None, tv=tval):
@@ -314,3 +333,20 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                   for k in ("stein", "direct")}}
     c = jax.lax.fori_loop(0, T, step, c0)
     return c["rows"], c["q1"], c["hist"], c["avg"], c["chol"]
+
+
+def two_layer_saddle(mod, draws, p: dict, T: int):
+    """The saddle-point march of a two-layer module's single-site program (``SITE``, lowered by
+    dmftc.derive.site_lowering) on given source draws: ``draws[k]`` (S, n_k) for the k-th jointly Gaussian
+    source group (``mod.SOURCES``), ``p`` the resolved parameters (dmftc.runtime.params).  Returns
+    {order parameter: (T,)}: the same trajectories as dmftc.runtime.two_layer.saddle_on_draws (tests)."""
+    if getattr(mod, "SITE", None) is None:
+        raise StructureSpecError(f"{mod.SPEC_PATH}: no single-site program in its generated module"
+                                 + (" (recompile it: dmftc compile)" if not hasattr(mod, "SITE") else ""))
+    normals = {name: jnp.asarray(x, jnp.float64)[:, j] for group, x in zip(mod.SOURCES, draws)
+               for j, (name, _) in enumerate(group)}
+    S = next(iter(normals.values())).shape[0]
+    pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
+    _, q1, _, _, _ = site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True,
+                                width=float(p.get("dirac width", 0.0)), normals=normals)
+    return q1

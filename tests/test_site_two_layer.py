@@ -1,0 +1,80 @@
+"""Issue 12, one engine, step 1-3: a two-layer spec lowered to the single-site program of the deep engine
+(dmftc.derive.site_lowering: one layer, constant-in-time sources, every order parameter a readout) marches to
+the same saddle as the two-layer engine (dmftc.runtime.two_layer), on the same source draws, to round-off."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dmftc
+from dmftc.errors import StructureSpecError
+from dmftc.runtime.params import resolve_params
+from dmftc.runtime.site_march import two_layer_saddle
+from dmftc.runtime.two_layer import saddle_on_draws
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_LAYER = (ROOT / "specs" / "two_layer.dmft").read_text()
+
+
+def _variant(tmp_path, name, text):
+    path = tmp_path / f"{name}.dmft"
+    path.write_text(text.replace("model two_layer ", f"model {name} ", 1))
+    return dmftc.load(path, out_dir=tmp_path / "generated").module
+
+
+def _draws(mod, p, sz, S, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for c in mod.source_covariances(p, sz):
+        c = np.asarray(c, dtype=float)
+        out.append(rng.standard_normal((S, c.shape[0])) @ np.linalg.cholesky(c).T)
+    return out
+
+
+def _assert_same_saddle(mod, params, S=400, seed=0):
+    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    draws = _draws(mod, p, sz, S, seed)
+    want = saddle_on_draws(mod, draws, **params)
+    got = two_layer_saddle(mod, draws, p, T)
+    assert set(got) == set(want)
+    for k in want:
+        w, g = np.asarray(want[k]).reshape(T), np.asarray(got[k])
+        scale = max(np.abs(w).max(), 1e-300)
+        assert np.abs(w - g).max() <= 1e-12 * scale, (k, np.abs(w - g).max() / scale)
+        assert np.ptp(w) > 1e-3 * scale or k == "Delta"                 # trajectories that move: not a 0 == 0 check
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("two_layer", dict(T=30, gamma=1.0)),
+    ("two_layer", dict(T=30, gamma=2.5, y=-0.7, kx=-0.3, eta=0.05)),
+    ("rates", dict(T=30, gamma=0.5, y=-1.2)),
+    ("eos", dict(T=25, gamma=3.0)),
+])
+def test_shipped_specs_march_to_the_two_layer_saddle(spec, params):
+    mod = dmftc.load(ROOT / "specs" / f"{spec}.dmft").module
+    _assert_same_saddle(mod, params, seed=len(params))
+
+
+@pytest.mark.parametrize("act", ["sqrt(2) * max(0, h)", "erf(h)", "sin(h) + 0.1 * h"])
+def test_other_activations(tmp_path, act):
+    """Activations and a spec nobody shipped: relu (a kink: the saddle needs no derivative of it), erf, sin."""
+    mod = _variant(tmp_path, "site_two_layer_act", TWO_LAYER.replace("activation phi(h) = tanh(h)",
+                                                                     f"activation phi(h) = {act}"))
+    _assert_same_saddle(mod, dict(T=30, gamma=1.5, y=-0.5), seed=3)
+
+
+def test_order_running_sums_and_same_time_constraints():
+    """Error updates through the NTK: running sums of order parameters (integral(K(s) Delta(s), s < t))."""
+    mod = dmftc.load(ROOT / "tests" / "specs" / "two_layer_ntk.dmft").module
+    _assert_same_saddle(mod, dict(T=30, gamma=0.7), seed=5)
+
+
+def test_sample_axes_are_not_lowered_yet():
+    """A spec with sample axes gets no site program, and the module says why."""
+    mod = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft").module
+    assert mod.SITE is None
+    text = Path(mod.__file__).read_text()
+    assert "no single-site program (dmftc.derive.site_lowering): two_layer_multi has sample axes (mu, nu)" in text
+    p, sz, T = resolve_params(mod, {})
+    with pytest.raises(StructureSpecError, match="no single-site program"):
+        two_layer_saddle(mod, _draws(mod, p, sz, 10, 0), p, T)
