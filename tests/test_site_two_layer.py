@@ -1,15 +1,19 @@
-"""Issue 12, one engine, step 1-3: a two-layer spec lowered to the single-site program of the deep engine
+"""Issue 12, one engine: a two-layer spec lowered to the single-site program of the deep engine
 (dmftc.derive.site_lowering: one layer, constant-in-time sources, every order parameter a readout) marches to
-the same saddle as the two-layer engine (dmftc.runtime.two_layer), on the same source draws, to round-off."""
+the same saddle as the two-layer engine (dmftc.runtime.two_layer), and its propagator by autodiff of the march
+(dmftc.runtime.site_engine) is the two-layer engine's, on the same source draws, to round-off."""
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dmftc
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.params import resolve_params
-from dmftc.runtime.site_march import two_layer_saddle
+from dmftc.runtime import two_layer as engine
+from dmftc.runtime.geometry import Geometry, place_sources
+from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
 from dmftc.runtime.two_layer import saddle_on_draws
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +82,36 @@ def test_sample_axes_are_not_lowered_yet():
     p, sz, T = resolve_params(mod, {})
     with pytest.raises(StructureSpecError, match="no single-site program"):
         two_layer_saddle(mod, _draws(mod, p, sz, 10, 0), p, T)
+
+
+def _two_layer_engine_sigma(mod, draws, params):
+    """One sample group of dmftc.runtime.two_layer.solve_module on exactly these draws: its propagator."""
+    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    geo = Geometry(mod, sz)
+    S = place_sources(mod, [jnp.asarray(x) for x in draws])
+    pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
+    q, Rq, avg = engine._saddle_march(mod, geo, S, pj, sz, T)
+    kappa, D = engine._moments(mod, geo, S, q, avg, pj, sz, T, len(draws[0]))
+    U0 = engine.explicit_jacobian(mod, geo, {k: np.asarray(v) for k, v in q.items()},
+                                  {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+    return engine.propagator(U0, kappa, D, geo, T)[0]
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("specs/two_layer.dmft", dict(T=20, gamma=1.5, y=-0.6, kx=0.4)),
+    ("specs/rates.dmft", dict(T=20, gamma=0.5)),
+    ("specs/eos.dmft", dict(T=20, gamma=2.0, eta=0.1)),
+    ("tests/specs/two_layer_ntk.dmft", dict(T=20, gamma=0.8)),
+])
+def test_propagator_is_the_two_layer_engine(spec, params):
+    """Sigma = U^-1 kappa U^-T with U = 1 - dF/dq by autodiff of the march (explicit couplings, same-time
+    constraints and D at once) equals the two-layer engine's symbolic tangents, same paths, to round-off."""
+    mod = dmftc.load(ROOT / spec).module
+    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    draws = _draws(mod, p, sz, 300, 7)
+    got = two_layer_propagator(mod, draws, p, T)
+    want = _two_layer_engine_sigma(mod, draws, params)
+    scale = np.abs(want).max()
+    assert np.abs(got["sigma"] - want).max() <= 1e-12 * scale, np.abs(got["sigma"] - want).max() / scale
+    assert np.abs(np.diag(want)).max() > 1e-3 * scale           # the variances are resolved, not 0 == 0
+    assert np.allclose(np.triu(got["U"], 1), 0)                  # causal: U lower triangular in time

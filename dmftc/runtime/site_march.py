@@ -217,6 +217,26 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     (time, point) (:class:`Evaluator`).  ``normals``: the values (S,) of the sources constant in time
     (``SITE['normals']``, a two-layer spec's: drawn by the caller from the module's ``source_covariances``), the
     same in every layer."""
+    c = _march(mod, act, L, T, xi, wts, p, width=width, direct=direct, pivot_tol=pivot_tol, tangent_wts=tangent_wts,
+               points=points, normals=normals)
+    return c["rows"], c["q1"], c["hist"], c["avg"], c["chol"]
+
+
+def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw) -> dict:
+    """The march with the one-time order parameters held at the given trajectories ``q`` ({name: (T,)}) instead
+    of solving the readouts: what the saddle-point map makes of them.  Returns the march's state with, besides
+    those of :func:`site_march`, 'solved' {name: (T,)} (each readout constraint's solution from the averages
+    of these paths, the order parameters read at the same time taken from ``q``), 'paths' {average: (S, T)}
+    (its per-path values) and 'dv' {(name, average): (T,)} (the solution's derivative in the average).  At the
+    saddle, 'solved' equals ``q``; its Jacobian in ``q`` and the paths' covariance give the propagator
+    (dmftc.runtime.site_propagator)."""
+    return _march(mod, act, L, T, xi, wts, p, replay=q, **kw)
+
+
+def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
+           pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
+           replay: dict | None = None):
+    """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
     site = mod.SITE
     if "terms" not in site:
         raise StructureSpecError(f"{mod.SPEC_PATH}: its generated module predates the site march's path factors; "
@@ -240,6 +260,8 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     def step(t, c):
         hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
                                                                         "q1", "avg"))
+        if replay is not None:
+            solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
         src = {(n, l): jnp.asarray(v, jnp.float64) for n, v in normals.items() for l in range(1, L + 1)}
         dcol = {}
         onehot = (idx == t).astype(jnp.float64)
@@ -319,8 +341,21 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
                 base, k = fixed.get(sym, (sym, None))
                 kind = "stein" if (base in stein and not direct) else "direct"
                 vals[sym] = avg[(kind, base)][t if k is None else k * points + t % points]
-            q1[qname] = q1[qname].at[t].set(getattr(mod, f"site_constraint_{qname}")(EL, vals))
-        return {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
+            solve = getattr(mod, f"site_constraint_{qname}")
+            if replay is None:
+                q1[qname] = q1[qname].at[t].set(solve(EL, vals))
+                continue
+            solved[qname] = solved[qname].at[t].set(solve(EL, vals))
+            for sym in syms:
+                if sym not in fixed:
+                    paths[sym] = _set_col(paths[sym], jnp.broadcast_to(getattr(mod, f"site_average_{sym}")(EL), (S,)),
+                                          t)
+                unit = {k: jnp.asarray(float(k == sym)) for k in vals}
+                dv[(qname, sym)] = dv[(qname, sym)].at[t].set(jax.jvp(lambda v: solve(EL, v), (vals,), (unit,))[1])
+        out = {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
+        if replay is not None:
+            out.update(solved=solved, paths=paths, dv=dv)
+        return out
 
     layers = range(1, L + 1)
     c0 = {"hist": {(f, l): jnp.zeros((S, T)) for f in names for l in layers},
@@ -331,22 +366,10 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
           "q1": {q: jnp.zeros(T) for q, _ in site["readouts"]},
           "avg": {(k, sym): jnp.zeros(T) for _, syms in site["readouts"] for sym in syms if sym not in fixed
                   for k in ("stein", "direct")}}
-    c = jax.lax.fori_loop(0, T, step, c0)
-    return c["rows"], c["q1"], c["hist"], c["avg"], c["chol"]
+    if replay is not None:
+        c0["q1"] = {q: jnp.asarray(replay[q], jnp.float64) for q, _ in site["readouts"]}
+        c0.update(solved={q: jnp.zeros(T) for q, _ in site["readouts"]},
+                  paths={sym: jnp.zeros((S, T)) for _, syms in site["readouts"] for sym in syms if sym not in fixed},
+                  dv={(q, sym): jnp.zeros(T) for q, syms in site["readouts"] for sym in syms})
+    return jax.lax.fori_loop(0, T, step, c0)
 
-
-def two_layer_saddle(mod, draws, p: dict, T: int):
-    """The saddle-point march of a two-layer module's single-site program (``SITE``, lowered by
-    dmftc.derive.site_lowering) on given source draws: ``draws[k]`` (S, n_k) for the k-th jointly Gaussian
-    source group (``mod.SOURCES``), ``p`` the resolved parameters (dmftc.runtime.params).  Returns
-    {order parameter: (T,)}: the same trajectories as dmftc.runtime.two_layer.saddle_on_draws (tests)."""
-    if getattr(mod, "SITE", None) is None:
-        raise StructureSpecError(f"{mod.SPEC_PATH}: no single-site program in its generated module"
-                                 + (" (recompile it: dmftc compile)" if not hasattr(mod, "SITE") else ""))
-    normals = {name: jnp.asarray(x, jnp.float64)[:, j] for group, x in zip(mod.SOURCES, draws)
-               for j, (name, _) in enumerate(group)}
-    S = next(iter(normals.values())).shape[0]
-    pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
-    _, q1, _, _, _ = site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True,
-                                width=float(p.get("dirac width", 0.0)), normals=normals)
-    return q1
