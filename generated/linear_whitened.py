@@ -134,6 +134,52 @@ def past_factors(q, Rq, p, sz):
     return [
     ]
 
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
+SITE = {
+    'fields': ('h', 'z'),
+    'sources': (),
+    'kernels': (),
+    'responses': (),
+    'readouts': (('Delta', ('E_Delta',)),),
+    'stein': (),
+    'fixed': (),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'r', 'l'),)), (('term', 'z[l](s)'), (('field', 'z', 'l'),))),
+    'history': ('z',),
+    'terms': ('z[l](s)',),
+    'normals': ('u', 'r'),
+    'layer': 'l',
+    'axes': (('mu', 'P'), ('nu#1', 'P')),
+    'stored': (('h', ('mu',)), ('z', ()), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',))),
+}
 
-# no single-site program (dmftc.derive.site_lowering): linear_whitened has sample axes (mu, nu), which the site program does not lower yet
-SITE = None
+
+def site_field_h(E):
+    """h[l](t) = eta*gamma*Sum(Delta(s, mu)*z[l](s), (s, 0, t - 1)) + u[l](t, mu)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('z[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u', 'l'))
+
+
+def site_field_z(E):
+    """z[l](t) = eta*gamma*Sum(Delta(s, nu#1)*h[l](s, nu#1), (nu#1, 0, P - 1), (s, 0, t - 1)) + r[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(_k.relabel(E.field('h', 'l', 's'), (1,), (2,)), _k.relabel(E.q('Delta', 's'), (1,), (2,)), upto=False), axis=(2,), keepdims=True)) + E.source('r', 'l'))
+
+
+def site_term_0(E):
+    """z[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('z', 'l', 't')
+
+
+def site_average_E_Delta(E):
+    """E_Delta = <-h[l](t, mu)*z[l](t)/gamma + r[l](t)*u[l](t, mu)/gamma>: the paths"""
+    return ((-1.0 * E.field('h', 'l', 't') * E.field('z', 'l', 't') / (E.p['gamma'])) + (E.source('r', 'l') * E.source('u', 'l') / (E.p['gamma'])))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = E_Delta + y[mu]; v: the averages"""
+    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 4))
+

@@ -134,6 +134,52 @@ def past_factors(q, Rq, p, sz):
     return [
     ]
 
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
+SITE = {
+    'fields': ('w', 'a'),
+    'sources': (),
+    'kernels': (),
+    'responses': (),
+    'readouts': (('Delta', ('E_Delta',)),),
+    'stein': (),
+    'fixed': (),
+    'reads': ((('field', 'w'), (('source', 'w0', 'l'),)), (('field', 'a'), (('source', 'a0', 'l'),)), (('term', 'a[l](s)'), (('field', 'a', 'l'),))),
+    'history': ('a',),
+    'terms': ('a[l](s)',),
+    'normals': ('w0', 'a0'),
+    'layer': 'l',
+    'axes': (('k', 'D'), ('l#1', 'D')),
+    'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',))),
+}
 
-# no single-site program (dmftc.derive.site_lowering): online_linear has sample axes (k, l), which the site program does not lower yet
-SITE = None
+
+def site_field_w(E):
+    """w[l](t) = eta*gamma*Sum(Delta(s, k)*a[l](s), (s, 0, t - 1)) + w0[l](t, k)"""
+    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('a[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('w0', 'l'))
+
+
+def site_field_a(E):
+    """a[l](t) = eta*gamma*Sum(Delta(s, l#1)*w[l](s, l#1), (l#1, 0, D - 1), (s, 0, t - 1)) + a0[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(_k.relabel(E.field('w', 'l', 's'), (1,), (2,)), _k.relabel(E.q('Delta', 's'), (1,), (2,)), upto=False), axis=(2,), keepdims=True)) + E.source('a0', 'l'))
+
+
+def site_term_0(E):
+    """a[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
+    return E.field('a', 'l', 't')
+
+
+def site_average_E_Delta(E):
+    """E_Delta = <a0[l](t)*w0[l](t, k)/gamma - a[l](t)*w[l](t, k)/gamma>: the paths"""
+    return ((E.source('a0', 'l') * E.source('w0', 'l') / (E.p['gamma'])) + (-1.0 * E.field('a', 'l', 't') * E.field('w', 'l', 't') / (E.p['gamma'])))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = E_Delta + beta_star[k]; v: the averages"""
+    return (v['E_Delta'] + _k.place(E.p['beta_star'], (1,), 4))
+

@@ -173,6 +173,8 @@ SITE = {
     'terms': ('g[l](s)', 'tanh(h[l](s))'),
     'normals': ('u', 'u_star', 'r'),
     'layer': 'l',
+    'axes': (),
+    'stored': (('h', ()), ('h_star', ()), ('z', ()), ('g', ()), ('g_star', ()), ('u', ()), ('u_star', ()), ('r', ()), ('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ())),
 }
 
 

@@ -145,6 +145,62 @@ def past_factors(q, Rq, p, sz):
     return [
     ]
 
+# ---------------------------------------------------------------- the single-site program
+# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
+# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
+# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
+# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
+# whose values the caller draws
+SITE = {
+    'fields': ('h', 'z', 'g'),
+    'sources': (),
+    'kernels': (),
+    'responses': (),
+    'readouts': (('Delta', ('E_Delta',)), ('K', ('E_K',))),
+    'stein': (),
+    'fixed': (),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'r', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l')))),
+    'history': (),
+    'terms': (),
+    'normals': ('u', 'r'),
+    'layer': 'l',
+    'axes': (('mu', 'P'), ('nu', 'P'), ('nu#1', 'P'), ('nu#2', 'P')),
+    'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu'))),
+}
 
-# no single-site program (dmftc.derive.site_lowering): two_layer_multi has sample axes (mu, nu), which the site program does not lower yet
-SITE = None
+
+def site_field_h(E):
+    """h[l](t) = eta*gamma*Sum(Delta(s, nu#1)*g[l](s, nu#1)*Kx[mu, nu#1], (nu#1, 0, P - 1), (s, 0, t - 1)) + u[l](t, mu)"""
+    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(_k.relabel(E.field('g', 'l', 's'), (1,), (3,)), (_k.relabel(E.q('Delta', 's'), (1,), (3,)) * _k.place(E.p['Kx'], (1, 3), 6)), upto=False), axis=(3,), keepdims=True)) + E.source('u', 'l'))
+
+
+def site_field_z(E):
+    """z[l](t) = eta*gamma*Sum(sqrt(2)*Delta(s, nu#2)*Max(0, h[l](s, nu#2)), (nu#2, 0, P - 1), (s, 0, t - 1)) + r[l](t)"""
+    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 's'), (1,), (4,))), (jnp.sqrt(2.0) * _k.relabel(E.q('Delta', 's'), (1,), (4,))), upto=False), axis=(4,), keepdims=True)) + E.source('r', 'l'))
+
+
+def site_field_g(E):
+    """g[l](t) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))"""
+    return (jnp.sqrt(2.0) * E.field('z', 'l', 't') * _k.heaviside(E.field('h', 'l', 't')))
+
+
+def site_average_E_Delta(E):
+    """E_Delta = <(sqrt(2)*r[l](t)*Max(0, u[l](t, mu)) - sqrt(2)*z[l](t)*Max(0, h[l](t, mu)))/gamma>: the paths"""
+    return (((jnp.sqrt(2.0) * E.source('r', 'l') * jnp.maximum(0.0, E.source('u', 'l'))) + (-1.0 * jnp.sqrt(2.0) * E.field('z', 'l', 't') * jnp.maximum(0.0, E.field('h', 'l', 't')))) / (E.p['gamma']))
+
+
+def site_constraint_Delta(E, v):
+    """Delta(t) = E_Delta + y[mu]; v: the averages"""
+    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 6))
+
+
+def site_average_E_K(E):
+    """E_K = <g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + 2*Max(0, h[l](t, mu))*Max(0, h[l](t, nu))>: the paths"""
+    return ((2.0 * jnp.maximum(0.0, E.field('h', 'l', 't')) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (E.field('g', 'l', 't') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 6)))
+
+
+def site_constraint_K(E, v):
+    """K(t) = E_K; v: the averages"""
+    return v['E_K']
+

@@ -39,10 +39,10 @@ def _assert_same_saddle(mod, params, S=400, seed=0):
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
     draws = _draws(mod, p, sz, S, seed)
     want = saddle_on_draws(mod, draws, **params)
-    got = two_layer_saddle(mod, draws, p, T)
+    got = two_layer_saddle(mod, draws, p, sz, T)
     assert set(got) == set(want)
     for k in want:
-        w, g = np.asarray(want[k]).reshape(T), np.asarray(got[k])
+        w, g = np.asarray(want[k]), np.asarray(got[k])
         scale = max(np.abs(w).max(), 1e-300)
         assert np.abs(w - g).max() <= 1e-12 * scale, (k, np.abs(w - g).max() / scale)
         assert np.ptp(w) > 1e-3 * scale or k == "Delta"                 # trajectories that move: not a 0 == 0 check
@@ -73,20 +73,43 @@ def test_order_running_sums_and_same_time_constraints():
     _assert_same_saddle(mod, dict(T=30, gamma=0.7), seed=5)
 
 
-def test_sample_axes_are_not_lowered_yet():
-    """A spec with sample axes gets no site program, and the module says why."""
+MULTI = (ROOT / "specs" / "two_layer_multi.dmft").read_text()
+
+
+def _gram(P, seed):
+    x = np.random.default_rng(seed).standard_normal((P, 8))
+    return x @ x.T / 8
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("specs/two_layer_multi.dmft", dict(T=25, gamma=0.5)),
+    ("specs/linear_whitened.dmft", dict(T=25, P=3, gamma=1.5)),
+    ("specs/online_linear.dmft", dict(T=25, D=3, gamma=0.8)),
+])
+def test_sample_axes(spec, params):
+    """Sample axes (h[mu], K[mu, nu], sums over nu inside the causal integrals) lowered to the layout
+    (paths, one axis per index, time)."""
+    mod = dmftc.load(ROOT / spec).module
+    _assert_same_saddle(mod, params, seed=11)
+
+
+def test_sample_axes_random_gram_both_signs():
+    """Relu on P = 3 points with a random Gram matrix and targets of both signs, rich training."""
     mod = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft").module
-    assert mod.SITE is None
-    text = Path(mod.__file__).read_text()
-    assert "no single-site program (dmftc.derive.site_lowering): two_layer_multi has sample axes (mu, nu)" in text
-    p, sz, T = resolve_params(mod, {})
+    _assert_same_saddle(mod, dict(T=30, P=3, gamma=1.0, Kx=_gram(3, 2), y=np.array([1.0, -0.5, 0.8])), seed=4)
+
+
+def test_no_program():
+    """A module without a single-site program gets a clear error."""
+    from types import SimpleNamespace
+
     with pytest.raises(StructureSpecError, match="no single-site program"):
-        two_layer_saddle(mod, _draws(mod, p, sz, 10, 0), p, T)
+        two_layer_saddle(SimpleNamespace(SITE=None, SPEC_PATH="x.dmft"), [], {}, {}, 3)
 
 
-def _two_layer_engine_sigma(mod, draws, params):
+def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1):
     """One sample group of dmftc.runtime.two_layer.solve_module on exactly these draws: its propagator."""
-    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    p, sz, T = resolve_params(mod, params, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(x) for x in draws])
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
@@ -99,6 +122,8 @@ def _two_layer_engine_sigma(mod, draws, params):
 
 @pytest.mark.parametrize("spec, params", [
     ("specs/two_layer.dmft", dict(T=20, gamma=1.5, y=-0.6, kx=0.4)),
+    ("specs/linear_whitened.dmft", dict(T=15, P=2, gamma=1.2)),
+    ("specs/two_layer_multi.dmft", dict(T=15, P=3, gamma=0.7, Kx=_gram(3, 5), y=np.array([0.9, -1.1, 0.4]))),
     ("specs/rates.dmft", dict(T=20, gamma=0.5)),
     ("specs/eos.dmft", dict(T=20, gamma=2.0, eta=0.1)),
     ("tests/specs/two_layer_ntk.dmft", dict(T=20, gamma=0.8)),
@@ -107,10 +132,11 @@ def test_propagator_is_the_two_layer_engine(spec, params):
     """Sigma = U^-1 kappa U^-T with U = 1 - dF/dq by autodiff of the march (explicit couplings, same-time
     constraints and D at once) equals the two-layer engine's symbolic tangents, same paths, to round-off."""
     mod = dmftc.load(ROOT / spec).module
-    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    width = 0.0 if mod.SINGULAR else 0.1         # relu: the pathwise derivative is the delta dropped (width 0)
+    p, sz, T = resolve_params(mod, params, dirac_width=width)
     draws = _draws(mod, p, sz, 300, 7)
-    got = two_layer_propagator(mod, draws, p, T)
-    want = _two_layer_engine_sigma(mod, draws, params)
+    got = two_layer_propagator(mod, draws, p, sz, T)
+    want = _two_layer_engine_sigma(mod, draws, params, width)
     scale = np.abs(want).max()
     assert np.abs(got["sigma"] - want).max() <= 1e-12 * scale, np.abs(got["sigma"] - want).max() / scale
     assert np.abs(np.diag(want)).max() > 1e-3 * scale           # the variances are resolved, not 0 == 0

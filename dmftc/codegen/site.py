@@ -27,7 +27,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.codegen.two_layer import ExprPrinter
-from dmftc.derive.site import PAST, SiteProgram, split_name, split_path
+from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
 
 
 class _SitePrinter(ExprPrinter):
@@ -43,6 +43,33 @@ class _SitePrinter(ExprPrinter):
         self.two = {n for n, _ in prog.families} | {n for n, _, _ in prog.responses}
         self.t, self.s = sp.Symbol(prog.time), sp.Symbol("s")
         self.vec = False
+        self.layout = prog.axes is not None       # arrays (paths, one axis per sample index, time): two-layer
+        if self.layout:
+            self.axis = {n: k + 1 for k, (n, _) in enumerate(prog.axes)}
+            self.size = dict(prog.axes)
+            self.rank = len(prog.axes) + 2
+            self.stored = dict(prog.stored)
+
+    def indexed(self, text, name, idx) -> str:
+        """``text``, the value of ``name`` laid out on its own indices' axes, moved to those of ``idx``."""
+        src = tuple(self.axis[i] for i in self.stored[name])
+        dst = tuple(self.axis[str(i)] for i in idx)
+        if len(src) != len(dst):
+            raise NotImplementedError(f"{name} read with indices {idx}, stored with {self.stored[name]}")
+        return text if src == dst else f"_k.relabel({text}, {src}, {dst})"
+
+    def index_atom(self, e):
+        """Sample-index algebra of a two-layer program (as in dmftc.codegen.two_layer.Printer)."""
+        if isinstance(e, sp.Indexed):
+            axes = tuple(self.axis[str(i)] for i in e.indices)
+            return f"_k.place(E.p[{str(e.base.label)!r}], {axes}, {self.rank})"
+        if isinstance(e, sp.Sum) and not time_sum(e):
+            axes = tuple(self.axis[str(lim[0])] for lim in e.limits)
+            return f"jnp.sum({self.p(e.function)}, axis={axes}, keepdims=True)"
+        if isinstance(e, sp.KroneckerDelta):
+            a, b = (str(x) for x in e.args)
+            return f"_k.kron({self.axis[a]}, {self.axis[b]}, E.sz[{self.size[a]!r}], {self.rank})"
+        return None
 
     def time(self, a) -> str:
         if a == self.t:
@@ -54,6 +81,10 @@ class _SitePrinter(ExprPrinter):
         raise NotImplementedError(f"time argument {a}")
 
     def atom(self, e):
+        if self.layout:
+            own = self.index_atom(e)
+            if own is not None:
+                return own
         if self.vec and e in self.terms:                       # a kept path factor at s (inside a sum, a kernel)
             return f"E.term({self.terms[e]!r})"
         if e == PAST:
@@ -62,8 +93,8 @@ class _SitePrinter(ExprPrinter):
             if e.name in self.params:
                 return f"E.p[{e.name!r}]"
             raise NotImplementedError(f"no value for the symbol {e}")
-        if isinstance(e, sp.Sum):
-            (_, _, hi), = e.limits
+        if time_sum(e):
+            hi = e.limits[-1][2]
             outer, self.vec = self.vec, True
             parts = []
             for term in sp.Add.make_args(e.function):       # sum_s P(s) C(t, s): the paths' factor P times a row C
@@ -75,7 +106,10 @@ class _SitePrinter(ExprPrinter):
                     P = " * ".join([f"E.term({self.terms[own]!r})"] + [self.p(f) for f in others])
                 parts.append(f"E.causal_dot({P}, {self.p(coef)}, upto={hi == self.t})")
             self.vec = outer
-            return parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
+            out = parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
+            if len(e.limits) > 1:                       # and over sample indices (sums commute)
+                out = f"jnp.sum({out}, axis={tuple(self.axis[str(lim[0])] for lim in e.limits[:-1])}, keepdims=True)"
+            return out
         name = type(e).__name__
         if name.rstrip("'") == self.prog.activation and len(e.args) == 1:
             return f"E.act({len(name) - len(name.rstrip(chr(39)))}, {self.p(e.args[0])})"
@@ -83,6 +117,13 @@ class _SitePrinter(ExprPrinter):
             return None
         base, ref = split_name(name)
         ref = ref or ""
+        if self.layout and (base in self.fields or base in self.sources or base in self.scalars):
+            a, idx = e.args[0], e.args[1:]
+            if base in self.fields:
+                return self.indexed(f"E.field({base!r}, {ref!r}, {self.time(a)})", base, idx)
+            if base in self.sources:
+                return self.indexed(f"E.source({base!r}, {ref!r})", base, idx)
+            return self.indexed(f"E.q({base!r}, {self.time(a)})", base, idx)
         if base in self.fields:
             (a,) = e.args
             vec = ", vec=True" if self.vec and a != self.s else ""
@@ -127,6 +168,8 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "normals": prog.normals,
         "layer": prog.layer,
     }
+    if prog.axes is not None:
+        site.update(axes=prog.axes, stored=prog.stored)
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"

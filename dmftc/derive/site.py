@@ -61,6 +61,8 @@ class SiteProgram:
     history: tuple = ()      # fields read at an earlier time s by some field (through the path factors)
     terms: tuple = ()        # the path factors of the fields' sums, at s (values and tangents kept over time)
     normals: tuple = ()      # sources constant in time (normal(0, C): a two-layer spec's), drawn by the caller
+    axes: tuple | None = None    # a two-layer spec's sample indices ((name, size), ...), the arrays' layout (None: deep)
+    stored: tuple = ()       # ((quantity, its sample indices), ...) (two-layer)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -73,8 +75,8 @@ def _reads(expr, fields: set, sources: set, two_time: set, tsym, own: str | None
     out = set()
 
     def walk(e, strict):
-        if isinstance(e, sp.Sum):
-            (_, _, hi), = e.limits
+        if time_sum(e):
+            hi = e.limits[-1][2]
             walk(e.function, hi != tsym)
             return
         if isinstance(e, sp.core.function.AppliedUndef):
@@ -110,6 +112,13 @@ def _stein_plan(X, fields: dict, sources: tuple, tangents: set, tsym):
     return None
 
 
+def time_sum(e) -> bool:
+    """Whether ``e`` is a causal sum over the earlier time s, its last limit (SymPy writes a sum over s of a sum
+    over sample indices as one sum whose earlier limits are the indices'), not a sum over sample indices only."""
+    s = sp.Symbol("s")
+    return isinstance(e, sp.Sum) and e.limits[-1][0] == s and all(lim[0] != s for lim in e.limits[:-1])
+
+
 PAST = sp.Symbol("[s<t]")     # the indicator of s < t inside a sum over s <= t (E.past in the generated code)
 
 
@@ -142,9 +151,9 @@ def path_factors(expr, fields: set, tsym, layer: str, activation: str):
     s = sp.Symbol("s")
     out, same = [], []
     for sm in sp.preorder_traversal(expr):
-        if not isinstance(sm, sp.Sum):
+        if not time_sum(sm):
             continue
-        (_, _, hi), = sm.limits
+        hi = sm.limits[-1][2]
         for term in sp.Add.make_args(sm.function):
             own, others, _ = split_path(term, fields, tsym, layer, activation)
             found = [own] if own is not None else []
@@ -170,7 +179,7 @@ def merge_sums(expr, fields: set, tsym):
     s = sp.Symbol("s")
     rest, bodies, strict_only = [], [], True
     for term in sp.Add.make_args(expr):
-        sums = [f for f in sp.Mul.make_args(term) if isinstance(f, sp.Sum)]
+        sums = [f for f in sp.Mul.make_args(term) if time_sum(f) and len(f.limits) == 1]
         if len(sums) != 1:
             rest.append(term)
             continue
@@ -216,7 +225,8 @@ def site_program(ir: ModelIR) -> SiteProgram:
     return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer)
 
 
-def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=()) -> SiteProgram:
+def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,
+             stored=()) -> SiteProgram:
     """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
     plans, fixed-time averages, path factors and same-time reads (module doc)."""
     tsym = sp.Symbol(time)
@@ -258,4 +268,5 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
         split_name(type(a).__name__)[0] == n and a.args == (s_sym,) for _, e in fields
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
-                       tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals))
+                       tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
+                       axes, tuple(stored))

@@ -15,8 +15,11 @@ variable ``l``:
   ``E_q = <O(t)>``; a deterministic constraint (``r(t) = -log(Delta(t) / y)``) -> a readout with no average.
   The march solves the readouts in declaration order after the fields of the step, as the two-layer march does.
 
-Specs with sample axes (``h[mu]``, ``K[mu, nu]``) are not lowered yet: :func:`two_layer_parts` raises a
-:class:`StructureSpecError` for them.
+Sample axes: a quantity with sample indices is a function of time and its indices, ``h[l](t, mu)``,
+``Delta(s, nu)``; index sums stay SymPy sums over the index; parameters stay ``Indexed``.  The printer lays every
+array out as (paths, one axis per sample index, time) (dmftc.codegen.site), as the two-layer kernels do
+(dmftc.codegen.lower); ``axes`` lists the indices in that order with their sizes, ``stored`` the indices each
+quantity carries.
 """
 from __future__ import annotations
 
@@ -31,47 +34,54 @@ __all__ = ["LAYER", "two_layer_parts"]
 LAYER = "l"                 # the layer variable of the lowered program (one layer)
 
 
-def _check_scalar(ir: ModelIR, expr, what: str):
-    if any(isinstance(a, sp.Indexed) for a in sp.preorder_traversal(expr)):
-        raise StructureSpecError(f"{what} has sample axes, which the site program does not lower yet")
+def _index_names(exprs, known) -> tuple:
+    """The sample indices read by ``exprs``: the declared ones first, then fresh ones sorted."""
+    used = set()
+    for e in exprs:
+        used |= {a.name for a in e.atoms(sp.Symbol) if a.name in known}
+    declared = [i for i in known if i in used and "#" not in i]
+    return tuple(declared + sorted(used - set(declared)))
 
 
 def two_layer_parts(ir: ModelIR) -> dict:
     """The arguments of :func:`dmftc.derive.site.assemble` for a two-layer IR (module doc)."""
     if ir.kind != "two_layer":
         raise StructureSpecError(f"not a two-layer IR: {ir.kind}")
-    if ir.axes:
-        raise StructureSpecError(f"{ir.model.spec.model.name} has sample axes "
-                                 f"({', '.join(a.name for a in ir.axes)}), which the site program does not lower yet")
     t, s, eta = sp.Symbol(ir.time[0]), sp.Symbol("s"), sp.Symbol(ir.time[2], real=True)
+    stored = {f.name: f.indices for f in ir.fields}
+    stored.update({n: idx for src in ir.sources for n, idx in src.targets})
     fields = [f.name for f in ir.fields]
     sources = [n for src in ir.sources for n, _ in src.targets]
     orders = [o.name for o in ir.orders]
+    stored.update({o.name: o.indices for o in ir.orders})
     sums = {rs.name: rs for rs in ir.sample_sums + ir.order_sums}
 
     def at(expr, tau, inside=False):
-        """``expr`` (symbols at the current step) as a function of the time ``tau``."""
+        """``expr`` (quantities at the current step) as a function of the time ``tau``."""
         rep = {}
-        for a in expr.atoms(sp.Symbol):
-            n = a.name
+        for a in expr.atoms(sp.Symbol, sp.Indexed):
+            if isinstance(a, sp.Indexed):
+                n, idx = str(a.base.label), tuple(a.indices)
+            elif a.is_integer:                                       # an index
+                continue
+            else:
+                n, idx = a.name, ()
             if n in fields or n in sources:
-                rep[a] = sp.Function(f"{n}[{LAYER}]")(tau)
+                rep[a] = sp.Function(f"{n}[{LAYER}]")(tau, *idx)
             elif n in orders:
-                rep[a] = sp.Function(n)(tau)
+                rep[a] = sp.Function(n)(tau, *idx)
             elif n in sums:
                 if inside:
                     raise StructureSpecError(f"the increment of a causal integral reads another one ({n}); the "
                                              "site program needs it as a field")
-                rep[a] = eta * sp.Sum(at(sums[n].increment, s, True), (s, 0, tau - 1))
+                rs = sums[n]
+                own = {sp.Symbol(i, integer=True): j for i, j in zip(rs.indices, idx)}
+                rep[a] = eta * sp.Sum(at(rs.increment.xreplace(own), s, True), (s, 0, tau - 1))
         return expr.xreplace(rep)
 
-    for f in ir.fields:
-        _check_scalar(ir, f.expr, f"field {f.name}")
-    field_exprs = {f.name: at(f.expr, t) for f in ir.fields}
-    fields_out = tuple((n, merge_sums(e, set(fields), t)) for n, e in field_exprs.items())
+    fields_out = tuple((f.name, merge_sums(at(f.expr, t), set(fields), t)) for f in ir.fields)
     reads = []
     for o in ir.orders:
-        _check_scalar(ir, o.rest + (o.observable or 0), f"order parameter {o.name}")
         avgs = ()
         rest = at(o.rest, t)
         if o.observable is not None:
@@ -79,6 +89,9 @@ def two_layer_parts(ir: ModelIR) -> dict:
             avgs = ((sym, at(o.observable, t)),)
             rest = rest - sym
         reads.append((o.name, at(o.coeff, t), rest, avgs))
+    exprs = [e for _, e in fields_out] + [r[2] for r in reads] + [e for r in reads for _, e in r[3]]
+    axes = tuple((i, ir.index_size[i]) for i in _index_names(exprs, ir.index_size))
     act = ir.activations[0][0] if ir.activations else "phi"
     return dict(fields=fields_out, srcs=(), fams=(), resp=(), reads=tuple(reads), time=ir.time[0], act=act,
-                layer=LAYER, normals=tuple(sources))
+                layer=LAYER, normals=tuple(sources), axes=axes,
+                stored=tuple((n, stored[n]) for n in fields + sources + orders))

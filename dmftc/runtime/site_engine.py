@@ -39,57 +39,99 @@ def _program(mod):
 
 
 def normals_of(mod, draws) -> dict:
-    """{source: (S,)} from ``draws[k]`` (S, n_k), the k-th jointly Gaussian source group (``mod.SOURCES``)."""
-    return {name: jnp.asarray(x, jnp.float64)[:, j] for group, x in zip(mod.SOURCES, draws)
-            for j, (name, _) in enumerate(group)}
+    """{source: (S,) or (S, its index)} from ``draws[k]`` (S, n_k), the k-th jointly Gaussian source group
+    (``mod.SOURCES``): an indexed source is its group's draws."""
+    out = {}
+    for group, x in zip(mod.SOURCES, draws):
+        x = jnp.asarray(x, jnp.float64)
+        if len(group) == 1 and group[0][1]:
+            out[group[0][0]] = x
+        else:
+            out.update({name: x[:, j] for j, (name, _) in enumerate(group)})
+    return out
 
 
-def _setup(mod, draws, p):
+def _canonical(mod, name, v):
+    """A layout array (1, index dims, T) of an order parameter -> (its components in ``mod.STORED_AXES`` order,
+    T), as the two-layer engine orders them."""
+    axes = tuple(a for a, _ in mod.SITE["axes"])
+    stored = dict(mod.SITE["stored"])[name]
+    v = jnp.asarray(v)[0]
+    keep = [axes.index(i) for i in stored]
+    v = jnp.transpose(v, keep + [k for k in range(len(axes)) if k not in keep] + [len(axes)])
+    return v.reshape(-1, v.shape[-1])
+
+
+def _setup(mod, draws, p, sz):
     _program(mod)
     normals = normals_of(mod, draws)
     S = next(iter(normals.values())).shape[0]
     pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
-    return normals, S, pj, dict(width=float(p.get("dirac width", 0.0)), normals=normals)
+    return S, pj, dict(width=float(p.get("dirac width", 0.0)), normals=normals, sizes=dict(sz))
 
 
-def two_layer_saddle(mod, draws, p: dict, T: int) -> dict:
-    """The saddle-point march of a two-layer module's single-site program on given source draws (``draws[k]``
-    (S, n_k) for the k-th source group of ``mod.SOURCES``; ``p`` the resolved parameters,
-    dmftc.runtime.params).  Returns {order parameter: (T,)}: the trajectories of
-    dmftc.runtime.two_layer.saddle_on_draws."""
-    _, S, pj, kw = _setup(mod, draws, p)
+def _march_q(mod, draws, p, sz, T):
+    S, pj, kw = _setup(mod, draws, p, sz)
     return site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True, **kw)[1]
 
 
-def two_layer_propagator(mod, draws, p: dict, T: int) -> dict:
+def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
+    """The saddle-point march of a two-layer module's single-site program on given source draws (``draws[k]``
+    (S, n_k) for the k-th source group of ``mod.SOURCES``; ``p``, ``sz``: the resolved parameters and sizes,
+    dmftc.runtime.params).  Returns {order parameter: (*index dims, T)}: the trajectories of
+    dmftc.runtime.two_layer.saddle_on_draws."""
+    q = _march_q(mod, draws, p, sz, T)
+    stored = dict(mod.SITE["stored"])
+    axes = dict(mod.SITE["axes"])
+    return {n: np.asarray(_canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
+            for n, v in q.items()}
+
+
+def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
-    doc).  Returns {'q': {name: (T,)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over ``mod.ORDERS``,
-    'condition': U's condition estimate}."""
-    _, S, pj, kw = _setup(mod, draws, p)
+    doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
+    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}."""
+    S, pj, kw = _setup(mod, draws, p, sz)
     wts = jnp.full(S, 1.0 / S)
     names = [n for n, _ in mod.ORDERS]
-    m = len(names)
-    q = two_layer_saddle(mod, draws, p, T)
-    q0 = jnp.stack([q[n] for n in names], axis=1).reshape(-1)
+    q = _march_q(mod, draws, p, sz, T)
+    shapes = {n: q[n].shape for n in names}
+    flat = lambda d: jnp.concatenate([_canonical(mod, n, d[n]) for n in names], axis=0).T.reshape(-1)  # noqa: E731
+    sizes = [int(np.prod(shapes[n][1:-1])) for n in names]
+    m = sum(sizes)
+    edges = np.cumsum([0] + sizes)
+    axes = tuple(a for a, _ in mod.SITE["axes"])
+    stored = dict(mod.SITE["stored"])
+
+    def unflat(v):
+        """(T m,) time-major -> {name: (1, index dims, T)} (the inverse of ``flat``)."""
+        comp = v.reshape(T, m).T
+        out = {}
+        for n, a, b in zip(names, edges[:-1], edges[1:]):
+            keep = [axes.index(i) for i in stored[n]]
+            perm = keep + [k for k in range(len(axes)) if k not in keep]
+            dims = tuple(shapes[n][1 + k] for k in perm)
+            x = comp[a:b].reshape(dims + (T,))
+            out[n] = jnp.transpose(x, [perm.index(k) for k in range(len(axes))] + [len(axes)])[None]
+        return out
 
     def replay(qv):
-        qd = dict(zip(names, qv.reshape(T, m).T))
-        return replay_march(mod, (), 1, T, {}, wts, pj, qd, direct=True, **kw)
+        return replay_march(mod, (), 1, T, {}, wts, pj, unflat(qv), direct=True, **kw)
 
-    def solved(qv):
-        c = replay(qv)
-        return jnp.stack([c["solved"][n] for n in names], axis=1).reshape(-1)
-
-    J = np.asarray(jax.jacfwd(solved)(q0))
+    q0 = flat(q)
+    J = np.asarray(jax.jacfwd(lambda qv: flat(replay(qv)["solved"]))(q0))
     U = np.eye(T * m) - J
     c = replay(q0)
-    Y = np.zeros((S, T, m))
+    Y = {n: 0.0 for n in names}
     for name, syms in mod.SITE["readouts"]:
         for sym in syms:
-            X = np.asarray(c["paths"][sym])
-            Y[:, :, names.index(name)] += np.asarray(c["dv"][(name, sym)])[None, :] * (X - X.mean(axis=0))
-    Y = Y.reshape(S, T * m)
-    kappa = Y.T @ Y / (S - 1)
+            X = c["paths"][sym]
+            Y[name] = Y[name] + c["dv"][(name, sym)] * (X - X.mean(axis=0, keepdims=True))
+    cols = []
+    for n in names:
+        y = jnp.broadcast_to(Y[n], (S,) + shapes[n][1:])
+        cols.append(jax.vmap(lambda row, n=n: _canonical(mod, n, row[None]))(y))    # (S, components, T)
+    Ym = np.asarray(jnp.concatenate(cols, axis=1).transpose(0, 2, 1).reshape(S, T * m))
+    kappa = Ym.T @ Ym / (S - 1)
     sigma, cond = causal_sandwich(U, kappa)
-    return {"q": {n: np.asarray(v) for n, v in q.items()}, "sigma": sigma, "U": U, "kappa": kappa,
-            "condition": cond}
+    return {"q": two_layer_saddle(mod, draws, p, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}

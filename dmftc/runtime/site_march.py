@@ -53,10 +53,17 @@ class Evaluator:
     On P training points (``points``) the steps are the pairs tau = t P + mu (dmftc.frontend.points_deep): t is
     tau, a strictly causal sum runs over the earlier times (every point), a fixed time k reads the pair
     (k, mu), a boundary kernel given per pair of points is read at (mu, nu), and a parameter with one point
-    index is read at mu (``p``)."""
+    index is read at mu (``p``).
 
-    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1):
+    A two-layer spec's program (``SITE['axes']``: dmftc.derive.site_lowering) lays every array out as (paths, one
+    axis per sample index, time), size 1 where a quantity does not carry an index and on the time axis of a
+    value at one time (``layout``; ``sz``: the index sizes): values at t are (paths, ..., 1), histories and
+    one-time order parameters at s (paths or 1, ..., T), and a causal sum keeps its time axis (size 1)."""
+
+    def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1,
+                 sz=None):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
+        self.layout, self.sz = "axes" in mod.SITE, sz
         self.var, self.depth = layer_names(mod)
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
@@ -69,7 +76,7 @@ class Evaluator:
     def at(self, l):
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
-                         self._act, self.width, self.bounds, terms=self.terms, points=self.points)
+                         self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz)
 
     def fixed(self, k):
         """The step of the fixed time k at this step's point."""
@@ -78,8 +85,16 @@ class Evaluator:
     def layer(self, ref):
         return layer_number(ref, self.l, self.L, self.var, self.depth)
 
+    def _at(self, x, time):
+        """A layout array at the time 't' or a fixed time (its time axis kept, size 1)."""
+        return _column(x, self.t if time == "t" else self.fixed(time))
+
     def field(self, name, ref, time, vec=False):
         key = (name, self.layer(ref))
+        if self.layout:
+            if time == "t" and key in self.cur:
+                return self.cur[key]
+            return self.hist[key] if time == "s" else self._at(self.hist[key], time)
         if time == "t" and key in self.cur:                      # a value at t given separately (tangents)
             return self.cur[key][:, None] if vec else self.cur[key]
         h = self.hist[key]
@@ -96,7 +111,7 @@ class Evaluator:
     def source(self, name, ref, vec=False):
         """A source at t (paths,): a gp's, or a constant-in-time one's; inside a sum over s, (paths, 1)."""
         v = self.src[(name, self.layer(ref))]
-        return v[:, None] if vec else v
+        return v[:, None] if vec and not self.layout else v
 
     def row(self, name, ref):
         l = self.layer(ref)
@@ -114,6 +129,8 @@ class Evaluator:
 
     def q(self, name, time):
         v = self.q1[name]
+        if self.layout:
+            return v if time == "s" else self._at(v, time)
         return v if time == "s" else (v[self.t] if time == "t" else v[self.fixed(time)])
 
     def act(self, k, x):
@@ -122,11 +139,63 @@ class Evaluator:
     def causal_dot(self, P, C, upto):
         mask = (self.idx <= self.t).astype(jnp.float64) if upto else self.past
         row = C * mask if jnp.ndim(C) else jnp.full((self.T,), C) * mask
+        if self.layout:
+            return jnp.sum(row if P is None else P * row, axis=-1, keepdims=True)
         if P is None:
             return jnp.sum(row)
         if jnp.shape(P)[-1] != self.T:                        # a factor constant in s (a field at t)
             return P[..., 0] * jnp.sum(row)
         return P @ row
+
+
+def _column(x, t):
+    """x[..., t:t+1] for a traced t, as a one-hot contraction (see :meth:`Buffers.put`)."""
+    return jnp.sum(jnp.where(jnp.arange(x.shape[-1]) == t, x, 0.0), axis=-1, keepdims=True)
+
+
+class Buffers:
+    """The march's arrays over time: a deep program's (paths, T) histories and (T,) one-time order parameters, or
+    a two-layer program's layout (:class:`Evaluator`): (paths or 1, one axis per sample index, T), size 1 on
+    the indices a quantity does not carry.  ``put`` writes the values at time t, ``col`` reads them."""
+
+    def __init__(self, site: dict, sizes, S: int, T: int):
+        self.layout, self.S, self.T = "axes" in site, S, T
+        if self.layout:
+            if sizes is None:
+                raise StructureSpecError("the march of a program with sample axes needs their sizes")
+            stored = dict(site["stored"])
+            self.dims = {n: tuple(int(sizes[size]) if a in idx else 1 for a, size in site["axes"])
+                         for n, idx in stored.items()}
+            self.dims[None] = (1,) * len(site["axes"])
+
+    def zeros(self, name, lead=None):
+        """A buffer of ``name`` (None: a scalar) over time, with ``lead`` rows (paths) or none."""
+        if self.layout:
+            return jnp.zeros((1 if lead is None else lead,) + self.dims[name] + (self.T,))
+        return jnp.zeros(self.T if lead is None else (lead, self.T))
+
+    def put(self, buf, v, t):
+        """``buf`` with its values at time t set to ``v`` (broadcast)."""
+        if self.layout:                 # a select, not dynamic_update_slice (XLA CPU mis-compiled its fusion with
+            return jnp.where(jnp.arange(self.T) == t, v, buf)    # the jvp of a rank-6 layout: LLVM IR failure)
+        if buf.ndim == 1:
+            return buf.at[t].set(v)
+        return _set_col(buf, jnp.broadcast_to(v, buf.shape[:1]), t)
+
+    def col(self, buf, t):
+        return _column(buf, t) if self.layout else buf[..., t]
+
+    def mean(self, wts, X, name):
+        """The weighted path average of X, a value of ``name``'s shape."""
+        if self.layout:
+            X = jnp.broadcast_to(X, (self.S,) + self.dims[name] + (1,))
+            return jnp.tensordot(wts, X, axes=1)[None]
+        return wts @ X
+
+    def source(self, name, v):
+        """A constant-in-time source's values (paths,) or (paths, its index) in the layout."""
+        v = jnp.asarray(v, jnp.float64)
+        return jnp.reshape(v, (v.shape[0],) + self.dims[name] + (1,)) if self.layout else v
 
 
 def layer_names(mod) -> tuple:
@@ -201,7 +270,8 @@ def schedule(site: dict, L: int, var: str, depth: str) -> list:
 
 
 def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
-               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None):
+               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
+               sizes: dict | None = None):
     """One march of the generated module ``mod`` on standard normals ``xi`` (source name -> (L, S, T)) with path
     weights ``wts`` (S,) summing to 1 (or 1 per row of an exact basis).  ``act``: (phi, phi', phi'', ...) as
     functions of x; ``p``: parameter values; ``width``: the delta functions' width (where the generated code
@@ -216,9 +286,10 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     ``points``: P of a spec on several training points, whose steps are then the T = (time steps) P pairs
     (time, point) (:class:`Evaluator`).  ``normals``: the values (S,) of the sources constant in time
     (``SITE['normals']``, a two-layer spec's: drawn by the caller from the module's ``source_covariances``), the
-    same in every layer."""
+    same in every layer; ``sizes``: the sizes of its sample indices (dmftc.runtime.params), whose arrays then
+    have the layout of :class:`Evaluator` (q1 (1, index dims, T))."""
     c = _march(mod, act, L, T, xi, wts, p, width=width, direct=direct, pivot_tol=pivot_tol, tangent_wts=tangent_wts,
-               points=points, normals=normals)
+               points=points, normals=normals, sizes=sizes)
     return c["rows"], c["q1"], c["hist"], c["avg"], c["chol"]
 
 
@@ -235,7 +306,7 @@ def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw
 
 def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
            pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
-           replay: dict | None = None):
+           replay: dict | None = None, sizes: dict | None = None):
     """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
     site = mod.SITE
     if "terms" not in site:
@@ -256,25 +327,27 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
     fixed = {sym: (o, k) for sym, o, k in site["fixed"]}
     bounds = mod.boundaries(p) if hasattr(mod, "boundaries") else {}
     idx = jnp.arange(T)
+    B = Buffers(site, sizes, S, T)
+    readout_of = {sym: q for q, syms in site["readouts"] for sym in syms}
 
     def step(t, c):
         hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
                                                                         "q1", "avg"))
         if replay is not None:
             solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
-        src = {(n, l): jnp.asarray(v, jnp.float64) for n, v in normals.items() for l in range(1, L + 1)}
+        src = {(n, l): B.source(n, v) for n, v in normals.items() for l in range(1, L + 1)}
         dcol = {}
         onehot = (idx == t).astype(jnp.float64)
 
         def ev(l, srcs=src, cur=None, tv=tval):
             return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv,
-                             points=points)
+                             points=points, sz=sizes)
 
         E0 = ev(1)
 
         def now(l):
             """Layer l's fields at t (zero for those not yet computed at this step)."""
-            return {(f, l): hist[(f, l)][:, t] for f in names}
+            return {(f, l): B.col(hist[(f, l)], t) for f in names}
 
         def dnow(l, x):
             """Their tangents in x[l](s), (direction s, paths) each (zero for those not yet computed)."""
@@ -303,7 +376,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                     """The field as a function of layer l's path factors (histories), sources and fields at t."""
                     return fn(ev(l, srcs={**src, **ss}, cur=cs, tv={**tval, **tv}))
 
-                hist[(name, l)] = _set_col(hist[(name, l)], jnp.broadcast_to(value(tl, srcs, now(l)), (S,)), t)
+                hist[(name, l)] = B.put(hist[(name, l)], value(tl, srcs, now(l)), t)
                 for x in wrt:                                   # d field(t) / d x[l](s): (direction s, paths)
                     dt = {k: dterm[(x,) + k].reshape(T, S, T) for k in tl}     # (direction s, paths, time)
                     ds = {k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S))) for k in srcs}
@@ -311,7 +384,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                         dt, ds, dnow(l, x))
             elif kind == "term":
                 fn = getattr(mod, f"site_term_{terms.index(name)}")
-                tval[(name, l)] = _set_col(tval[(name, l)], jnp.broadcast_to(fn(ev(l, cur=now(l))), (S,)), t)
+                tval[(name, l)] = B.put(tval[(name, l)], fn(ev(l, cur=now(l))), t)
                 for x in wrt:
                     dterm[(x, name, l)] = _set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
             elif name in resp:
@@ -326,7 +399,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 if sym in fixed:
                     continue
                 X = getattr(mod, f"site_average_{sym}")(EL)
-                avg[("direct", sym)] = avg[("direct", sym)].at[t].set(wts @ X)
+                avg[("direct", sym)] = B.put(avg[("direct", sym)], B.mean(wts, X, readout_of[sym]), t)
                 if sym in stein:
                     f, x = stein[sym]
                     fam, off = covs[x]
@@ -340,36 +413,36 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
             for sym in syms:
                 base, k = fixed.get(sym, (sym, None))
                 kind = "stein" if (base in stein and not direct) else "direct"
-                vals[sym] = avg[(kind, base)][t if k is None else k * points + t % points]
+                vals[sym] = B.col(avg[(kind, base)], t if k is None else k * points + t % points)
             solve = getattr(mod, f"site_constraint_{qname}")
             if replay is None:
-                q1[qname] = q1[qname].at[t].set(solve(EL, vals))
+                q1[qname] = B.put(q1[qname], solve(EL, vals), t)
                 continue
-            solved[qname] = solved[qname].at[t].set(solve(EL, vals))
+            solved[qname] = B.put(solved[qname], solve(EL, vals), t)
             for sym in syms:
                 if sym not in fixed:
-                    paths[sym] = _set_col(paths[sym], jnp.broadcast_to(getattr(mod, f"site_average_{sym}")(EL), (S,)),
-                                          t)
-                unit = {k: jnp.asarray(float(k == sym)) for k in vals}
-                dv[(qname, sym)] = dv[(qname, sym)].at[t].set(jax.jvp(lambda v: solve(EL, v), (vals,), (unit,))[1])
+                    paths[sym] = B.put(paths[sym], getattr(mod, f"site_average_{sym}")(EL), t)
+                unit = {k: jnp.ones_like(v) * float(k == sym) for k, v in vals.items()}    # per component
+                dv[(qname, sym)] = B.put(dv[(qname, sym)], jax.jvp(lambda v: solve(EL, v), (vals,), (unit,))[1], t)
         out = {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
         if replay is not None:
             out.update(solved=solved, paths=paths, dv=dv)
         return out
 
     layers = range(1, L + 1)
-    c0 = {"hist": {(f, l): jnp.zeros((S, T)) for f in names for l in layers},
-          "terms": {(n, l): jnp.zeros((S, T)) for n in terms for l in layers},
+    c0 = {"hist": {(f, l): B.zeros(f, S) for f in names for l in layers},
+          "terms": {(n, l): B.zeros(None, S) for n in terms for l in layers},
           "dterms": {(x, n, l): jnp.zeros((T * S, T)) for x in wrt for n in terms for l in layers},
           "chol": {(x, l): jnp.zeros((T, T)) for x, _, _ in site["sources"] for l in layers},
           "rows": {(q, l): jnp.zeros((T, T)) for q in site["kernels"] + tuple(resp) for l in layers},
-          "q1": {q: jnp.zeros(T) for q, _ in site["readouts"]},
-          "avg": {(k, sym): jnp.zeros(T) for _, syms in site["readouts"] for sym in syms if sym not in fixed
+          "q1": {q: B.zeros(q) for q, _ in site["readouts"]},
+          "avg": {(k, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms if sym not in fixed
                   for k in ("stein", "direct")}}
     if replay is not None:
-        c0["q1"] = {q: jnp.asarray(replay[q], jnp.float64) for q, _ in site["readouts"]}
-        c0.update(solved={q: jnp.zeros(T) for q, _ in site["readouts"]},
-                  paths={sym: jnp.zeros((S, T)) for _, syms in site["readouts"] for sym in syms if sym not in fixed},
-                  dv={(q, sym): jnp.zeros(T) for q, syms in site["readouts"] for sym in syms})
+        c0["q1"] = {q: jnp.broadcast_to(jnp.asarray(replay[q], jnp.float64), B.zeros(q).shape)
+                    for q, _ in site["readouts"]}
+        c0.update(solved={q: B.zeros(q) for q, _ in site["readouts"]},
+                  paths={sym: B.zeros(q, S) for q, syms in site["readouts"] for sym in syms if sym not in fixed},
+                  dv={(q, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms})
     return jax.lax.fori_loop(0, T, step, c0)
 
