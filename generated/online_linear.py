@@ -140,7 +140,9 @@ def past_factors(q, Rq, p, sz):
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
-# whose values the caller draws
+# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as
+# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order
+# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)
 SITE = {
     'fields': ('w', 'a'),
     'sources': (),
@@ -149,29 +151,36 @@ SITE = {
     'readouts': (('Delta', ('E_Delta',)),),
     'stein': (),
     'fixed': (),
-    'reads': ((('field', 'w'), (('source', 'w0', 'l'),)), (('field', 'a'), (('source', 'a0', 'l'),)), (('term', 'a[l](s)'), (('field', 'a', 'l'),))),
-    'history': ('a',),
-    'terms': ('a[l](s)',),
+    'reads': ((('field', 'w'), (('source', 'w0', 'l'),)), (('field', 'a'), (('source', 'a0', 'l'),))),
+    'history': (),
+    'terms': (),
     'normals': ('w0', 'a0'),
     'layer': 'l',
     'axes': (('k', 'D'), ('l#1', 'D')),
-    'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',))),
+    'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',)), ('_I1', ('k',)), ('_I2', ())),
+    'drivers': ('Delta',),
+    'sums': (('_I1', 'sample'), ('_I2', 'sample')),
 }
 
 
 def site_field_w(E):
-    """w[l](t) = eta*gamma*Sum(Delta(s, k)*a[l](s), (s, 0, t - 1)) + w0[l](t, k)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('a[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('w0', 'l'))
+    """w[l](t, k) = gamma*_I1[l](t, k) + w0[l](t, k)"""
+    return ((E.p['gamma'] * E.rsum('_I1')) + E.source('w0', 'l'))
 
 
 def site_field_a(E):
-    """a[l](t) = eta*gamma*Sum(Delta(s, l#1)*w[l](s, l#1), (l#1, 0, D - 1), (s, 0, t - 1)) + a0[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(_k.relabel(E.field('w', 'l', 's'), (1,), (2,)), _k.relabel(E.q('Delta', 's'), (1,), (2,)), upto=False), axis=(2,), keepdims=True)) + E.source('a0', 'l'))
+    """a[l](t) = gamma*_I2[l](t) + a0[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I2')) + E.source('a0', 'l'))
 
 
-def site_term_0(E):
-    """a[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
-    return E.field('a', 'l', 't')
+def site_increment_0(E):
+    """_I1[k](t + 1) - _I1[k](t) = eta*Delta(t, k)*a[l](t): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * E.q('Delta', 't') * E.field('a', 'l', 't'))
+
+
+def site_increment_1(E):
+    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, l#1)*w[l](t, l#1), (l#1, 0, D - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.field('w', 'l', 't'), (1,), (2,))), axis=(2,), keepdims=True))
 
 
 def site_average_E_Delta(E):

@@ -146,7 +146,9 @@ def past_factors(q, Rq, p, sz):
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
-# whose values the caller draws
+# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as
+# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order
+# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)
 SITE = {
     'fields': ('h', 'z', 'g'),
     'sources': (),
@@ -155,24 +157,26 @@ SITE = {
     'readouts': (('Delta', ('E_Delta',)), ('r', ()), ('K', ('E_K',))),
     'stein': (),
     'fixed': (),
-    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'w', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('term', 'g[l](s)'), (('field', 'g', 'l'),)), (('term', 'tanh(h[l](s))'), (('field', 'h', 'l'),))),
-    'history': ('h', 'g'),
-    'terms': ('g[l](s)', 'tanh(h[l](s))'),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'z'), (('source', 'w', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l')))),
+    'history': (),
+    'terms': (),
     'normals': ('u', 'w'),
     'layer': 'l',
     'axes': (),
-    'stored': (('h', ()), ('z', ()), ('g', ()), ('u', ()), ('w', ()), ('Delta', ()), ('r', ()), ('K', ())),
+    'stored': (('h', ()), ('z', ()), ('g', ()), ('u', ()), ('w', ()), ('Delta', ()), ('r', ()), ('K', ()), ('_I1', ()), ('_I2', ())),
+    'drivers': ('Delta',),
+    'sums': (('_I1', 'sample'), ('_I2', 'sample')),
 }
 
 
 def site_field_h(E):
-    """h[l](t) = eta*gamma*Sum(Delta(s)*g[l](s), (s, 0, t - 1)) + u[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('g[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u', 'l'))
+    """h[l](t) = gamma*_I1[l](t) + u[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I1')) + E.source('u', 'l'))
 
 
 def site_field_z(E):
-    """z[l](t) = eta*gamma*Sum(Delta(s)*tanh(h[l](s)), (s, 0, t - 1)) + w[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('tanh(h[l](s))'), E.q('Delta', 's'), upto=False)) + E.source('w', 'l'))
+    """z[l](t) = gamma*_I2[l](t) + w[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I2')) + E.source('w', 'l'))
 
 
 def site_field_g(E):
@@ -180,14 +184,14 @@ def site_field_g(E):
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
-def site_term_0(E):
-    """g[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
-    return E.field('g', 'l', 't')
+def site_increment_0(E):
+    """_I1(t + 1) - _I1(t) = eta*Delta(t)*g[l](t): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * E.q('Delta', 't') * E.field('g', 'l', 't'))
 
 
-def site_term_1(E):
-    """tanh(h[l](s)) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
-    return jnp.tanh(E.field('h', 'l', 't'))
+def site_increment_1(E):
+    """_I2(t + 1) - _I2(t) = eta*Delta(t)*tanh(h[l](t)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * E.q('Delta', 't') * jnp.tanh(E.field('h', 'l', 't')))
 
 
 def site_average_E_Delta(E):

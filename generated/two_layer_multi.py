@@ -151,7 +151,9 @@ def past_factors(q, Rq, p, sz):
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
-# whose values the caller draws
+# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as
+# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order
+# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)
 SITE = {
     'fields': ('h', 'z', 'g'),
     'sources': (),
@@ -166,23 +168,35 @@ SITE = {
     'normals': ('u', 'r'),
     'layer': 'l',
     'axes': (('mu', 'P'), ('nu', 'P'), ('nu#1', 'P'), ('nu#2', 'P')),
-    'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu'))),
+    'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu')), ('_I1', ('mu',)), ('_I2', ())),
+    'drivers': ('Delta',),
+    'sums': (('_I1', 'sample'), ('_I2', 'sample')),
 }
 
 
 def site_field_h(E):
-    """h[l](t) = eta*gamma*Sum(Delta(s, nu#1)*g[l](s, nu#1)*Kx[mu, nu#1], (nu#1, 0, P - 1), (s, 0, t - 1)) + u[l](t, mu)"""
-    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(_k.relabel(E.field('g', 'l', 's'), (1,), (3,)), (_k.relabel(E.q('Delta', 's'), (1,), (3,)) * _k.place(E.p['Kx'], (1, 3), 6)), upto=False), axis=(3,), keepdims=True)) + E.source('u', 'l'))
+    """h[l](t, mu) = gamma*_I1[l](t, mu) + u[l](t, mu)"""
+    return ((E.p['gamma'] * E.rsum('_I1')) + E.source('u', 'l'))
 
 
 def site_field_z(E):
-    """z[l](t) = eta*gamma*Sum(sqrt(2)*Delta(s, nu#2)*Max(0, h[l](s, nu#2)), (nu#2, 0, P - 1), (s, 0, t - 1)) + r[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * jnp.sum(E.causal_dot(jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 's'), (1,), (4,))), (jnp.sqrt(2.0) * _k.relabel(E.q('Delta', 's'), (1,), (4,))), upto=False), axis=(4,), keepdims=True)) + E.source('r', 'l'))
+    """z[l](t) = gamma*_I2[l](t) + r[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I2')) + E.source('r', 'l'))
 
 
 def site_field_g(E):
-    """g[l](t) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))"""
+    """g[l](t, mu) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))"""
     return (jnp.sqrt(2.0) * E.field('z', 'l', 't') * _k.heaviside(E.field('h', 'l', 't')))
+
+
+def site_increment_0(E):
+    """_I1[mu](t + 1) - _I1[mu](t) = eta*Sum(Delta(t, nu#1)*g[l](t, nu#1)*Kx[mu, nu#1], (nu#1, 0, P - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (3,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (3,)) * _k.place(E.p['Kx'], (1, 3), 6)), axis=(3,), keepdims=True))
+
+
+def site_increment_1(E):
+    """_I2(t + 1) - _I2(t) = eta*Sum(sqrt(2)*Delta(t, nu#2)*Max(0, h[l](t, nu#2)), (nu#2, 0, P - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((jnp.sqrt(2.0) * _k.relabel(E.q('Delta', 't'), (1,), (4,)) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (4,)))), axis=(4,), keepdims=True))
 
 
 def site_average_E_Delta(E):

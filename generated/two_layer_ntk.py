@@ -161,7 +161,9 @@ def past_factors(q, Rq, p, sz):
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
-# whose values the caller draws
+# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as
+# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order
+# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)
 SITE = {
     'fields': ('h', 'h_star', 'z', 'g', 'g_star'),
     'sources': (),
@@ -170,29 +172,31 @@ SITE = {
     'readouts': (('Delta', ()), ('f_star', ()), ('K', ('E_K',)), ('K_star', ('E_K_star',))),
     'stein': (),
     'fixed': (),
-    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'h_star'), (('source', 'u_star', 'l'),)), (('field', 'z'), (('source', 'r', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('field', 'g_star'), (('field', 'h_star', 'l'), ('field', 'z', 'l'))), (('term', 'g[l](s)'), (('field', 'g', 'l'),)), (('term', 'tanh(h[l](s))'), (('field', 'h', 'l'),))),
-    'history': ('h', 'g'),
-    'terms': ('g[l](s)', 'tanh(h[l](s))'),
+    'reads': ((('field', 'h'), (('source', 'u', 'l'),)), (('field', 'h_star'), (('source', 'u_star', 'l'),)), (('field', 'z'), (('source', 'r', 'l'),)), (('field', 'g'), (('field', 'h', 'l'), ('field', 'z', 'l'))), (('field', 'g_star'), (('field', 'h_star', 'l'), ('field', 'z', 'l')))),
+    'history': (),
+    'terms': (),
     'normals': ('u', 'u_star', 'r'),
     'layer': 'l',
     'axes': (),
-    'stored': (('h', ()), ('h_star', ()), ('z', ()), ('g', ()), ('g_star', ()), ('u', ()), ('u_star', ()), ('r', ()), ('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ())),
+    'stored': (('h', ()), ('h_star', ()), ('z', ()), ('g', ()), ('g_star', ()), ('u', ()), ('u_star', ()), ('r', ()), ('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ()), ('_I1', ()), ('_I2', ()), ('_I3', ()), ('_I4', ())),
+    'drivers': ('Delta', 'K', 'K_star'),
+    'sums': (('_I1', 'sample'), ('_I2', 'sample'), ('_I3', 'order'), ('_I4', 'order')),
 }
 
 
 def site_field_h(E):
-    """h[l](t) = eta*gamma*Sum(Delta(s)*g[l](s), (s, 0, t - 1)) + u[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('g[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u', 'l'))
+    """h[l](t) = gamma*_I1[l](t) + u[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I1')) + E.source('u', 'l'))
 
 
 def site_field_h_star(E):
-    """h_star[l](t) = eta*gamma*kx*Sum(Delta(s)*g[l](s), (s, 0, t - 1)) + u_star[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.p['kx'] * E.causal_dot(E.term('g[l](s)'), E.q('Delta', 's'), upto=False)) + E.source('u_star', 'l'))
+    """h_star[l](t) = gamma*kx*_I1[l](t) + u_star[l](t)"""
+    return ((E.p['gamma'] * E.p['kx'] * E.rsum('_I1')) + E.source('u_star', 'l'))
 
 
 def site_field_z(E):
-    """z[l](t) = eta*gamma*Sum(Delta(s)*tanh(h[l](s)), (s, 0, t - 1)) + r[l](t)"""
-    return ((E.p['eta'] * E.p['gamma'] * E.causal_dot(E.term('tanh(h[l](s))'), E.q('Delta', 's'), upto=False)) + E.source('r', 'l'))
+    """z[l](t) = gamma*_I2[l](t) + r[l](t)"""
+    return ((E.p['gamma'] * E.rsum('_I2')) + E.source('r', 'l'))
 
 
 def site_field_g(E):
@@ -205,24 +209,34 @@ def site_field_g_star(E):
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
-def site_term_0(E):
-    """g[l](s) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
-    return E.field('g', 'l', 't')
+def site_increment_0(E):
+    """_I1(t + 1) - _I1(t) = eta*Delta(t)*g[l](t): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * E.q('Delta', 't') * E.field('g', 'l', 't'))
 
 
-def site_term_1(E):
-    """tanh(h[l](s)) at s = t: a path factor of the sums (the runtime keeps its values and tangents)"""
-    return jnp.tanh(E.field('h', 'l', 't'))
+def site_increment_1(E):
+    """_I2(t + 1) - _I2(t) = eta*Delta(t)*tanh(h[l](t)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * E.q('Delta', 't') * jnp.tanh(E.field('h', 'l', 't')))
+
+
+def site_increment_2(E):
+    """_I3(t + 1) - _I3(t) = eta*Delta(t)*K(t): a running sum over the earlier times (order)"""
+    return (E.p['eta'] * E.q('Delta', 't') * E.q('K', 't'))
+
+
+def site_increment_3(E):
+    """_I4(t + 1) - _I4(t) = eta*Delta(t)*K_star(t): a running sum over the earlier times (order)"""
+    return (E.p['eta'] * E.q('Delta', 't') * E.q('K_star', 't'))
 
 
 def site_constraint_Delta(E, v):
-    """Delta(t) = -eta*Sum(Delta(s)*K(s), (s, 0, t - 1)) + y; v: the averages"""
-    return (E.p['y'] + (-1.0 * E.p['eta'] * E.causal_dot(None, (E.q('Delta', 's') * E.q('K', 's')), upto=False)))
+    """Delta(t) = y - _I3[l](t); v: the averages"""
+    return (E.p['y'] + (-1.0 * E.rsum('_I3')))
 
 
 def site_constraint_f_star(E, v):
-    """f_star(t) = eta*Sum(Delta(s)*K_star(s), (s, 0, t - 1)); v: the averages"""
-    return (E.p['eta'] * E.causal_dot(None, (E.q('Delta', 's') * E.q('K_star', 's')), upto=False))
+    """f_star(t) = _I4[l](t); v: the averages"""
+    return E.rsum('_I4')
 
 
 def site_average_E_K(E):

@@ -41,6 +41,7 @@ class _SitePrinter(ExprPrinter):
         self.fields = {n for n, _ in prog.fields}
         self.sources = {n for n, _, _ in prog.sources} | set(prog.normals)
         self.two = {n for n, _ in prog.families} | {n for n, _, _ in prog.responses}
+        self.running = {n for n, *_ in prog.sums}
         self.t, self.s = sp.Symbol(prog.time), sp.Symbol("s")
         self.vec = False
         self.layout = prog.axes is not None       # arrays (paths, one axis per sample index, time): two-layer
@@ -124,6 +125,8 @@ class _SitePrinter(ExprPrinter):
             if base in self.sources:
                 return self.indexed(f"E.source({base!r}, {ref!r})", base, idx)
             return self.indexed(f"E.q({base!r}, {self.time(a)})", base, idx)
+        if self.layout and base in self.running:
+            return self.indexed(f"E.rsum({base!r})", base, e.args[1:])
         if base in self.fields:
             (a,) = e.args
             vec = ", vec=True" if self.vec and a != self.s else ""
@@ -169,21 +172,32 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "layer": prog.layer,
     }
     if prog.axes is not None:
-        site.update(axes=prog.axes, stored=prog.stored)
+        read = {type(a).__name__ for _, e in prog.fields for a in e.atoms(sp.core.function.AppliedUndef)}
+        read |= {type(a).__name__ for *_, e in prog.sums for a in e.atoms(sp.core.function.AppliedUndef)}
+        site.update(axes=prog.axes, stored=prog.stored, drivers=tuple(n for n in scalars if n in read),
+                    sums=tuple((n, scope) for n, _, scope, _ in prog.sums))
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
       "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,\n"
       "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
       "# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,\n"
-      "# whose values the caller draws\n")
+      "# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as\n"
+      "# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order\n"
+      "# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)\n")
     w("SITE = {\n")
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")
     w("}\n\n")
     fp = _SitePrinter(prog, set(scalars), set(params), terms=True)
+    stored = dict(prog.stored)
     for n, e in prog.fields:
-        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}) = {sp.sstr(e)}\"\"\"\n    return {fp.p(e)}\n\n")
+        ix = "".join(f", {i}" for i in stored.get(n, ()))
+        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}{ix}) = {sp.sstr(e)}\"\"\"\n    return {fp.p(e)}\n\n")
+    for k, (n, idx, scope, e) in enumerate(prog.sums):
+        ix = f"[{', '.join(idx)}]" if idx else ""
+        w(f"\ndef site_increment_{k}(E):\n    \"\"\"{n}{ix}({tv} + 1) - {n}{ix}({tv}) = {sp.sstr(e)}: a running sum over the "
+          f"earlier times ({scope})\"\"\"\n    return {pr.p(e)}\n\n")
     s, t = sp.Symbol("s"), sp.Symbol(tv)
     for k, f in enumerate(prog.terms):
         w(f"\ndef site_term_{k}(E):\n    \"\"\"{sp.sstr(f)} at s = {tv}: a path factor of the sums (the runtime keeps "

@@ -63,6 +63,7 @@ class SiteProgram:
     normals: tuple = ()      # sources constant in time (normal(0, C): a two-layer spec's), drawn by the caller
     axes: tuple | None = None    # a two-layer spec's sample indices ((name, size), ...), the arrays' layout (None: deep)
     stored: tuple = ()       # ((quantity, its sample indices), ...) (two-layer)
+    sums: tuple = ()         # running sums ((name, indices, scope 'sample' | 'order', eta * increment at t), ...)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -226,7 +227,7 @@ def site_program(ir: ModelIR) -> SiteProgram:
 
 
 def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,
-             stored=()) -> SiteProgram:
+             stored=(), sums=()) -> SiteProgram:
     """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
     plans, fixed-time averages, path factors and same-time reads (module doc)."""
     tsym = sp.Symbol(time)
@@ -269,4 +270,4 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
                        tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
-                       axes, tuple(stored))
+                       axes, tuple(stored), tuple(sums))

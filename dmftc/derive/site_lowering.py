@@ -9,7 +9,9 @@ variable ``l``:
 
 * a field ``h`` -> ``h[l](t)``; a source ``u ~ normal(0, C)`` -> ``u[l](t)``, constant in time (the march reads
   the values the caller drew from ``C``, :data:`SiteProgram.normals`);
-* a running sum -> ``eta * Sum(increment(s), (s, 0, t - 1))``, its increment at the earlier time s;
+* a running sum ``I_k`` -> the quantity ``_Ik[l](t)`` (the march's state: it reads the sum over s < t and adds
+  ``eta * increment(t)`` at the end of step t, once the order parameters at t are known: O(T) per path, where
+  the sum over the history would cost O(T^2));
 * an order parameter ``q`` -> ``q(t)`` (``q(s)`` inside a sum): a one-time order parameter of the march;
 * ``coeff q + rest = <O>`` -> the readout ``coeff q + (rest - E_q) = 0`` reading the single-site average
   ``E_q = <O(t)>``; a deterministic constraint (``r(t) = -log(Delta(t) / y)``) -> a readout with no average.
@@ -47,7 +49,7 @@ def two_layer_parts(ir: ModelIR) -> dict:
     """The arguments of :func:`dmftc.derive.site.assemble` for a two-layer IR (module doc)."""
     if ir.kind != "two_layer":
         raise StructureSpecError(f"not a two-layer IR: {ir.kind}")
-    t, s, eta = sp.Symbol(ir.time[0]), sp.Symbol("s"), sp.Symbol(ir.time[2], real=True)
+    t, eta = sp.Symbol(ir.time[0]), sp.Symbol(ir.time[2], real=True)
     stored = {f.name: f.indices for f in ir.fields}
     stored.update({n: idx for src in ir.sources for n, idx in src.targets})
     fields = [f.name for f in ir.fields]
@@ -56,7 +58,7 @@ def two_layer_parts(ir: ModelIR) -> dict:
     stored.update({o.name: o.indices for o in ir.orders})
     sums = {rs.name: rs for rs in ir.sample_sums + ir.order_sums}
 
-    def at(expr, tau, inside=False):
+    def at(expr, tau):
         """``expr`` (quantities at the current step) as a function of the time ``tau``."""
         rep = {}
         for a in expr.atoms(sp.Symbol, sp.Indexed):
@@ -71,13 +73,12 @@ def two_layer_parts(ir: ModelIR) -> dict:
             elif n in orders:
                 rep[a] = sp.Function(n)(tau, *idx)
             elif n in sums:
-                if inside:
-                    raise StructureSpecError(f"the increment of a causal integral reads another one ({n}); the "
-                                             "site program needs it as a field")
-                rs = sums[n]
-                own = {sp.Symbol(i, integer=True): j for i, j in zip(rs.indices, idx)}
-                rep[a] = eta * sp.Sum(at(rs.increment.xreplace(own), s, True), (s, 0, tau - 1))
+                rep[a] = sp.Function(f"{sum_name[n]}[{LAYER}]")(tau, *idx)
         return expr.xreplace(rep)
+
+    sum_name = {n: f"_I{k + 1}" for k, n in enumerate(sums)}
+    running = tuple((sum_name[n], rs.indices, rs.scope, eta * at(rs.increment, t)) for n, rs in sums.items())
+    stored.update({sum_name[n]: rs.indices for n, rs in sums.items()})
 
     fields_out = tuple((f.name, merge_sums(at(f.expr, t), set(fields), t)) for f in ir.fields)
     reads = []
@@ -90,8 +91,10 @@ def two_layer_parts(ir: ModelIR) -> dict:
             rest = rest - sym
         reads.append((o.name, at(o.coeff, t), rest, avgs))
     exprs = [e for _, e in fields_out] + [r[2] for r in reads] + [e for r in reads for _, e in r[3]]
+    exprs += [inc for *_, inc in running]
     axes = tuple((i, ir.index_size[i]) for i in _index_names(exprs, ir.index_size))
     act = ir.activations[0][0] if ir.activations else "phi"
     return dict(fields=fields_out, srcs=(), fams=(), resp=(), reads=tuple(reads), time=ir.time[0], act=act,
                 layer=LAYER, normals=tuple(sources), axes=axes,
-                stored=tuple((n, stored[n]) for n in fields + sources + orders))
+                stored=tuple((n, stored[n]) for n in fields + sources + orders + [sum_name[k] for k in sums]),
+                sums=running)

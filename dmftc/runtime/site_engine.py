@@ -26,7 +26,7 @@ import numpy as np
 
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.linalg import causal_sandwich
-from dmftc.runtime.site_march import replay_march, site_march
+from dmftc.runtime.site_march import readout_pass, replay_march, site_march
 
 __all__ = ["normals_of", "two_layer_saddle", "two_layer_propagator"]
 
@@ -62,17 +62,35 @@ def _canonical(mod, name, v):
     return v.reshape(-1, v.shape[-1])
 
 
+_JIT: dict = {}
+
+
+def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn):
+    """One jitted function per (module, sizes, steps, paths, delta width): repeated solves reuse it."""
+    key = (kind, id(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width)
+    if key not in _JIT:
+        _JIT[key] = jax.jit(fn)
+    return _JIT[key]
+
+
 def _setup(mod, draws, p, sz):
     _program(mod)
     normals = normals_of(mod, draws)
-    S = next(iter(normals.values())).shape[0]
+    S = int(next(iter(normals.values())).shape[0])
     pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
-    return S, pj, dict(width=float(p.get("dirac width", 0.0)), normals=normals, sizes=dict(sz))
+    return normals, S, pj, float(p.get("dirac width", 0.0))
 
 
-def _march_q(mod, draws, p, sz, T):
-    S, pj, kw = _setup(mod, draws, p, sz)
-    return site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True, **kw)[1]
+def _march_q(mod, normals, pj, sz, T, S, width):
+    return site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True, width=width, normals=normals,
+                      sizes=dict(sz))[1]
+
+
+def _as_arrays(mod, q, sz, T):
+    stored = dict(mod.SITE["stored"])
+    axes = dict(mod.SITE["axes"])
+    return {n: np.asarray(_canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
+            for n, v in q.items()}
 
 
 def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
@@ -80,21 +98,17 @@ def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
     (S, n_k) for the k-th source group of ``mod.SOURCES``; ``p``, ``sz``: the resolved parameters and sizes,
     dmftc.runtime.params).  Returns {order parameter: (*index dims, T)}: the trajectories of
     dmftc.runtime.two_layer.saddle_on_draws."""
-    q = _march_q(mod, draws, p, sz, T)
-    stored = dict(mod.SITE["stored"])
-    axes = dict(mod.SITE["axes"])
-    return {n: np.asarray(_canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
-            for n, v in q.items()}
+    normals, S, pj, width = _setup(mod, draws, p, sz)
+    fn = _compiled("saddle", mod, sz, T, S, width, lambda nm, pj: _march_q(mod, nm, pj, sz, T, S, width))
+    return _as_arrays(mod, fn(normals, pj), sz, T)
 
 
-def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
-    """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
-    doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
-    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}."""
-    S, pj, kw = _setup(mod, draws, p, sz)
+def _propagator_core(mod, normals, pj, sz, T, S, width):
+    """(q in the layout, dF/dq (T m, T m), the paths' fluctuations Y (S, T m)) (module doc)."""
+    kw = dict(width=width, normals=normals, sizes=dict(sz))
     wts = jnp.full(S, 1.0 / S)
     names = [n for n, _ in mod.ORDERS]
-    q = _march_q(mod, draws, p, sz, T)
+    q = _march_q(mod, normals, pj, sz, T, S, width)
     shapes = {n: q[n].shape for n in names}
     flat = lambda d: jnp.concatenate([_canonical(mod, n, d[n]) for n in names], axis=0).T.reshape(-1)  # noqa: E731
     sizes = [int(np.prod(shapes[n][1:-1])) for n in names]
@@ -115,13 +129,24 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
             out[n] = jnp.transpose(x, [perm.index(k) for k in range(len(axes))] + [len(axes)])[None]
         return out
 
-    def replay(qv):
-        return replay_march(mod, (), 1, T, {}, wts, pj, unflat(qv), direct=True, **kw)
+    def replay(qv, record=True):
+        return replay_march(mod, (), 1, T, {}, wts, pj, unflat(qv), direct=True, record=record, **kw)
 
     q0 = flat(q)
-    J = np.asarray(jax.jacfwd(lambda qv: flat(replay(qv)["solved"]))(q0))
-    U = np.eye(T * m) - J
     c = replay(q0)
+    # dF/dq: through the march in the order parameters the fields and running sums read (the drivers), through
+    # the readouts alone in the others (the fields do not depend on them)
+    drive = np.zeros((T, m), dtype=bool)
+    for n, a, b in zip(names, edges[:-1], edges[1:]):
+        drive[:, a:b] = n in mod.SITE["drivers"]
+    drive = drive.reshape(-1)
+    J = jnp.zeros((T * m, T * m))
+    for cols, fn in ((drive, lambda qv: flat(replay(qv, record=False)["solved"])),
+                     (~drive, lambda qv: flat(readout_pass(mod, T, wts, pj, unflat(qv), c["rec_hist"],
+                                                           rsums=c["rec_sums"], **kw)))):
+        idx = np.flatnonzero(cols)
+        if idx.size:
+            J = J.at[:, idx].set(jax.jacfwd(lambda x, fn=fn, idx=idx: fn(q0.at[idx].set(x)))(q0[idx]))
     Y = {n: 0.0 for n in names}
     for name, syms in mod.SITE["readouts"]:
         for sym in syms:
@@ -131,7 +156,19 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
     for n in names:
         y = jnp.broadcast_to(Y[n], (S,) + shapes[n][1:])
         cols.append(jax.vmap(lambda row, n=n: _canonical(mod, n, row[None]))(y))    # (S, components, T)
-    Ym = np.asarray(jnp.concatenate(cols, axis=1).transpose(0, 2, 1).reshape(S, T * m))
-    kappa = Ym.T @ Ym / (S - 1)
+    return q, J, jnp.concatenate(cols, axis=1).transpose(0, 2, 1).reshape(S, T * m)
+
+
+def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
+    """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
+    doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
+    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}."""
+    normals, S, pj, width = _setup(mod, draws, p, sz)
+    fn = _compiled("propagator", mod, sz, T, S, width,
+                   lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
+    q, J, Y = fn(normals, pj)
+    U = np.eye(J.shape[0]) - np.asarray(J)
+    Y = np.asarray(Y)
+    kappa = Y.T @ Y / (S - 1)
     sigma, cond = causal_sandwich(U, kappa)
-    return {"q": two_layer_saddle(mod, draws, p, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
+    return {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}

@@ -31,6 +31,13 @@ every layer's quantities in the order of their same-time reads (``SITE['reads']`
   ('stein', the default, whose Monte Carlo error does not grow like 1/gamma); an average at a fixed time reads
   its t-form's history.
 
+A two-layer spec's program (dmftc.derive.site_lowering: one layer, sources constant in time, order parameters
+that are all readouts) runs through the same march: its sources are the values the caller drew (``normals``),
+its causal integrals are running sums carried as state (``SITE['sums']``, advanced at the end of each step), and
+its arrays are laid out over the sample indices (:class:`Evaluator`, :class:`Buffers`);
+:mod:`dmftc.runtime.site_engine` differentiates it for the propagator (:func:`replay_march`,
+:func:`readout_pass`).
+
 With ``direct=True`` the result is the exact saddle of the Monte Carlo action of the given paths (what the
 propagator differentiates).  The structured march computes the same numbers (tests/test_site_march.py: equal to
 round-off on the same paths for several specs, both readouts).
@@ -61,9 +68,9 @@ class Evaluator:
     one-time order parameters at s (paths or 1, ..., T), and a causal sum keeps its time axis (size 1)."""
 
     def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1,
-                 sz=None):
+                 sz=None, rsums=None):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
-        self.layout, self.sz = "axes" in mod.SITE, sz
+        self.layout, self.sz, self.rsums = "axes" in mod.SITE, sz, rsums or {}
         self.var, self.depth = layer_names(mod)
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
@@ -76,7 +83,8 @@ class Evaluator:
     def at(self, l):
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
-                         self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz)
+                         self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz,
+                         rsums=self.rsums)
 
     def fixed(self, k):
         """The step of the fixed time k at this step's point."""
@@ -86,14 +94,24 @@ class Evaluator:
         return layer_number(ref, self.l, self.L, self.var, self.depth)
 
     def _at(self, x, time):
-        """A layout array at the time 't' or a fixed time (its time axis kept, size 1)."""
+        """A layout array at the time 't' or a fixed time (its time axis kept, size 1); a buffer of the current
+        values only (time axis of size 1) is its value at t."""
+        if x.shape[-1] == 1 and time == "t":
+            return x
         return _column(x, self.t if time == "t" else self.fixed(time))
+
+    def rsum(self, name):
+        """A running sum (dmftc.derive.site_lowering) of this layer at t: eta times the sum of its increments over
+        the earlier times."""
+        return self._at(self.rsums[(name, self.l)], "t")
 
     def field(self, name, ref, time, vec=False):
         key = (name, self.layer(ref))
         if self.layout:
             if time == "t" and key in self.cur:
                 return self.cur[key]
+            if time == "s" and self.hist[key].shape[-1] != self.T:
+                raise StructureSpecError(f"{name} is read at earlier times, but the march keeps its current value only")
             return self.hist[key] if time == "s" else self._at(self.hist[key], time)
         if time == "t" and key in self.cur:                      # a value at t given separately (tangents)
             return self.cur[key][:, None] if vec else self.cur[key]
@@ -168,14 +186,17 @@ class Buffers:
                          for n, idx in stored.items()}
             self.dims[None] = (1,) * len(site["axes"])
 
-    def zeros(self, name, lead=None):
-        """A buffer of ``name`` (None: a scalar) over time, with ``lead`` rows (paths) or none."""
+    def zeros(self, name, lead=None, current=False):
+        """A buffer of ``name`` (None: a scalar) over time, with ``lead`` rows (paths) or none; ``current``: of the
+        value at the current time only (layout: a time axis of size 1)."""
         if self.layout:
-            return jnp.zeros((1 if lead is None else lead,) + self.dims[name] + (self.T,))
+            return jnp.zeros((1 if lead is None else lead,) + self.dims[name] + (1 if current else self.T,))
         return jnp.zeros(self.T if lead is None else (lead, self.T))
 
     def put(self, buf, v, t):
         """``buf`` with its values at time t set to ``v`` (broadcast)."""
+        if self.layout and buf.shape[-1] == 1:
+            return jnp.broadcast_to(v, buf.shape)
         if self.layout:                 # a select, not dynamic_update_slice (XLA CPU mis-compiled its fusion with
             return jnp.where(jnp.arange(self.T) == t, v, buf)    # the jvp of a rank-6 layout: LLVM IR failure)
         if buf.ndim == 1:
@@ -183,7 +204,9 @@ class Buffers:
         return _set_col(buf, jnp.broadcast_to(v, buf.shape[:1]), t)
 
     def col(self, buf, t):
-        return _column(buf, t) if self.layout else buf[..., t]
+        if self.layout:
+            return buf if buf.shape[-1] == 1 else _column(buf, t)
+        return buf[..., t]
 
     def mean(self, wts, X, name):
         """The weighted path average of X, a value of ``name``'s shape."""
@@ -300,13 +323,16 @@ def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw
     of these paths, the order parameters read at the same time taken from ``q``), 'paths' {average: (S, T)}
     (its per-path values) and 'dv' {(name, average): (T,)} (the solution's derivative in the average).  At the
     saddle, 'solved' equals ``q``; its Jacobian in ``q`` and the paths' covariance give the propagator
-    (dmftc.runtime.site_propagator)."""
+    (dmftc.runtime.site_engine).  ``record=False``: 'solved' only (what the Jacobian differentiates).  A
+    two-layer program (layout) keeps its fields' and running sums' current values only; with ``record`` their
+    histories come back too, 'rec_hist' {(field, 1): (S, index dims, T)} and 'rec_sums', for
+    :func:`readout_pass`."""
     return _march(mod, act, L, T, xi, wts, p, replay=q, **kw)
 
 
 def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
            pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
-           replay: dict | None = None, sizes: dict | None = None):
+           replay: dict | None = None, sizes: dict | None = None, record: bool = True):
     """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
     site = mod.SITE
     if "terms" not in site:
@@ -329,19 +355,26 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
     idx = jnp.arange(T)
     B = Buffers(site, sizes, S, T)
     readout_of = {sym: q for q, syms in site["readouts"] for sym in syms}
+    sums = site.get("sums", ())
+    layers = range(1, L + 1)
+    keep = B.layout and replay is not None and record
 
     def step(t, c):
         hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
                                                                         "q1", "avg"))
+        rs = dict(c["rsum"])
         if replay is not None:
-            solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
+            solved, paths, dv = dict(c["solved"]), dict(c.get("paths", {})), dict(c.get("dv", {}))
+        if keep:
+            rec = {k: dict(c[k]) for k in ("rec_hist", "rec_sums")}
+            rec["rec_sums"] = {k: B.put(v, rs[k], t) for k, v in rec["rec_sums"].items()}
         src = {(n, l): B.source(n, v) for n, v in normals.items() for l in range(1, L + 1)}
         dcol = {}
         onehot = (idx == t).astype(jnp.float64)
 
         def ev(l, srcs=src, cur=None, tv=tval):
             return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv,
-                             points=points, sz=sizes)
+                             points=points, sz=sizes, rsums=rs)
 
         E0 = ev(1)
 
@@ -419,18 +452,26 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 q1[qname] = B.put(q1[qname], solve(EL, vals), t)
                 continue
             solved[qname] = B.put(solved[qname], solve(EL, vals), t)
+            if not record:
+                continue
             for sym in syms:
                 if sym not in fixed:
                     paths[sym] = B.put(paths[sym], getattr(mod, f"site_average_{sym}")(EL), t)
                 unit = {k: jnp.ones_like(v) * float(k == sym) for k, v in vals.items()}    # per component
                 dv[(qname, sym)] = B.put(dv[(qname, sym)], jax.jvp(lambda v: solve(EL, v), (vals,), (unit,))[1], t)
-        out = {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg}
+        E1 = ev(1)                  # the running sums advance by their increments at t (order parameters at t known)
+        incs = {(n, l): getattr(mod, f"site_increment_{k}")(E1.at(l)) for k, (n, _) in enumerate(sums)
+                for l in layers}
+        out = {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg,
+               "rsum": {k: v + incs[k] for k, v in rs.items()}}
         if replay is not None:
-            out.update(solved=solved, paths=paths, dv=dv)
+            out.update(solved=solved, **({"paths": paths, "dv": dv} if record else {}))
+        if keep:
+            rec["rec_hist"] = {k: B.put(v, hist[k], t) for k, v in rec["rec_hist"].items()}
+            out.update(rec)
         return out
 
-    layers = range(1, L + 1)
-    c0 = {"hist": {(f, l): B.zeros(f, S) for f in names for l in layers},
+    c0 = {"hist": {(f, l): B.zeros(f, S, current=B.layout) for f in names for l in layers},
           "terms": {(n, l): B.zeros(None, S) for n in terms for l in layers},
           "dterms": {(x, n, l): jnp.zeros((T * S, T)) for x in wrt for n in terms for l in layers},
           "chol": {(x, l): jnp.zeros((T, T)) for x, _, _ in site["sources"] for l in layers},
@@ -438,11 +479,45 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
           "q1": {q: B.zeros(q) for q, _ in site["readouts"]},
           "avg": {(k, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms if sym not in fixed
                   for k in ("stein", "direct")}}
+    c0["rsum"] = {(n, l): B.zeros(n, S if scope == "sample" else None, current=True) for n, scope in sums
+                  for l in layers}
+    if keep:                        # the current-only buffers' histories, for the readout pass
+        c0["rec_hist"] = {k: B.zeros(k[0], S) for k in c0["hist"]}
+        c0["rec_sums"] = {(n, l): B.zeros(n, S if scope == "sample" else None) for n, scope in sums for l in layers}
     if replay is not None:
         c0["q1"] = {q: jnp.broadcast_to(jnp.asarray(replay[q], jnp.float64), B.zeros(q).shape)
                     for q, _ in site["readouts"]}
         c0.update(solved={q: B.zeros(q) for q, _ in site["readouts"]},
                   paths={sym: B.zeros(q, S) for q, syms in site["readouts"] for sym in syms if sym not in fixed},
                   dv={(q, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms})
+        if not record:
+            del c0["paths"], c0["dv"]
     return jax.lax.fori_loop(0, T, step, c0)
 
+
+
+def readout_pass(mod, T: int, wts, p: dict, q: dict, hist: dict, *, normals: dict, sizes: dict | None = None,
+                 width: float = 0.0, rsums: dict | None = None) -> dict:
+    """The readouts of a one-time program (a two-layer spec's: no kernels, responses or Stein plans) on fixed
+    field histories ``hist`` ({(field, 1): buffer}, as a march left them) with the order parameters held at
+    ``q`` (``rsums``: the running sums' histories, likewise fixed): {name: buffer} of each readout constraint's
+    solution, as :func:`replay_march` computes it.  The
+    fields do not read the order parameters outside ``SITE['drivers']``; their derivatives in the solutions
+    come from this pass alone (dmftc.runtime.site_engine)."""
+    site = mod.SITE
+    if site["kernels"] or site["responses"] or site["stein"] or site["fixed"]:
+        raise StructureSpecError(f"{mod.SPEC_PATH}: the readout pass is that of a one-time program")
+    S = jnp.shape(wts)[0]
+    B = Buffers(site, sizes, S, T)
+    src = {(n, 1): B.source(n, v) for n, v in normals.items()}
+    q1 = {n: jnp.broadcast_to(jnp.asarray(q[n], jnp.float64), B.zeros(n).shape) for n, _ in site["readouts"]}
+
+    def step(t, solved):
+        E = Evaluator(mod, 1, T, t, 1, hist, {}, q1, src, p, (), width, {}, sz=sizes, rsums=rsums)
+        solved = dict(solved)
+        for name, syms in site["readouts"]:
+            vals = {sym: B.mean(wts, getattr(mod, f"site_average_{sym}")(E), name) for sym in syms}
+            solved[name] = B.put(solved[name], getattr(mod, f"site_constraint_{name}")(E, vals), t)
+        return solved
+
+    return jax.lax.fori_loop(0, T, step, {n: B.zeros(n) for n, _ in site["readouts"]})
