@@ -156,7 +156,7 @@ SITE = {
     'terms': (),
     'normals': ('u', 'r'),
     'layer': 'l',
-    'axes': (('mu', 'P'), ('nu#1', 'P')),
+    'axes': (('mu', 'P'),),
     'stored': (('h', ('mu',)), ('z', ()), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
@@ -179,8 +179,8 @@ def site_increment_0(E):
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, nu#1)*h[l](t, nu#1), (nu#1, 0, P - 1)): a running sum over the earlier times (sample)"""
-    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.field('h', 'l', 't'), (1,), (2,))), axis=(2,), keepdims=True))
+    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, mu)*h[l](t, mu), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('h', 'l', 't')), axis=(1,), keepdims=True))
 
 
 def site_average_E_Delta(E):
@@ -190,5 +190,5 @@ def site_average_E_Delta(E):
 
 def site_constraint_Delta(E, v):
     """Delta(t) = E_Delta + y[mu]; v: the averages"""
-    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 4))
+    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 3))
 

@@ -156,7 +156,7 @@ SITE = {
     'terms': (),
     'normals': ('w0', 'a0'),
     'layer': 'l',
-    'axes': (('k', 'D'), ('l#1', 'D')),
+    'axes': (('k', 'D'),),
     'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',)), ('_I1', ('k',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
@@ -179,8 +179,8 @@ def site_increment_0(E):
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, l#1)*w[l](t, l#1), (l#1, 0, D - 1)): a running sum over the earlier times (sample)"""
-    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.field('w', 'l', 't'), (1,), (2,))), axis=(2,), keepdims=True))
+    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, k)*w[l](t, k), (k, 0, D - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('w', 'l', 't')), axis=(1,), keepdims=True))
 
 
 def site_average_E_Delta(E):
@@ -190,5 +190,5 @@ def site_average_E_Delta(E):
 
 def site_constraint_Delta(E, v):
     """Delta(t) = E_Delta + beta_star[k]; v: the averages"""
-    return (v['E_Delta'] + _k.place(E.p['beta_star'], (1,), 4))
+    return (v['E_Delta'] + _k.place(E.p['beta_star'], (1,), 3))
 

@@ -167,7 +167,7 @@ SITE = {
     'terms': (),
     'normals': ('u', 'r'),
     'layer': 'l',
-    'axes': (('mu', 'P'), ('nu', 'P'), ('nu#1', 'P'), ('nu#2', 'P')),
+    'axes': (('mu', 'P'), ('nu', 'P')),
     'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu')), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
@@ -190,13 +190,13 @@ def site_field_g(E):
 
 
 def site_increment_0(E):
-    """_I1[mu](t + 1) - _I1[mu](t) = eta*Sum(Delta(t, nu#1)*g[l](t, nu#1)*Kx[mu, nu#1], (nu#1, 0, P - 1)): a running sum over the earlier times (sample)"""
-    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (3,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (3,)) * _k.place(E.p['Kx'], (1, 3), 6)), axis=(3,), keepdims=True))
+    """_I1[mu](t + 1) - _I1[mu](t) = eta*Sum(Delta(t, nu)*g[l](t, nu)*Kx[mu, nu], (nu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)), axis=(2,), keepdims=True))
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(sqrt(2)*Delta(t, nu#2)*Max(0, h[l](t, nu#2)), (nu#2, 0, P - 1)): a running sum over the earlier times (sample)"""
-    return (E.p['eta'] * jnp.sum((jnp.sqrt(2.0) * _k.relabel(E.q('Delta', 't'), (1,), (4,)) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (4,)))), axis=(4,), keepdims=True))
+    """_I2(t + 1) - _I2(t) = eta*Sum(sqrt(2)*Delta(t, mu)*Max(0, h[l](t, mu)), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    return (E.p['eta'] * jnp.sum((jnp.sqrt(2.0) * E.q('Delta', 't') * jnp.maximum(0.0, E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
 
 
 def site_average_E_Delta(E):
@@ -206,12 +206,12 @@ def site_average_E_Delta(E):
 
 def site_constraint_Delta(E, v):
     """Delta(t) = E_Delta + y[mu]; v: the averages"""
-    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 6))
+    return (v['E_Delta'] + _k.place(E.p['y'], (1,), 4))
 
 
 def site_average_E_K(E):
     """E_K = <g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + 2*Max(0, h[l](t, mu))*Max(0, h[l](t, nu))>: the paths"""
-    return ((2.0 * jnp.maximum(0.0, E.field('h', 'l', 't')) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (E.field('g', 'l', 't') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 6)))
+    return ((2.0 * jnp.maximum(0.0, E.field('h', 'l', 't')) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (E.field('g', 'l', 't') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)))
 
 
 def site_constraint_K(E, v):

@@ -45,6 +45,32 @@ def _index_names(exprs, known) -> tuple:
     return tuple(declared + sorted(used - set(declared)))
 
 
+def _reuse_dummies(expr, declared: dict, index_size: dict):
+    """``expr`` with the dummy index of every index sum renamed to a declared index of the same size that is not
+    free where the sum stands (``h[mu]``'s sum over ``nu#1`` becomes one over ``nu``): fewer array axes."""
+    def walk(e, outer: set):
+        if isinstance(e, sp.Sum) and not any(lim[0] == sp.Symbol("s") for lim in e.limits):
+            rename, taken = {}, set(outer)
+            for lim in e.limits:
+                d = lim[0]
+                if "#" in d.name:
+                    free = {x for x in e.function.free_symbols if x.is_integer} - {lim[0] for lim in e.limits}
+                    for name, size in declared.items():
+                        cand = sp.Symbol(name, integer=True)
+                        if size == index_size[d.name] and cand not in taken | free:
+                            rename[d] = cand
+                            taken.add(cand)
+                            break
+                taken.add(rename.get(d, d))
+            body = walk(e.function.xreplace(rename), outer | taken)
+            return sp.Sum(body, *[(rename.get(lim[0], lim[0]),) + tuple(lim[1:]) for lim in e.limits])
+        if not e.args:
+            return e
+        inner = outer | {x for x in e.free_symbols if x.is_integer}
+        return e.func(*[walk(a, inner) for a in e.args])
+    return walk(expr, set())
+
+
 def two_layer_parts(ir: ModelIR) -> dict:
     """The arguments of :func:`dmftc.derive.site.assemble` for a two-layer IR (module doc)."""
     if ir.kind != "two_layer":
@@ -80,6 +106,9 @@ def two_layer_parts(ir: ModelIR) -> dict:
     running = tuple((sum_name[n], rs.indices, rs.scope, eta * at(rs.increment, t)) for n, rs in sums.items())
     stored.update({sum_name[n]: rs.indices for n, rs in sums.items()})
 
+    declared = {a.name: a.size for a in ir.axes}
+    for k, (n, idx, scope, inc) in enumerate(running):
+        running = running[:k] + ((n, idx, scope, _reuse_dummies(inc, declared, ir.index_size)),) + running[k + 1:]
     fields_out = tuple((f.name, merge_sums(at(f.expr, t), set(fields), t)) for f in ir.fields)
     reads = []
     for o in ir.orders:
