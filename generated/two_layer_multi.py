@@ -186,7 +186,7 @@ def site_field_z(E):
 
 def site_field_g(E):
     """g[l](t, mu) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))"""
-    return (jnp.sqrt(2.0) * E.field('z', 'l', 't') * _k.heaviside(E.field('h', 'l', 't')))
+    return (jnp.sqrt(2.0) * E.field('z', 'l', 't') * _k.step(E.field('h', 'l', 't'), E.width))
 
 
 def site_increment_0(E):

@@ -132,7 +132,19 @@ def test_propagator_is_the_two_layer_engine(spec, params):
     """Sigma = U^-1 kappa U^-T with U = 1 - dF/dq by autodiff of the march (explicit couplings, same-time
     constraints and D at once) equals the two-layer engine's symbolic tangents, same paths, to round-off."""
     mod = dmftc.load(ROOT / spec).module
-    width = 0.0 if mod.SINGULAR else 0.1         # relu: the pathwise derivative is the delta dropped (width 0)
+    _assert_same_propagator(mod, params, 0.1)
+
+
+@pytest.mark.parametrize("width", [0.1, 0.03, 0.0])
+def test_relu_kink_is_the_mollified_delta(width):
+    """Relu: the program prints phi' = Heaviside as kernels.step, whose derivative is the delta function as a
+    Gaussian of the solve's width, so autodiff of the march differentiates the kink as the two-layer engine's
+    symbolic tangents do (at width 0 both drop it)."""
+    mod = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft").module
+    _assert_same_propagator(mod, dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 8), y=np.array([-0.8, 1.0, 0.3])), width)
+
+
+def _assert_same_propagator(mod, params, width):
     p, sz, T = resolve_params(mod, params, dirac_width=width)
     draws = _draws(mod, p, sz, 300, 7)
     got = two_layer_propagator(mod, draws, p, sz, T)

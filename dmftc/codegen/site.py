@@ -70,6 +70,8 @@ class _SitePrinter(ExprPrinter):
         if isinstance(e, sp.KroneckerDelta):
             a, b = (str(x) for x in e.args)
             return f"_k.kron({self.axis[a]}, {self.axis[b]}, E.sz[{self.size[a]!r}], {self.rank})"
+        if isinstance(e, sp.Heaviside):          # its derivative: the mollified delta, as in the symbolic tangents
+            return f"_k.step({self.p(e.args[0])}, E.width)"
         return None
 
     def time(self, a) -> str:

@@ -5,6 +5,7 @@ integers, so generated code stays jit/vmap-able and device-agnostic.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -39,6 +40,21 @@ def kron(a: int, b: int, n: int, rank: int):
 
 def heaviside(x):
     return jnp.where(x > 0, 1.0, 0.0)
+
+
+@jax.custom_jvp
+def step(x, width):
+    """Heaviside(x) whose derivative is the mollified delta function ``dirac(x, width)`` (0 at width 0): what a
+    two-layer spec's single-site program prints for Heaviside, so that autodiff of its march differentiates a
+    kink as the two-layer engine's symbolic tangents do (dmftc.runtime.site_engine)."""
+    return jnp.where(x > 0, 1.0, 0.0)
+
+
+@step.defjvp
+def _step_jvp(primals, tangents):
+    x, width = primals
+    dx, _ = tangents
+    return step(x, width), dirac(x, width) * dx
 
 
 def dirac(x, width, order: int = 0):

@@ -15,8 +15,9 @@ propagator of the one-time order parameters, written here in the solved form of 
 
 which equals the two-layer engine's (:mod:`dmftc.runtime.two_layer`: constraints coeff q + rest = <O>, U with
 coeff on its diagonal, kappa = Cov(O)) row by row up to the factor 1 / coeff (tests/test_site_two_layer.py: to
-round-off on the same paths).  The derivatives are pathwise: a kink in phi' differentiates to 0 on each side,
-where the two-layer engine mollifies the delta function of phi''.
+round-off on the same paths).  A kink differentiates as in the two-layer engine's symbolic tangents: the program
+prints Heaviside (relu's phi') as ``kernels.step``, whose derivative is the delta function as a Gaussian of the
+solve's ``dirac width``.
 """
 from __future__ import annotations
 
