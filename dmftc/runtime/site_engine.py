@@ -27,7 +27,7 @@ import numpy as np
 
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.linalg import causal_sandwich
-from dmftc.runtime.site_march import readout_pass, replay_march, site_march
+from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 
 __all__ = ["normals_of", "two_layer_saddle", "two_layer_propagator"]
 
@@ -104,72 +104,141 @@ def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
     return _as_arrays(mod, fn(normals, pj), sz, T)
 
 
-def _propagator_core(mod, normals, pj, sz, T, S, width):
-    """(q in the layout, dF/dq (T m, T m), the paths' fluctuations Y (S, T m)) (module doc)."""
-    kw = dict(width=width, normals=normals, sizes=dict(sz))
-    wts = jnp.full(S, 1.0 / S)
-    names = [n for n, _ in mod.ORDERS]
-    q = _march_q(mod, normals, pj, sz, T, S, width)
-    shapes = {n: q[n].shape for n in names}
-    flat = lambda d: jnp.concatenate([_canonical(mod, n, d[n]) for n in names], axis=0).T.reshape(-1)  # noqa: E731
-    sizes = [int(np.prod(shapes[n][1:-1])) for n in names]
-    m = sum(sizes)
-    edges = np.cumsum([0] + sizes)
-    axes = tuple(a for a, _ in mod.SITE["axes"])
-    stored = dict(mod.SITE["stored"])
+class _Flat:
+    """The order parameters' layout arrays {name: (1, index dims, T)} <-> one time-major vector (T m,) over the
+    components of ``mod.ORDERS`` (each in ``mod.STORED_AXES`` order), as the two-layer engine orders them."""
 
-    def unflat(v):
-        """(T m,) time-major -> {name: (1, index dims, T)} (the inverse of ``flat``)."""
-        comp = v.reshape(T, m).T
+    def __init__(self, mod, shapes: dict, T: int):
+        self.mod, self.shapes, self.T = mod, shapes, T
+        self.names = [n for n, _ in mod.ORDERS]
+        sizes = [int(np.prod(shapes[n][1:-1])) for n in self.names]
+        self.m = sum(sizes)
+        self.edges = np.cumsum([0] + sizes)
+        self.axes = tuple(a for a, _ in mod.SITE["axes"])
+        self.stored = dict(mod.SITE["stored"])
+
+    def flat(self, d: dict):
+        return jnp.concatenate([_canonical(self.mod, n, d[n]) for n in self.names], axis=0).T.reshape(-1)
+
+    def unflat(self, v) -> dict:
+        comp, T, axes = v.reshape(self.T, self.m).T, self.T, self.axes
         out = {}
-        for n, a, b in zip(names, edges[:-1], edges[1:]):
-            keep = [axes.index(i) for i in stored[n]]
+        for n, a, b in zip(self.names, self.edges[:-1], self.edges[1:]):
+            keep = [axes.index(i) for i in self.stored[n]]
             perm = keep + [k for k in range(len(axes)) if k not in keep]
-            dims = tuple(shapes[n][1 + k] for k in perm)
-            x = comp[a:b].reshape(dims + (T,))
+            x = comp[a:b].reshape(tuple(self.shapes[n][1 + k] for k in perm) + (T,))
             out[n] = jnp.transpose(x, [perm.index(k) for k in range(len(axes))] + [len(axes)])[None]
         return out
 
-    def replay(qv, record=True):
-        return replay_march(mod, (), 1, T, {}, wts, pj, unflat(qv), direct=True, record=record, **kw)
+    def drivers(self) -> np.ndarray:
+        """(T m,) True on the components of the order parameters the fields and running sums read."""
+        drive = np.zeros((self.T, self.m), dtype=bool)
+        for n, a, b in zip(self.names, self.edges[:-1], self.edges[1:]):
+            drive[:, a:b] = n in self.mod.SITE["drivers"]
+        return drive.reshape(-1)
 
-    q0 = flat(q)
+
+def _solved_observables(mod, c, F: _Flat):
+    """The paths' observables in the solved form of the constraints, {name: (S, index dims, T)}: the sum over a
+    readout's averages of d(solution)/d(average) times the path's value of the average."""
+    Y = {n: jnp.zeros(F.shapes[n]) for n in F.names}
+    for name, syms in mod.SITE["readouts"]:
+        for sym in syms:
+            Y[name] = Y[name] + c["dv"][(name, sym)] * c["paths"][sym]
+    return Y
+
+
+def _propagator_core(mod, normals, pj, sz, T, S, width):
+    """(q in the layout, dF/dq (T m, T m), the paths' centred fluctuations Y (S, T m), the averages
+    {average: (1, index dims, T)}) (module doc)."""
+    kw = dict(width=width, normals=normals, sizes=dict(sz))
+    wts = jnp.full(S, 1.0 / S)
+    q = _march_q(mod, normals, pj, sz, T, S, width)
+    F = _Flat(mod, {n: q[n].shape for n in q}, T)
+
+    def replay(qv, record=True):
+        return replay_march(mod, (), 1, T, {}, wts, pj, F.unflat(qv), direct=True, record=record, **kw)
+
+    q0 = F.flat(q)
     c = replay(q0)
     # dF/dq: through the march in the order parameters the fields and running sums read (the drivers), through
     # the readouts alone in the others (the fields do not depend on them)
-    drive = np.zeros((T, m), dtype=bool)
-    for n, a, b in zip(names, edges[:-1], edges[1:]):
-        drive[:, a:b] = n in mod.SITE["drivers"]
-    drive = drive.reshape(-1)
-    J = jnp.zeros((T * m, T * m))
-    for cols, fn in ((drive, lambda qv: flat(replay(qv, record=False)["solved"])),
-                     (~drive, lambda qv: flat(readout_pass(mod, T, wts, pj, unflat(qv), c["rec_hist"],
-                                                           rsums=c["rec_sums"], **kw)))):
+    drive = F.drivers()
+    J = jnp.zeros((T * F.m, T * F.m))
+    for cols, fn in ((drive, lambda qv: F.flat(replay(qv, record=False)["solved"])),
+                     (~drive, lambda qv: F.flat(readout_pass(mod, T, wts, pj, F.unflat(qv), c["rec_hist"],
+                                                             rsums=c["rec_sums"], **kw)))):
         idx = np.flatnonzero(cols)
         if idx.size:
             J = J.at[:, idx].set(jax.jacfwd(lambda x, fn=fn, idx=idx: fn(q0.at[idx].set(x)))(q0[idx]))
-    Y = {n: 0.0 for n in names}
-    for name, syms in mod.SITE["readouts"]:
-        for sym in syms:
-            X = c["paths"][sym]
-            Y[name] = Y[name] + c["dv"][(name, sym)] * (X - X.mean(axis=0, keepdims=True))
-    cols = []
-    for n in names:
-        y = jnp.broadcast_to(Y[n], (S,) + shapes[n][1:])
-        cols.append(jax.vmap(lambda row, n=n: _canonical(mod, n, row[None]))(y))    # (S, components, T)
-    return q, J, jnp.concatenate(cols, axis=1).transpose(0, 2, 1).reshape(S, T * m)
+    Y = _solved_observables(mod, c, F)
+    Y = {n: jnp.broadcast_to(v - v.mean(axis=0, keepdims=True), (S,) + q[n].shape[1:]) for n, v in Y.items()}
+    Yflat = jax.vmap(lambda i: F.flat({n: v[i][None] for n, v in Y.items()}))(jnp.arange(S))
+    avg = {sym: c["avg"][("direct", sym)] for _, syms in mod.SITE["readouts"] for sym in syms}
+    return q, J, Yflat, avg
 
 
-def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int) -> dict:
+def _correction_batch(mod, sz, T, width, shapes):
+    """sum over a batch of paths of J v + O''[w, w] / 2 + G''[v, v] / 2 (:func:`two_layer_propagator`)."""
+    def run(nm, pj, q0, V, W, wt, avg):
+        F = _Flat(mod, shapes, T)
+
+        def observables(one, qv):         # one path's solved-form observables at the order parameters qv
+            c = replay_march(mod, (), 1, T, {}, jnp.ones(1), pj, F.unflat(qv), direct=True, width=width,
+                             normals={k: x[None] for k, x in one.items()}, sizes=dict(sz))
+            return F.flat(_solved_observables(mod, c, F))
+
+        def solved(qv):                   # the constraints' solutions from the saddle's averages
+            return F.flat(constraint_pass(mod, T, pj, F.unflat(qv), avg, sizes=dict(sz), width=width))
+
+        def second(f, x, d):
+            return jax.jvp(lambda y: jax.jvp(f, (y,), (d,))[1], (x,), (d,))[1]
+
+        def path(one, v, w):
+            jv = jax.jvp(lambda x: observables(one, x), (q0,), (v,))[1]
+            return jv + 0.5 * second(lambda x: observables(one, x), q0, w) + 0.5 * second(solved, q0, v)
+
+        return wt @ jax.vmap(path)(nm, V, W)
+    return run
+
+
+def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batch: int = 1024):
+    """m1 (T m,) time-major from one group of paths at its saddle (module doc; the two-layer engine's
+    dmftc.runtime.mean_correction written in the solved form of the constraints, where U = 1 - dF/dq, the
+    paths' directions are v = U^-1 Y and C'' is minus the second derivative of the constraints' solutions)."""
+    from scipy.linalg import solve_triangular
+
+    S = Y.shape[0]
+    V = solve_triangular(U, Y.T, lower=True, check_finite=False).T
+    W = np.roll(V, 1, axis=0)                   # an independent path's direction
+    shapes = {n: v.shape for n, v in q.items()}
+    batch = -(-S // -(-S // batch))             # equal batches; the last padded with zero-weight paths
+    fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes))
+    q0 = _Flat(mod, shapes, T).flat(q)
+    total = np.zeros(V.shape[1])
+    for a in range(0, S, batch):
+        n = min(batch, S - a)
+        pad = lambda x: jnp.concatenate([x, jnp.zeros((batch - n,) + x.shape[1:])]) if n < batch else x  # noqa: E731
+        nm = {k: pad(jnp.asarray(v[a:a + n])) for k, v in normals.items()}
+        wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
+        total += np.asarray(fn(nm, pj, q0, pad(jnp.asarray(V[a:a + n])), pad(jnp.asarray(W[a:a + n])), wt, avg))
+    return solve_triangular(U, total / S, lower=True, check_finite=False)
+
+
+def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
     doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
-    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}."""
+    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}; with ``correction`` also
+    'm1' (T m,): the O(1/N) correction to the mean from these paths."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
     fn = _compiled("propagator", mod, sz, T, S, width,
                    lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
-    q, J, Y = fn(normals, pj)
+    q, J, Y, avg = fn(normals, pj)
     U = np.eye(J.shape[0]) - np.asarray(J)
     Y = np.asarray(Y)
     kappa = Y.T @ Y / (S - 1)
     sigma, cond = causal_sandwich(U, kappa)
-    return {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
+    out = {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
+    if correction:
+        out["m1"] = two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg)
+    return out

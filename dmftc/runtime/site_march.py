@@ -51,7 +51,8 @@ from dmftc.errors import StructureSpecError
 from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, layer_number
 
 
-__all__ = ["Evaluator", "boundary_row", "layer_number", "point_params", "schedule", "site_march", "update_mask"]
+__all__ = ["Buffers", "Evaluator", "boundary_row", "constraint_pass", "layer_names", "layer_number", "point_params",
+           "readout_pass", "replay_march", "schedule", "site_march", "update_mask"]
 
 
 class Evaluator:
@@ -521,3 +522,26 @@ def readout_pass(mod, T: int, wts, p: dict, q: dict, hist: dict, *, normals: dic
         return solved
 
     return jax.lax.fori_loop(0, T, step, {n: B.zeros(n) for n, _ in site["readouts"]})
+
+
+def constraint_pass(mod, T: int, p: dict, q: dict, avg: dict, *, sizes: dict | None = None,
+                    width: float = 0.0) -> dict:
+    """Each readout constraint's solution over the whole trajectory from fixed single-site averages ``avg``
+    ({average: buffer}) with the order parameters at ``q``, the running sums of order parameters recomputed from
+    ``q``: the deterministic part of the saddle-point map, whose second derivative the O(1/N) mean correction
+    needs (dmftc.runtime.site_engine).  A one-time program only (as :func:`readout_pass`)."""
+    site = mod.SITE
+    B = Buffers(site, sizes, 1, T)
+    q1 = {n: jnp.broadcast_to(jnp.asarray(q[n], jnp.float64), B.zeros(n).shape) for n, _ in site["readouts"]}
+    order = [(k, n) for k, (n, scope) in enumerate(site.get("sums", ())) if scope == "order"]
+
+    def step(t, c):
+        solved, rs = dict(c[0]), c[1]
+        E = Evaluator(mod, 1, T, t, 1, {}, {}, q1, {}, p, (), width, {}, sz=sizes, rsums=rs)
+        for name, syms in site["readouts"]:
+            vals = {sym: B.col(avg[sym], t) for sym in syms}
+            solved[name] = B.put(solved[name], getattr(mod, f"site_constraint_{name}")(E, vals), t)
+        return solved, {(n, 1): rs[(n, 1)] + getattr(mod, f"site_increment_{k}")(E) for k, n in order}
+
+    c0 = ({n: B.zeros(n) for n, _ in site["readouts"]}, {(n, 1): B.zeros(n, None, current=True) for _, n in order})
+    return jax.lax.fori_loop(0, T, step, c0)[0]
