@@ -11,6 +11,7 @@ import pytest
 import dmftc
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.params import resolve_params
+from dmftc.runtime import kernels as _k
 from dmftc.runtime import two_layer as engine
 from dmftc.runtime.geometry import Geometry, place_sources
 from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
@@ -185,3 +186,33 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
     scale = np.abs(want).max()
     assert scale > 0
     assert np.abs(got - want).max() <= 1e-10 * scale, np.abs(got - want).max() / scale
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("specs/linear_whitened.dmft", dict(T=20, P=3, gamma=1.3)),
+    ("specs/eos.dmft", dict(T=20, gamma=2.0, eta=0.1)),
+    ("specs/online_linear.dmft", dict(T=20, D=3, gamma=0.7)),
+])
+def test_exact_backend_is_the_two_layer_engine(spec, params):
+    """Linear specs without sampling: the march on the 2n points +-sqrt(n) e_i (exact averages of quadratics)
+    and Isserlis on one path's gradient and Hessian in the sources give the two-layer exact backend's saddle
+    and propagator to round-off."""
+    from dmftc.runtime.exact import exact_moments
+    from dmftc.runtime.site_engine import two_layer_exact
+
+    mod = dmftc.load(ROOT / spec).module
+    assert mod.NONLINEAR is None
+    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    got = two_layer_exact(mod, p, sz, T)
+    geo = Geometry(mod, sz)
+    q, Rq, kappa, D = exact_moments(mod, geo, p, sz, T)
+    U0 = engine.explicit_jacobian(mod, geo, {k: np.asarray(v) for k, v in q.items()},
+                                  {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
+    want = engine.propagator(U0, kappa, D, geo, T)[0]
+    scale = np.abs(want).max()
+    assert np.abs(np.diag(want)).max() > 1e-3 * scale
+    assert np.abs(got["sigma"] - want).max() <= 1e-10 * scale, np.abs(got["sigma"] - want).max() / scale
+    qe = {k: np.moveaxis(_k.canonical(np.asarray(v), tuple(a + 1 for a in mod.STORED_AXES[k])), 0, -1)
+          for k, v in q.items()}
+    for k in qe:
+        assert np.abs(got["q"][k] - qe[k]).max() <= 1e-12 * max(np.abs(qe[k]).max(), 1.0), k

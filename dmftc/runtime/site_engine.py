@@ -26,10 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import StructureSpecError
+from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 
-__all__ = ["normals_of", "two_layer_saddle", "two_layer_propagator"]
+__all__ = ["exact_points", "normals_of", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
+           "two_layer_saddle"]
 
 
 def _program(mod):
@@ -242,3 +244,51 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: b
     if correction:
         out["m1"] = two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg)
     return out
+
+
+def exact_points(mod, p: dict, sz: dict):
+    """The source draws of the exact backend: the 2n points +-sqrt(n) e_i of the n standard-normal coordinates,
+    mapped through each source group's square-root factor (``draws[k]``, (2n, n_k)), and the factors.  With
+    equal weights they average every polynomial of degree <= 3 in the sources exactly: a linear process's
+    quadratic observables and their derivatives in the order parameters."""
+    factors = source_factors(mod, p, sz)
+    n = sum(L.shape[1] for L in factors)
+    X = np.sqrt(n) * np.concatenate([np.eye(n), -np.eye(n)])
+    draws, off = [], 0
+    for L in factors:
+        draws.append(X[:, off:off + L.shape[1]] @ L.T)
+        off += L.shape[1]
+    return draws, factors
+
+
+def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
+    """The saddle and propagator of a linear two-layer spec without sampling (``mod.NONLINEAR`` None): the march
+    on :func:`exact_points` gives the exact saddle and dF/dq; kappa from Isserlis, Cov(Y_a, Y_b) = b_a.b_b +
+    tr(H_a H_b) / 2, with b and H the gradient and Hessian of one path's solved-form observables in its
+    standard-normal coordinates (autodiff of the one-path march, exact for quadratics).  Returns what
+    :func:`two_layer_propagator` does, without 'm1'."""
+    draws, factors = exact_points(mod, p, sz)
+    normals, S, pj, width = _setup(mod, draws, p, sz)
+    core = _compiled("propagator", mod, sz, T, S, width, lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
+    q, J, _, avg = core(normals, pj)
+    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
+    n = sum(L.shape[1] for L in factors)
+
+    def one_path(x, pj, q):
+        parts, off = [], 0
+        for L in factors:
+            parts.append(jnp.asarray(L) @ x[off:off + L.shape[1]])
+            off += L.shape[1]
+        c = replay_march(mod, (), 1, T, {}, jnp.ones(1), pj, q, direct=True, width=width,
+                         normals={k: v[None] for k, v in normals_of(mod, [y[None] for y in parts]).items()},
+                         sizes=dict(sz))
+        return F.flat(_solved_observables(mod, c, F))
+
+    stats = _compiled("exact kappa", mod, sz, T, S, width, lambda pj, q: (
+        jax.jacfwd(one_path)(jnp.zeros(n), pj, q), jax.jacfwd(jax.jacfwd(one_path))(jnp.zeros(n), pj, q)))
+    b, H = (np.asarray(a) for a in stats(pj, q))
+    kappa = b @ b.T + 0.5 * np.einsum("aij,bji->ab", H, H)
+    U = np.eye(J.shape[0]) - np.asarray(J)
+    sigma, cond = causal_sandwich(U, kappa)
+    return {"q": _as_arrays(mod, q, sz, T), "q_layout": q, "sigma": sigma, "U": U, "kappa": kappa,
+            "condition": cond, "avg": avg}

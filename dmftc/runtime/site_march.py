@@ -428,12 +428,15 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
                 rows[(name, l)] = rows[(name, l)].at[t].set((wts @ jnp.broadcast_to(obs, (S, T))) * (idx <= t))
         EL = E0.at(L)
+        now_avg = {}
         for qname, syms in site["readouts"]:
             for sym in syms:
                 if sym in fixed:
                     continue
                 X = getattr(mod, f"site_average_{sym}")(EL)
-                avg[("direct", sym)] = B.put(avg[("direct", sym)], B.mean(wts, X, readout_of[sym]), t)
+                now_avg[sym] = B.mean(wts, X, readout_of[sym])
+                if ("direct", sym) in avg:
+                    avg[("direct", sym)] = B.put(avg[("direct", sym)], now_avg[sym], t)
                 if sym in stein:
                     f, x = stein[sym]
                     fam, off = covs[x]
@@ -447,7 +450,10 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
             for sym in syms:
                 base, k = fixed.get(sym, (sym, None))
                 kind = "stein" if (base in stein and not direct) else "direct"
-                vals[sym] = B.col(avg[(kind, base)], t if k is None else k * points + t % points)
+                if kind == "direct" and k is None:
+                    vals[sym] = now_avg[sym]
+                else:
+                    vals[sym] = B.col(avg[(kind, base)], t if k is None else k * points + t % points)
             solve = getattr(mod, f"site_constraint_{qname}")
             if replay is None:
                 q1[qname] = B.put(q1[qname], solve(EL, vals), t)
@@ -479,7 +485,9 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
           "rows": {(q, l): jnp.zeros((T, T)) for q in site["kernels"] + tuple(resp) for l in layers},
           "q1": {q: B.zeros(q) for q, _ in site["readouts"]},
           "avg": {(k, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms if sym not in fixed
-                  for k in ("stein", "direct")}}
+                  for k in ("stein", "direct") if k == "direct" or sym in stein}}
+    if replay is not None and not record and not fixed:     # the Jacobian's replay: no average kept over time
+        c0["avg"] = {}
     c0["rsum"] = {(n, l): B.zeros(n, S if scope == "sample" else None, current=True) for n, scope in sums
                   for l in layers}
     if keep:                        # the current-only buffers' histories, for the readout pass
