@@ -216,3 +216,16 @@ def test_exact_backend_is_the_two_layer_engine(spec, params):
           for k, v in q.items()}
     for k in qe:
         assert np.abs(got["q"][k] - qe[k]).max() <= 1e-12 * max(np.abs(qe[k]).max(), 1.0), k
+
+
+def test_derive_prints_the_program():
+    """`dmftc derive` of a two-layer spec ends with the single-site program the site engine runs."""
+    from dmftc.compiler import front_end
+    from dmftc.derive.report import format_derivation
+
+    text = format_derivation(front_end(ROOT / "specs" / "two_layer_multi.dmft")[1])
+    program = text[text.index("single-site program (one layer l"):]
+    assert "sources constant in time: u[mu], r;  array axes (paths, mu, nu, time)" in program
+    assert "g[l](t, mu) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))" in program
+    assert "running sum _I1[mu](t + 1) = _I1[mu](t) + eta*Sum(Delta(t, nu)*g[l](t, nu)*Kx[mu, nu]" in program
+    assert "readout -E_K + K[mu, nu](t) = 0" in program

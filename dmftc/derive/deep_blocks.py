@@ -199,9 +199,10 @@ def site_text(site, f=sp.sstr) -> list[str]:
               if terms else "") + "; the fields' tangents at the current step only):"]
     reads = dict(site.reads)
     name = lambda k, n, ref: n if k == "term" or not ref else f"{n}[{ref}]"      # noqa: E731
+    stored = dict(getattr(site, "stored", ()))
     for fname, expr in site.fields:
         same = ", ".join(name(*r) for r in reads[("field", fname)])
-        out.append(f"  {fname}[{lv}](t) = {f(expr)}")
+        out.append(f"  {fname}[{lv}](t{''.join(', ' + i for i in stored.get(fname, ()))}) = {f(expr)}")
         out.append(f"      after: {same or 'nothing of this step'}")
     for p in terms:
         out.append(f"  {f(p)} at s = t, after: {', '.join(name(*r) for r in reads[('term', sp.sstr(p))])}")

@@ -120,7 +120,32 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
         w("")
         w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
           + "; the Monte Carlo sensitivities replace each delta by a Gaussian of width dirac_width (solve option)")
+    if d.site is not None:
+        w("")
+        w(site_program_text(d.site))
+    else:
+        w("")
+        w(f"no single-site program: {d.site_missing}")
     return "\n".join(L)
+
+
+def site_program_text(site) -> str:
+    """A two-layer spec's single-site program (dmftc.derive.site_lowering), as the site engine runs it."""
+    from dmftc.derive.deep_blocks import site_text
+
+    ix = dict(site.stored)
+    out = ["single-site program (one layer l; dmftc.derive.site_lowering, run by dmftc.runtime.site_engine):"]
+    out.append(f"  sources constant in time: {', '.join(n + _ix(ix.get(n, ())) for n in site.normals)}"
+               + (f";  array axes (paths, {', '.join(a for a, _ in site.axes)}, time)" if site.axes else ""))
+    out += site_text(site)[1:]
+    for n, idx, scope, inc in site.sums:
+        out.append(f"  running sum {n}{_ix(idx)}(t + 1) = {n}{_ix(idx)}(t) + {sp.sstr(inc)}   ({scope}; after the "
+                   "readouts of step t)")
+    for name, coeff, rest, avgs in site.readouts:
+        means = "; ".join(f"{sym} = <{sp.sstr(e)}>" for sym, e in avgs)
+        lhs = sp.sstr(coeff * sp.Symbol(f"{name}{_ix(ix.get(name, ()))}(t)") + rest)
+        out.append(f"  readout {lhs} = 0" + (f",  {means}" if means else ""))
+    return "\n".join(out)
 
 
 def _format_latex(d: Derivation) -> str:
