@@ -229,3 +229,19 @@ def test_derive_prints_the_program():
     assert "g[l](t, mu) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))" in program
     assert "running sum _I1[mu](t + 1) = _I1[mu](t) + eta*Sum(Delta(t, nu)*g[l](t, nu)*Kx[mu, nu]" in program
     assert "readout -E_K + K[mu, nu](t) = 0" in program
+
+
+def test_compiled_model_saddle_on_draws_runs_the_program():
+    """CompiledModel.saddle_on_draws (the common-random-number reference of dmftc.validation.truth) marches the
+    single-site program: the two-layer engine's trajectories to round-off, and its errors are kept."""
+    m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+    params = dict(T=20, P=3, gamma=0.8, Kx=_gram(3, 21), y=np.array([1.0, -1.0, 0.5]))
+    p, sz, T = resolve_params(m.module, params)
+    draws = _draws(m.module, p, sz, 250, 2)
+    got, want = m.saddle_on_draws(draws, **params), saddle_on_draws(m.module, draws, **params)
+    for k in want:
+        assert np.abs(got[k] - want[k]).max() <= 1e-12 * np.abs(want[k]).max(), k
+    with pytest.raises(dmftc.errors.ParameterError, match="source groups"):
+        m.saddle_on_draws(draws[:1], **params)
+    with pytest.raises(dmftc.errors.ParameterError, match="dirac_width"):
+        m.saddle_on_draws(draws, dirac_width=-1.0, **params)

@@ -48,9 +48,18 @@ class CompiledModel:
         return solve(self.module, options, params)
 
     def saddle_on_draws(self, draws, **params) -> dict:
-        """The saddle-point march on given source draws, one (S, n_k) array per source group (see
-        :func:`dmftc.runtime.two_layer.saddle_on_draws`); returns ``{name: (*dims, T)}``."""
+        """The saddle-point march on given source draws, one (S, n_k) array per source group (``module.SOURCES``,
+        in declaration order); returns ``{name: (*dims, T)}``.  With the S draws of the neurons of finite-width
+        networks this is the order-parameter trajectory of a width-S system on exactly those neurons: the
+        common-random-number reference for measuring O(1/N) effects.  It marches the spec's single-site program
+        (:func:`dmftc.runtime.site_engine.two_layer_saddle`; equal to the two-layer engine's march to round-off,
+        tests/test_site_two_layer.py), or the two-layer engine's where the spec has none."""
+        import numpy as np
+
         from dmftc.errors import ParameterError
+        from dmftc.runtime.options import check_dirac_width
+        from dmftc.runtime.params import resolve_params
+        from dmftc.runtime.site_engine import two_layer_saddle
         from dmftc.runtime.solve import kind_of
         from dmftc.runtime.two_layer import saddle_on_draws
 
@@ -59,7 +68,15 @@ class CompiledModel:
                 f"saddle_on_draws takes draws of time-constant sources (two-layer specs); the sources of the deep "
                 f"spec {self.module.SPEC_PATH} are Gaussian processes whose covariances are order parameters, "
                 "so no draws are fixed before the march: use solve(seed=...) for common random numbers")
-        return saddle_on_draws(self.module, draws, **params)
+        mod = self.module
+        if getattr(mod, "SITE", None) is None:
+            return saddle_on_draws(mod, draws, **params)
+        if len(draws) != len(mod.SOURCES):
+            raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
+        width = check_dirac_width(params.pop("dirac_width", 0.1))
+        p, sz, T = resolve_params(mod, params, dirac_width=width)
+        S = int(np.shape(draws[0])[0])
+        return two_layer_saddle(mod, [np.asarray(x, dtype=float).reshape(S, -1) for x in draws], p, sz, T)
 
     def sweep(self, name: str, values, **kwargs) -> list:
         """Solve for each value of one parameter; compiled kernels are reused across the sweep."""
