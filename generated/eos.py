@@ -160,6 +160,7 @@ SITE = {
     'stored': (('h', ()), ('z', ()), ('u', ()), ('r', ()), ('Delta', ()), ('K', ()), ('_I1', ()), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
+    'tangents': True,
 }
 
 
@@ -181,6 +182,39 @@ def site_increment_0(E):
 def site_increment_1(E):
     """_I2(t + 1) - _I2(t) = eta*Delta(t)*h[l](t): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * E.q('Delta', 't') * E.field('h', 'l', 't'))
+
+
+# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+
+def site_dfield_h(E):
+    """d h: gamma*d___I1[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I1'))
+
+
+def site_dfield_z(E):
+    """d z: gamma*d___I2[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I2'))
+
+
+def site_dincrement_0(E):
+    """d _I1: eta*Delta(t)*d__z[l](t) + eta*d__Delta(t)*z[l](t)"""
+    return ((E.p['eta'] * E.q('Delta', 't') * E.dfield('z')) + (E.p['eta'] * E.dq('Delta') * E.field('z', 'l', 't')))
+
+
+def site_dincrement_1(E):
+    """d _I2: eta*Delta(t)*d__h[l](t) + eta*d__Delta(t)*h[l](t)"""
+    return ((E.p['eta'] * E.q('Delta', 't') * E.dfield('h')) + (E.p['eta'] * E.dq('Delta') * E.field('h', 'l', 't')))
+
+
+def site_daverage_E_Delta(E):
+    """d E_Delta: (-d__h[l](t)*z[l](t) - d__z[l](t)*h[l](t))/gamma"""
+    return (((-1.0 * E.dfield('h') * E.field('z', 'l', 't')) + (-1.0 * E.dfield('z') * E.field('h', 'l', 't'))) / (E.p['gamma']))
+
+
+def site_daverage_E_K(E):
+    """d E_K: 2*d__h[l](t)*h[l](t) + 2*d__z[l](t)*z[l](t)"""
+    return ((2.0 * E.dfield('h') * E.field('h', 'l', 't')) + (2.0 * E.dfield('z') * E.field('z', 'l', 't')))
 
 
 def site_average_E_Delta(E):

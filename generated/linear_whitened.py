@@ -160,6 +160,7 @@ SITE = {
     'stored': (('h', ('mu',)), ('z', ()), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
+    'tangents': True,
 }
 
 
@@ -181,6 +182,34 @@ def site_increment_0(E):
 def site_increment_1(E):
     """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, mu)*h[l](t, mu), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('h', 'l', 't')), axis=(1,), keepdims=True))
+
+
+# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+
+def site_dfield_h(E):
+    """d h: gamma*d___I1[l](t, mu)"""
+    return (E.p['gamma'] * E.drsum('_I1'))
+
+
+def site_dfield_z(E):
+    """d z: gamma*d___I2[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I2'))
+
+
+def site_dincrement_0(E):
+    """d _I1: eta*Delta(t, mu)*d__z[l](t) + eta*d__Delta(t, mu)*z[l](t)"""
+    return ((E.p['eta'] * E.q('Delta', 't') * E.dfield('z')) + (E.p['eta'] * E.dq('Delta') * E.field('z', 'l', 't')))
+
+
+def site_dincrement_1(E):
+    """d _I2: eta*Sum(Delta(t, mu)*d__h[l](t, mu) + d__Delta(t, mu)*h[l](t, mu), (mu, 0, P - 1))"""
+    return (E.p['eta'] * jnp.sum(((E.q('Delta', 't') * E.dfield('h')) + (E.dq('Delta') * E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
+
+
+def site_daverage_E_Delta(E):
+    """d E_Delta: -d__h[l](t, mu)*z[l](t)/gamma - d__z[l](t)*h[l](t, mu)/gamma"""
+    return ((-1.0 * E.dfield('h') * E.field('z', 'l', 't') / (E.p['gamma'])) + (-1.0 * E.dfield('z') * E.field('h', 'l', 't') / (E.p['gamma'])))
 
 
 def site_average_E_Delta(E):

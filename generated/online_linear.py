@@ -160,6 +160,7 @@ SITE = {
     'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',)), ('_I1', ('k',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
+    'tangents': True,
 }
 
 
@@ -181,6 +182,34 @@ def site_increment_0(E):
 def site_increment_1(E):
     """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, k)*w[l](t, k), (k, 0, D - 1)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('w', 'l', 't')), axis=(1,), keepdims=True))
+
+
+# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+
+def site_dfield_w(E):
+    """d w: gamma*d___I1[l](t, k)"""
+    return (E.p['gamma'] * E.drsum('_I1'))
+
+
+def site_dfield_a(E):
+    """d a: gamma*d___I2[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I2'))
+
+
+def site_dincrement_0(E):
+    """d _I1: eta*Delta(t, k)*d__a[l](t) + eta*a[l](t)*d__Delta(t, k)"""
+    return ((E.p['eta'] * E.q('Delta', 't') * E.dfield('a')) + (E.p['eta'] * E.field('a', 'l', 't') * E.dq('Delta')))
+
+
+def site_dincrement_1(E):
+    """d _I2: eta*Sum(Delta(t, k)*d__w[l](t, k) + d__Delta(t, k)*w[l](t, k), (k, 0, D - 1))"""
+    return (E.p['eta'] * jnp.sum(((E.q('Delta', 't') * E.dfield('w')) + (E.dq('Delta') * E.field('w', 'l', 't'))), axis=(1,), keepdims=True))
+
+
+def site_daverage_E_Delta(E):
+    """d E_Delta: -a[l](t)*d__w[l](t, k)/gamma - d__a[l](t)*w[l](t, k)/gamma"""
+    return ((-1.0 * E.field('a', 'l', 't') * E.dfield('w') / (E.p['gamma'])) + (-1.0 * E.dfield('a') * E.field('w', 'l', 't') / (E.p['gamma'])))
 
 
 def site_average_E_Delta(E):

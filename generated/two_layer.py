@@ -179,6 +179,7 @@ SITE = {
     'stored': (('h', ()), ('h_star', ()), ('z', ()), ('g', ()), ('g_star', ()), ('u', ()), ('u_star', ()), ('r', ()), ('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ()), ('_I1', ()), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
+    'tangents': True,
 }
 
 
@@ -215,6 +216,64 @@ def site_increment_0(E):
 def site_increment_1(E):
     """_I2(t + 1) - _I2(t) = eta*Delta(t)*tanh(h[l](t)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * E.q('Delta', 't') * jnp.tanh(E.field('h', 'l', 't')))
+
+
+# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+
+def site_dfield_h(E):
+    """d h: gamma*d___I1[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I1'))
+
+
+def site_dfield_h_star(E):
+    """d h_star: gamma*kx*d___I1[l](t)"""
+    return (E.p['gamma'] * E.p['kx'] * E.drsum('_I1'))
+
+
+def site_dfield_z(E):
+    """d z: gamma*d___I2[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I2'))
+
+
+def site_dfield_g(E):
+    """d g: -2*(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t)*tanh(h[l](t)) + (1 - tanh(h[l](t))**2)*d__z[l](t)"""
+    return (((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't') * jnp.tanh(E.field('h', 'l', 't'))))
+
+
+def site_dfield_g_star(E):
+    """d g_star: -2*(1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*z[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))**2)*d__z[l](t)"""
+    return (((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * E.field('z', 'l', 't') * jnp.tanh(E.field('h_star', 'l', 't'))))
+
+
+def site_dincrement_0(E):
+    """d _I1: eta*Delta(t)*d__g[l](t) + eta*d__Delta(t)*g[l](t)"""
+    return ((E.p['eta'] * E.q('Delta', 't') * E.dfield('g')) + (E.p['eta'] * E.dq('Delta') * E.field('g', 'l', 't')))
+
+
+def site_dincrement_1(E):
+    """d _I2: eta*(1 - tanh(h[l](t))**2)*Delta(t)*d__h[l](t) + eta*d__Delta(t)*tanh(h[l](t))"""
+    return ((E.p['eta'] * E.dq('Delta') * jnp.tanh(E.field('h', 'l', 't'))) + (E.p['eta'] * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.q('Delta', 't') * E.dfield('h')))
+
+
+def site_daverage_E_Delta(E):
+    """d E_Delta: (-(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t) - d__z[l](t)*tanh(h[l](t)))/gamma"""
+    return (((-1.0 * E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
+
+
+def site_daverage_E_f_star(E):
+    """d E_f_star: ((1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*z[l](t) + d__z[l](t)*tanh(h_star[l](t)))/gamma"""
+    return (((E.dfield('z') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * E.field('z', 'l', 't'))) / (E.p['gamma']))
+
+
+def site_daverage_E_K(E):
+    """d E_K: 2*(1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
+    return ((2.0 * E.dfield('g') * E.field('g', 'l', 't')) + (2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h', 'l', 't'))))
+
+
+def site_daverage_E_K_star(E):
+    """d E_K_star: kx*d__g[l](t)*g_star[l](t) + kx*d__g_star[l](t)*g[l](t) + (1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*tanh(h[l](t))"""
+    return ((E.p['kx'] * E.dfield('g') * E.field('g_star', 'l', 't')) + (E.p['kx'] * E.dfield('g_star') * E.field('g', 'l', 't')) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
 def site_average_E_Delta(E):

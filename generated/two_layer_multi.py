@@ -171,6 +171,7 @@ SITE = {
     'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu')), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
+    'tangents': True,
 }
 
 
@@ -197,6 +198,44 @@ def site_increment_0(E):
 def site_increment_1(E):
     """_I2(t + 1) - _I2(t) = eta*Sum(sqrt(2)*Delta(t, mu)*Max(0, h[l](t, mu)), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((jnp.sqrt(2.0) * E.q('Delta', 't') * jnp.maximum(0.0, E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
+
+
+# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+
+def site_dfield_h(E):
+    """d h: gamma*d___I1[l](t, mu)"""
+    return (E.p['gamma'] * E.drsum('_I1'))
+
+
+def site_dfield_z(E):
+    """d z: gamma*d___I2[l](t)"""
+    return (E.p['gamma'] * E.drsum('_I2'))
+
+
+def site_dfield_g(E):
+    """d g: sqrt(2)*d__h[l](t, mu)*z[l](t)*DiracDelta(h[l](t, mu)) + sqrt(2)*d__z[l](t)*Heaviside(h[l](t, mu))"""
+    return ((jnp.sqrt(2.0) * E.dfield('z') * _k.step(E.field('h', 'l', 't'), E.width)) + (jnp.sqrt(2.0) * E.dfield('h') * E.field('z', 'l', 't') * _k.dirac(E.field('h', 'l', 't'), E.width)))
+
+
+def site_dincrement_0(E):
+    """d _I1: eta*Sum(Delta(t, nu)*d__g[l](t, nu)*Kx[mu, nu] + d__Delta(t, nu)*g[l](t, nu)*Kx[mu, nu], (nu, 0, P - 1))"""
+    return (E.p['eta'] * jnp.sum(((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.dfield('g'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)) + (_k.relabel(E.dq('Delta'), (1,), (2,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4))), axis=(2,), keepdims=True))
+
+
+def site_dincrement_1(E):
+    """d _I2: eta*Sum(sqrt(2)*Delta(t, mu)*d__h[l](t, mu)*Heaviside(h[l](t, mu)) + sqrt(2)*d__Delta(t, mu)*Max(0, h[l](t, mu)), (mu, 0, P - 1))"""
+    return (E.p['eta'] * jnp.sum(((jnp.sqrt(2.0) * E.dq('Delta') * jnp.maximum(0.0, E.field('h', 'l', 't'))) + (jnp.sqrt(2.0) * E.q('Delta', 't') * E.dfield('h') * _k.step(E.field('h', 'l', 't'), E.width))), axis=(1,), keepdims=True))
+
+
+def site_daverage_E_Delta(E):
+    """d E_Delta: (-sqrt(2)*d__h[l](t, mu)*z[l](t)*Heaviside(h[l](t, mu)) - sqrt(2)*d__z[l](t)*Max(0, h[l](t, mu)))/gamma"""
+    return (((-1.0 * jnp.sqrt(2.0) * E.dfield('z') * jnp.maximum(0.0, E.field('h', 'l', 't'))) + (-1.0 * jnp.sqrt(2.0) * E.dfield('h') * E.field('z', 'l', 't') * _k.step(E.field('h', 'l', 't'), E.width))) / (E.p['gamma']))
+
+
+def site_daverage_E_K(E):
+    """d E_K: d__g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + d__g[l](t, nu)*g[l](t, mu)*Kx[mu, nu] + 2*d__h[l](t, mu)*Heaviside(h[l](t, mu))*Max(0, h[l](t, nu)) + 2*d__h[l](t, nu)*Heaviside(h[l](t, nu))*Max(0, h[l](t, mu))"""
+    return ((E.dfield('g') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)) + (_k.relabel(E.dfield('g'), (1,), (2,)) * E.field('g', 'l', 't') * _k.place(E.p['Kx'], (1, 2), 4)) + (2.0 * E.dfield('h') * _k.step(E.field('h', 'l', 't'), E.width) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (2.0 * _k.relabel(E.dfield('h'), (1,), (2,)) * _k.step(_k.relabel(E.field('h', 'l', 't'), (1,), (2,)), E.width) * jnp.maximum(0.0, E.field('h', 'l', 't'))))
 
 
 def site_average_E_Delta(E):

@@ -28,6 +28,7 @@ import sympy as sp
 
 from dmftc.codegen.two_layer import ExprPrinter
 from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
+from dmftc.derive.site_lowering import TANGENT
 
 
 class _SitePrinter(ExprPrinter):
@@ -120,6 +121,10 @@ class _SitePrinter(ExprPrinter):
             return None
         base, ref = split_name(name)
         ref = ref or ""
+        if self.layout and name.startswith(TANGENT):          # a perturbation (dmftc.derive.site_lowering.tangent)
+            base, _ = split_name(name[len(TANGENT):])
+            kind = "dfield" if base in self.fields else "drsum" if base in self.running else "dq"
+            return self.indexed(f"E.{kind}({base!r})", base, e.args[1:])
         if self.layout and (base in self.fields or base in self.sources or base in self.scalars):
             a, idx = e.args[0], e.args[1:]
             if base in self.fields:
@@ -177,7 +182,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         read = {type(a).__name__ for _, e in prog.fields for a in e.atoms(sp.core.function.AppliedUndef)}
         read |= {type(a).__name__ for *_, e in prog.sums for a in e.atoms(sp.core.function.AppliedUndef)}
         site.update(axes=prog.axes, stored=prog.stored, drivers=tuple(n for n in scalars if n in read),
-                    sums=tuple((n, scope) for n, _, scope, _ in prog.sums))
+                    sums=tuple((n, scope) for n, _, scope, _ in prog.sums), tangents=bool(prog.tangents))
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
@@ -210,6 +215,15 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
     for n, e, x in prog.responses:
         w(f"\ndef site_response_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <d {sp.sstr(e)} / d {x}[{lv}](s)>: the observable "
           f"at {tv} (the runtime carries its tangents)\"\"\"\n    return {pr.p(e)}\n\n")
+    if prog.tangents:
+        w("\n# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with\n"
+          "# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)\n")
+    for k, (kind, n, e) in enumerate(prog.tangents):
+        if kind == "sum":
+            fn = f"site_dincrement_{[m for m, *_ in prog.sums].index(n)}"
+        else:
+            fn = f"site_d{kind}_{n}"
+        w(f"\ndef {fn}(E):\n    \"\"\"d {n}: {sp.sstr(e)}\"\"\"\n    return {pr.p(e)}\n\n")
     stein = {sym: y for sym, _, _, y in prog.stein}
     for name, coeff, rest, avgs in prog.readouts:
         for sym, e in avgs:

@@ -64,6 +64,7 @@ class SiteProgram:
     axes: tuple | None = None    # a two-layer spec's sample indices ((name, size), ...), the arrays' layout (None: deep)
     stored: tuple = ()       # ((quantity, its sample indices), ...) (two-layer)
     sums: tuple = ()         # running sums ((name, indices, scope 'sample' | 'order', eta * increment at t), ...)
+    tangents: tuple = ()     # ((kind 'field' | 'sum' | 'average', name, its tangent), ...) (two-layer: the Jacobian)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -227,19 +228,19 @@ def site_program(ir: ModelIR) -> SiteProgram:
 
 
 def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,
-             stored=(), sums=()) -> SiteProgram:
+             stored=(), sums=(), tangents=()) -> SiteProgram:
     """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
     plans, fixed-time averages, path factors and same-time reads (module doc)."""
     tsym = sp.Symbol(time)
     names = {n for n, _ in fields}
     two = {n for n, _ in fams} | {n for n, _, _ in resp}
     src_names = {n for n, _, _ in srcs} | set(normals)
-    tangents = {x for _, _, x in resp}
+    carried = {x for _, _, x in resp}
     stein, fixed = [], []
     for _, _, _, avgs in reads:
         plans = {}
         for sym, expr in avgs:
-            plan = _stein_plan(expr, dict(fields), srcs, tangents, tsym)
+            plan = _stein_plan(expr, dict(fields), srcs, carried, tsym)
             if plan is not None:
                 plans[sym] = expr
                 stein.append((sym,) + plan)
@@ -270,4 +271,4 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
                        tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
-                       axes, tuple(stored), tuple(sums))
+                       axes, tuple(stored), tuple(sums), tuple(tangents))

@@ -31,7 +31,7 @@ from dmftc.derive.site import merge_sums
 from dmftc.errors import StructureSpecError
 from dmftc.ir.nodes import ModelIR
 
-__all__ = ["LAYER", "two_layer_parts"]
+__all__ = ["LAYER", "TANGENT", "tangent", "two_layer_parts"]
 
 LAYER = "l"                 # the layer variable of the lowered program (one layer)
 
@@ -69,6 +69,20 @@ def _reuse_dummies(expr, declared: dict, index_size: dict):
         inner = outer | {x for x in e.free_symbols if x.is_integer}
         return e.func(*[walk(a, inner) for a in e.args])
     return walk(expr, set())
+
+
+TANGENT = "d__"      # the prefix of a perturbation: d__h[l](t, mu) is the tangent of h[l](t, mu)
+
+
+def tangent(expr, perturbed: set):
+    """The directional derivative of ``expr`` when every quantity named in ``perturbed`` (fields, running sums,
+    the order parameters the fields read) moves along its tangent ``d__<name>``: d/de expr(a + e d__a) at 0.
+    Index sums and causal structure pass through; Heaviside differentiates to DiracDelta (the mollified delta
+    at run time), as in the two-layer engine's tangents."""
+    eps = sp.Symbol("__eps")
+    rep = {a: a + eps * sp.Function(TANGENT + type(a).__name__)(*a.args)
+           for a in expr.atoms(sp.core.function.AppliedUndef) if type(a).__name__ in perturbed}
+    return sp.diff(expr.xreplace(rep), eps).subs(eps, 0)
 
 
 def two_layer_parts(ir: ModelIR) -> dict:
@@ -123,7 +137,13 @@ def two_layer_parts(ir: ModelIR) -> dict:
     exprs += [inc for *_, inc in running]
     axes = tuple((i, ir.index_size[i]) for i in _index_names(exprs, ir.index_size))
     act = ir.activations[0][0] if ir.activations else "phi"
+    drivers = {type(a).__name__ for e in [e for _, e in fields_out] + [inc for *_, inc in running]
+               for a in e.atoms(sp.core.function.AppliedUndef)} & set(orders)
+    perturbed = {f"{n}[{LAYER}]" for n in fields} | {f"{sum_name[k]}[{LAYER}]" for k in sums} | drivers
+    tangents = tuple([("field", n, tangent(e, perturbed)) for n, e in fields_out]
+                     + [("sum", n, tangent(inc, perturbed)) for n, _, _, inc in running]
+                     + [("average", str(sym), tangent(e, perturbed)) for r in reads for sym, e in r[3]])
     return dict(fields=fields_out, srcs=(), fams=(), resp=(), reads=tuple(reads), time=ir.time[0], act=act,
                 layer=LAYER, normals=tuple(sources), axes=axes,
                 stored=tuple((n, stored[n]) for n in fields + sources + orders + [sum_name[k] for k in sums]),
-                sums=running)
+                sums=running, tangents=tangents)

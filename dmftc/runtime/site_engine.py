@@ -29,6 +29,7 @@ from dmftc.errors import StructureSpecError
 from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
+from dmftc.runtime.site_tangents import driver_jacobian
 
 __all__ = ["exact_points", "normals_of", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
            "two_layer_saddle"]
@@ -132,6 +133,14 @@ class _Flat:
             out[n] = jnp.transpose(x, [perm.index(k) for k in range(len(axes))] + [len(axes)])[None]
         return out
 
+    def layout_rows(self, name, x):
+        """(T, components, X) of ``name`` -> (T, 1, index dims, X) in the layout (as ``unflat``, X trailing)."""
+        axes = self.axes
+        keep = [axes.index(i) for i in self.stored[name]]
+        perm = keep + [k for k in range(len(axes)) if k not in keep]
+        y = x.reshape((x.shape[0],) + tuple(self.shapes[name][1 + k] for k in perm) + (x.shape[-1],))
+        return jnp.transpose(y, [0] + [1 + perm.index(k) for k in range(len(axes))] + [len(axes) + 1])[:, None]
+
     def drivers(self) -> np.ndarray:
         """(T m,) True on the components of the order parameters the fields and running sums read."""
         drive = np.zeros((self.T, self.m), dtype=bool)
@@ -167,12 +176,22 @@ def _propagator_core(mod, normals, pj, sz, T, S, width):
     # the readouts alone in the others (the fields do not depend on them)
     drive = F.drivers()
     J = jnp.zeros((T * F.m, T * F.m))
-    for cols, fn in ((drive, lambda qv: F.flat(replay(qv, record=False)["solved"])),
-                     (~drive, lambda qv: F.flat(readout_pass(mod, T, wts, pj, F.unflat(qv), c["rec_hist"],
-                                                             rsums=c["rec_sums"], **kw)))):
-        idx = np.flatnonzero(cols)
-        if idx.size:
-            J = J.at[:, idx].set(jax.jacfwd(lambda x, fn=fn, idx=idx: fn(q0.at[idx].set(x)))(q0[idx]))
+    idx = np.flatnonzero(drive)
+    if idx.size:                  # the program's own tangents, all directions in one march (site_tangents)
+        basis = np.zeros((T * F.m, idx.size))
+        basis[idx, np.arange(idx.size)] = 1.0
+        basis = basis.reshape(T, F.m, idx.size)
+        columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in zip(F.names, F.edges[:-1],
+                                                                                    F.edges[1:])
+                   if n in mod.SITE["drivers"]}
+        rows = driver_jacobian(mod, T, wts, pj, F.unflat(q0), columns, **kw)
+        per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
+        J = J.at[:, idx].set(jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size))
+    rest = np.flatnonzero(~drive)
+    if rest.size:                 # the fields do not read these: through the readouts alone
+        fn = lambda qv: F.flat(readout_pass(mod, T, wts, pj, F.unflat(qv), c["rec_hist"],   # noqa: E731
+                                            rsums=c["rec_sums"], **kw))
+        J = J.at[:, rest].set(jax.jacfwd(lambda x: fn(q0.at[rest].set(x)))(q0[rest]))
     Y = _solved_observables(mod, c, F)
     Y = {n: jnp.broadcast_to(v - v.mean(axis=0, keepdims=True), (S,) + q[n].shape[1:]) for n, v in Y.items()}
     Yflat = jax.vmap(lambda i: F.flat({n: v[i][None] for n, v in Y.items()}))(jnp.arange(S))

@@ -69,9 +69,10 @@ class Evaluator:
     one-time order parameters at s (paths or 1, ..., T), and a causal sum keeps its time axis (size 1)."""
 
     def __init__(self, mod, L, T, t, l, hist, rows, q1, src, p, act, width, bounds, cur=None, terms=None, points=1,
-                 sz=None, rsums=None):
+                 sz=None, rsums=None, tangents=None):
         self.mod, self.L, self.T, self.t, self.l, self.cur = mod, L, T, t, l, cur or {}
         self.layout, self.sz, self.rsums = "axes" in mod.SITE, sz, rsums or {}
+        self.tangents = tangents or {}       # perturbations (dmftc.runtime.site_tangents): 'field', 'rsum', 'q'
         self.var, self.depth = layer_names(mod)
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
@@ -85,7 +86,7 @@ class Evaluator:
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
                          self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz,
-                         rsums=self.rsums)
+                         rsums=self.rsums, tangents=self.tangents)
 
     def fixed(self, k):
         """The step of the fixed time k at this step's point."""
@@ -100,6 +101,18 @@ class Evaluator:
         if x.shape[-1] == 1 and time == "t":
             return x
         return _column(x, self.t if time == "t" else self.fixed(time))
+
+    def dfield(self, name):
+        """The tangent of a field of this layer at t (paths, index dims, directions)."""
+        return self.tangents["field"][(name, self.l)]
+
+    def drsum(self, name):
+        """The tangent of a running sum at t."""
+        return self.tangents["rsum"][(name, self.l)]
+
+    def dq(self, name):
+        """The tangent of a one-time order parameter at t (1, index dims, directions)."""
+        return self.tangents["q"][name]
 
     def rsum(self, name):
         """A running sum (dmftc.derive.site_lowering) of this layer at t: eta times the sum of its increments over

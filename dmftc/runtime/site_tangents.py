@@ -1,0 +1,80 @@
+"""The Jacobian of a two-layer program's saddle-point map in the order parameters its fields read, by the
+program's own tangents (issue 12, one engine; dmftc.derive.site_lowering.tangent).
+
+The site engine's map q -> F(q) (dmftc.runtime.site_engine) is differentiated here in one forward march that
+carries, beside every field and running sum, its tangents along all D directions at once: the directions
+(s, component) of the driving order parameters, on the arrays' last axis (the layout's time axis, size 1 for a
+value at one time, is where the directions go).  At step t the fields' tangents are the printed
+``site_dfield_*`` (chain rule through SymPy, kinks as mollified deltas), the averages' the ``site_daverage_*``
+averaged over the paths, each readout constraint's the jvp of its solution in (averages, the order parameters
+at t, the running sums of order parameters), and the running sums advance by ``site_dincrement_*``.  The
+perturbation of q_d(s) enters at step s only (its one-hot on the last axis), so nothing is recomputed per
+direction and the directions are the fastest axis (the cost of JAX's vmap over directions of the whole march,
+which this replaces: tests/test_site_two_layer.py checks both give the same Jacobian).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dmftc.runtime.site_march import Buffers, Evaluator, schedule, layer_names
+
+__all__ = ["driver_jacobian"]
+
+
+def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normals: dict, sizes: dict,
+                    width: float = 0.0):
+    """{name: (T, 1, index dims, D)}: d F_name(t) / d (direction j), for the D directions given by ``columns``
+    ({driver: (T, 1, index dims, D) one-hot}: the perturbation of that order parameter at each time), with the
+    order parameters held at ``q`` ({name: (1, index dims, T)}) and paths ``normals`` of weights ``wts``."""
+    site = mod.SITE
+    S = int(jnp.shape(wts)[0])
+    B = Buffers(site, sizes, S, T)
+    D = next(iter(columns.values())).shape[-1]
+    src = {(n, 1): B.source(n, v) for n, v in normals.items()}
+    q1 = {n: jnp.broadcast_to(jnp.asarray(q[n], jnp.float64), B.zeros(n).shape) for n, _ in site["readouts"]}
+    sums = site.get("sums", ())
+    order = [node for node in schedule(site, 1, *layer_names(mod)) if node[0] == "field"]
+    order_sums = [(n, 1) for n, scope in sums if scope == "order"]
+    zeros = {n: jnp.zeros(B.zeros(n).shape[:-1] + (D,)) for n in q1}
+
+    def step(t, c):
+        hist, rs, dhist, drs, rows = (dict(c[k]) for k in ("hist", "rs", "dhist", "drs", "rows"))
+        dq = {n: columns[n][t] if n in columns else zeros[n] for n in q1}
+        tan = {"field": dhist, "rsum": drs, "q": dq}
+        E = Evaluator(mod, 1, T, t, 1, hist, {}, q1, src, p, (), width, {}, sz=sizes, rsums=rs, tangents=tan)
+        for _, name, _ in order:
+            hist[(name, 1)] = jnp.broadcast_to(getattr(mod, f"site_field_{name}")(E), hist[(name, 1)].shape)
+            dhist[(name, 1)] = jnp.broadcast_to(getattr(mod, f"site_dfield_{name}")(E), dhist[(name, 1)].shape)
+        for qname, syms in site["readouts"]:
+            vals = {sym: B.mean(wts, getattr(mod, f"site_average_{sym}")(E), qname) for sym in syms}
+            w = jnp.reshape(wts, (S,) + (1,) * (len(B.dims[qname]) + 1))     # a reduction the producer fuses into
+            dvals = {sym: jnp.broadcast_to(jnp.sum(w * getattr(mod, f"site_daverage_{sym}")(E), axis=0,
+                                                   keepdims=True), (1,) + B.dims[qname] + (D,)) for sym in syms}
+
+            def solve(v, qq, r, qname=qname):
+                Ej = Evaluator(mod, 1, T, t, 1, hist, {}, qq, src, p, (), width, {}, sz=sizes, rsums=r)
+                return getattr(mod, f"site_constraint_{qname}")(Ej, v)
+
+            # the jvp of the constraint's solution along each direction (the last axis): cheap, no paths; the
+            # tangents get a time axis of size 1 (values at t) or T (the order parameters' buffers) before it
+            tq = {n: jnp.where(jnp.arange(T)[:, None] == t, dq[n][..., None, :], 0.0) for n in q1}
+            ro = {k: rs[k] for k in order_sums}
+            tr = {k: drs[k][..., None, :] for k in order_sums}
+            tv = {k: v[..., None, :] for k, v in dvals.items()}
+            fn = lambda a, b, c, qname=qname: jax.jvp(solve, (vals, q1, ro), (a, b, c))[1]    # noqa: E731
+            d = jax.vmap(fn, in_axes=(-1, -1, -1), out_axes=-1)(tv, tq, tr)
+            d = jnp.broadcast_to(d, (1,) + B.dims[qname] + (1, D)).reshape((1,) + B.dims[qname] + (D,))
+            rows[qname] = rows[qname].at[t].set(d)
+        for k, (n, _) in enumerate(sums):
+            inc, dinc = getattr(mod, f"site_increment_{k}")(E), getattr(mod, f"site_dincrement_{k}")(E)
+            rs[(n, 1)] = rs[(n, 1)] + inc
+            drs[(n, 1)] = drs[(n, 1)] + jnp.broadcast_to(dinc, drs[(n, 1)].shape)
+        return {"hist": hist, "rs": rs, "dhist": dhist, "drs": drs, "rows": rows}
+
+    c0 = {"hist": {(f, 1): B.zeros(f, S, current=True) for f in site["fields"]},
+          "rs": {(n, 1): B.zeros(n, S if scope == "sample" else None, current=True) for n, scope in sums},
+          "dhist": {(f, 1): jnp.zeros((S,) + B.dims[f] + (D,)) for f in site["fields"]},
+          "drs": {(n, 1): jnp.zeros((S if scope == "sample" else 1,) + B.dims[n] + (D,)) for n, scope in sums},
+          "rows": {n: jnp.zeros((T, 1) + B.dims[n] + (D,)) for n in q1}}
+    return jax.lax.fori_loop(0, T, step, c0)["rows"]
