@@ -8,6 +8,8 @@ Regenerate with `dmftc compile specs/eos.dmft`.  Layout of every array:
 """
 import numpy as np
 
+from dmftc.runtime import kernels as _k
+
 MODEL = 'eos'
 DESCRIPTION = 'two-layer linear net, one point, large-step gradient descent'
 DMFTC_VERSION = '0.1.0'
@@ -212,9 +214,19 @@ def site_daverage_E_Delta(E):
     return (((-1.0 * E.dfield('h') * E.field('z', 'l', 't')) + (-1.0 * E.dfield('z') * E.field('h', 'l', 't'))) / (E.p['gamma']))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-1.0 * E.field('z', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('z'), (-1.0 * E.field('h', 'l', 't') / (E.p['gamma'])))
+
+
 def site_daverage_E_K(E):
     """d E_K: 2*d__h[l](t)*h[l](t) + 2*d__z[l](t)*z[l](t)"""
     return ((2.0 * E.dfield('h') * E.field('h', 'l', 't')) + (2.0 * E.dfield('z') * E.field('z', 'l', 't')))
+
+
+def site_dmean_E_K(E, w):
+    """<d E_K> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (2.0 * E.field('h', 'l', 't'))) + _k.path_dot(w, E.dfield('z'), (2.0 * E.field('z', 'l', 't')))
 
 
 def site_average_E_Delta(E):

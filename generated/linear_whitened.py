@@ -212,6 +212,11 @@ def site_daverage_E_Delta(E):
     return ((-1.0 * E.dfield('h') * E.field('z', 'l', 't') / (E.p['gamma'])) + (-1.0 * E.dfield('z') * E.field('h', 'l', 't') / (E.p['gamma'])))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-1.0 * E.field('z', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('z'), (-1.0 * E.field('h', 'l', 't') / (E.p['gamma'])))
+
+
 def site_average_E_Delta(E):
     """E_Delta = <-h[l](t, mu)*z[l](t)/gamma + r[l](t)*u[l](t, mu)/gamma>: the paths"""
     return ((-1.0 * E.field('h', 'l', 't') * E.field('z', 'l', 't') / (E.p['gamma'])) + (E.source('r', 'l') * E.source('u', 'l') / (E.p['gamma'])))

@@ -212,6 +212,11 @@ def site_daverage_E_Delta(E):
     return ((-1.0 * E.field('a', 'l', 't') * E.dfield('w') / (E.p['gamma'])) + (-1.0 * E.dfield('a') * E.field('w', 'l', 't') / (E.p['gamma'])))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('w'), (-1.0 * E.field('a', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('a'), (-1.0 * E.field('w', 'l', 't') / (E.p['gamma'])))
+
+
 def site_average_E_Delta(E):
     """E_Delta = <a0[l](t)*w0[l](t, k)/gamma - a[l](t)*w[l](t, k)/gamma>: the paths"""
     return ((E.source('a0', 'l') * E.source('w0', 'l') / (E.p['gamma'])) + (-1.0 * E.field('a', 'l', 't') * E.field('w', 'l', 't') / (E.p['gamma'])))

@@ -9,6 +9,8 @@ Regenerate with `dmftc compile specs/rates.dmft`.  Layout of every array:
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.runtime import kernels as _k
+
 MODEL = 'rates'
 DESCRIPTION = 'two-layer tanh net, one point, with the rate r = -log(Delta / y) as an order parameter'
 DMFTC_VERSION = '0.1.0'
@@ -228,9 +230,19 @@ def site_daverage_E_Delta(E):
     return (((-1.0 * E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-1.0 * E.field('z', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('z'), (-1.0 * jnp.tanh(E.field('h', 'l', 't')) / (E.p['gamma']))) + _k.path_dot(w, E.dfield('h'), (E.field('z', 'l', 't') * (jnp.tanh(E.field('h', 'l', 't')) ** 2) / (E.p['gamma'])))
+
+
 def site_daverage_E_K(E):
     """d E_K: 2*(1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
     return ((2.0 * E.dfield('g') * E.field('g', 'l', 't')) + (2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h', 'l', 't'))))
+
+
+def site_dmean_E_K(E, w):
+    """<d E_K> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-2.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 3))) + _k.path_dot(w, E.dfield('g'), (2.0 * E.field('g', 'l', 't'))) + _k.path_dot(w, E.dfield('h'), (2.0 * jnp.tanh(E.field('h', 'l', 't'))))
 
 
 def site_average_E_Delta(E):

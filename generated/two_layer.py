@@ -9,6 +9,8 @@ Regenerate with `dmftc compile specs/two_layer.dmft`.  Layout of every array:
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.runtime import kernels as _k
+
 MODEL = 'two_layer'
 DESCRIPTION = 'two-layer net, one training point, one test point'
 DMFTC_VERSION = '0.1.0'
@@ -261,9 +263,19 @@ def site_daverage_E_Delta(E):
     return (((-1.0 * E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-1.0 * E.field('z', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('z'), (-1.0 * jnp.tanh(E.field('h', 'l', 't')) / (E.p['gamma']))) + _k.path_dot(w, E.dfield('h'), (E.field('z', 'l', 't') * (jnp.tanh(E.field('h', 'l', 't')) ** 2) / (E.p['gamma'])))
+
+
 def site_daverage_E_f_star(E):
     """d E_f_star: ((1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*z[l](t) + d__z[l](t)*tanh(h_star[l](t)))/gamma"""
     return (((E.dfield('z') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * E.field('z', 'l', 't'))) / (E.p['gamma']))
+
+
+def site_dmean_E_f_star(E, w):
+    """<d E_f_star> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h_star'), (E.field('z', 'l', 't') / (E.p['gamma']))) + _k.path_dot(w, E.dfield('z'), (jnp.tanh(E.field('h_star', 'l', 't')) / (E.p['gamma']))) + _k.path_dot(w, E.dfield('h_star'), (-1.0 * E.field('z', 'l', 't') * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2) / (E.p['gamma'])))
 
 
 def site_daverage_E_K(E):
@@ -271,9 +283,19 @@ def site_daverage_E_K(E):
     return ((2.0 * E.dfield('g') * E.field('g', 'l', 't')) + (2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
+def site_dmean_E_K(E, w):
+    """<d E_K> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), (-2.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 3))) + _k.path_dot(w, E.dfield('g'), (2.0 * E.field('g', 'l', 't'))) + _k.path_dot(w, E.dfield('h'), (2.0 * jnp.tanh(E.field('h', 'l', 't'))))
+
+
 def site_daverage_E_K_star(E):
     """d E_K_star: kx*d__g[l](t)*g_star[l](t) + kx*d__g_star[l](t)*g[l](t) + (1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*tanh(h[l](t))"""
     return ((E.p['kx'] * E.dfield('g') * E.field('g_star', 'l', 't')) + (E.p['kx'] * E.dfield('g_star') * E.field('g', 'l', 't')) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * jnp.tanh(E.field('h', 'l', 't'))))
+
+
+def site_dmean_E_K_star(E, w):
+    """<d E_K_star> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('h'), jnp.tanh(E.field('h_star', 'l', 't'))) + _k.path_dot(w, E.dfield('h_star'), jnp.tanh(E.field('h', 'l', 't'))) + _k.path_dot(w, E.dfield('g'), (E.p['kx'] * E.field('g_star', 'l', 't'))) + _k.path_dot(w, E.dfield('g_star'), (E.p['kx'] * E.field('g', 'l', 't'))) + _k.path_dot(w, E.dfield('h'), (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2) * jnp.tanh(E.field('h_star', 'l', 't')))) + _k.path_dot(w, E.dfield('h_star'), (-1.0 * jnp.tanh(E.field('h', 'l', 't')) * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2)))
 
 
 def site_average_E_Delta(E):

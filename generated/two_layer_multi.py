@@ -233,9 +233,19 @@ def site_daverage_E_Delta(E):
     return (((-1.0 * jnp.sqrt(2.0) * E.dfield('z') * jnp.maximum(0.0, E.field('h', 'l', 't'))) + (-1.0 * jnp.sqrt(2.0) * E.dfield('h') * E.field('z', 'l', 't') * _k.step(E.field('h', 'l', 't'), E.width))) / (E.p['gamma']))
 
 
+def site_dmean_E_Delta(E, w):
+    """<d E_Delta> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('z'), (-1.0 * jnp.sqrt(2.0) * jnp.maximum(0.0, E.field('h', 'l', 't')) / (E.p['gamma']))) + _k.path_dot(w, E.dfield('h'), (-1.0 * jnp.sqrt(2.0) * E.field('z', 'l', 't') * _k.step(E.field('h', 'l', 't'), E.width) / (E.p['gamma'])))
+
+
 def site_daverage_E_K(E):
     """d E_K: d__g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + d__g[l](t, nu)*g[l](t, mu)*Kx[mu, nu] + 2*d__h[l](t, mu)*Heaviside(h[l](t, mu))*Max(0, h[l](t, nu)) + 2*d__h[l](t, nu)*Heaviside(h[l](t, nu))*Max(0, h[l](t, mu))"""
     return ((E.dfield('g') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)) + (_k.relabel(E.dfield('g'), (1,), (2,)) * E.field('g', 'l', 't') * _k.place(E.p['Kx'], (1, 2), 4)) + (2.0 * E.dfield('h') * _k.step(E.field('h', 'l', 't'), E.width) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (2.0 * _k.relabel(E.dfield('h'), (1,), (2,)) * _k.step(_k.relabel(E.field('h', 'l', 't'), (1,), (2,)), E.width) * jnp.maximum(0.0, E.field('h', 'l', 't'))))
+
+
+def site_dmean_E_K(E, w):
+    """<d E_K> with path weights w: per term, its perturbed factors and the rest contracted over the paths"""
+    return _k.path_dot(w, E.dfield('g'), (_k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4))) + _k.path_dot(w, _k.relabel(E.dfield('g'), (1,), (2,)), (E.field('g', 'l', 't') * _k.place(E.p['Kx'], (1, 2), 4))) + _k.path_dot(w, E.dfield('h'), (2.0 * _k.step(E.field('h', 'l', 't'), E.width) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,))))) + _k.path_dot(w, _k.relabel(E.dfield('h'), (1,), (2,)), (2.0 * _k.step(_k.relabel(E.field('h', 'l', 't'), (1,), (2,)), E.width) * jnp.maximum(0.0, E.field('h', 'l', 't'))))
 
 
 def site_average_E_Delta(E):

@@ -245,3 +245,13 @@ def test_compiled_model_saddle_on_draws_runs_the_program():
         m.saddle_on_draws(draws[:1], **params)
     with pytest.raises(dmftc.errors.ParameterError, match="dirac_width"):
         m.saddle_on_draws(draws, dirac_width=-1.0, **params)
+
+
+def test_abs_activation_propagator(tmp_path):
+    """|h| (phi' = sign, phi'' = 2 delta): the program's functions are real-valued, so SymPy differentiates |h| to
+    sign(h) and sign to a delta (tests/test_fuzz.py regressions: a complex derivative broke compilation)."""
+    path = tmp_path / "abs_multi.dmft"
+    path.write_text(MULTI.replace("sqrt(2) * max(0, h)", "abs(h)").replace("model two_layer_multi ", "model abs_multi "))
+    mod = dmftc.load(path, out_dir=tmp_path / "generated").module
+    assert mod.SITE is not None
+    _assert_same_propagator(mod, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)

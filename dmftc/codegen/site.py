@@ -224,6 +224,9 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         else:
             fn = f"site_d{kind}_{n}"
         w(f"\ndef {fn}(E):\n    \"\"\"d {n}: {sp.sstr(e)}\"\"\"\n    return {pr.p(e)}\n\n")
+        if kind == "average":
+            w(f"\ndef site_dmean_{n}(E, w):\n    \"\"\"<d {n}> with path weights w: per term, its perturbed factors "
+              f"and the rest contracted over the paths\"\"\"\n    return {_path_means(pr, e)}\n\n")
     stein = {sym: y for sym, _, _, y in prog.stein}
     for name, coeff, rest, avgs in prog.readouts:
         for sym, e in avgs:
@@ -244,3 +247,16 @@ def _with_averages(atom, syms: set):
             return f"v[{e.name!r}]"
         return atom(e)
     return inner
+
+
+def _path_means(pr, e) -> str:
+    """The weighted path average of a tangent, term by term as ``_k.path_dot(w, perturbed factors, the rest)``."""
+    def perturbed(f):
+        return any(type(a).__name__.startswith(TANGENT) for a in f.atoms(sp.core.function.AppliedUndef))
+    parts = []
+    for term in sp.Add.make_args(sp.expand(e)):
+        fs = sp.Mul.make_args(term)
+        x = sp.Mul(*[f for f in fs if perturbed(f)])
+        y = sp.Mul(*[f for f in fs if not perturbed(f)])
+        parts.append(f"_k.path_dot(w, {pr.p(x)}, {pr.p(y)})")
+    return " + ".join(parts) if parts else "0.0"

@@ -327,11 +327,18 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     for pt in d.past_terms:
         w(f"        ({pr(pt.at_t)}, {pr(pt.at_s)}),  # {pt.row} <- {pt.col}\n")
     w("    ]\n")
+    missing = d.site_missing
     if d.site is not None:
         from dmftc.codegen.site import emit_site
-        emit_site(d.site, w, scalars=tuple(n for n, _ in d.orders), params=tuple(d.ir.params))
-    else:
-        w(f"\n\n# no single-site program (dmftc.derive.site_lowering): {d.site_missing}\nSITE = None\n")
+
+        part: list[str] = []
+        try:
+            emit_site(d.site, part.append, scalars=tuple(n for n, _ in d.orders), params=tuple(d.ir.params))
+            out.extend(part)
+        except NotImplementedError as err:          # the two-layer engine solves it; say why there is no program
+            missing = f"its single-site program cannot be printed: {err}"
+    if d.site is None or missing is not None:
+        w(f"\n\n# no single-site program (dmftc.derive.site_lowering): {missing}\nSITE = None\n")
     return prune_imports("".join(out))
 
 

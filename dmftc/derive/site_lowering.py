@@ -79,8 +79,8 @@ def tangent(expr, perturbed: set):
     the order parameters the fields read) moves along its tangent ``d__<name>``: d/de expr(a + e d__a) at 0.
     Index sums and causal structure pass through; Heaviside differentiates to DiracDelta (the mollified delta
     at run time), as in the two-layer engine's tangents."""
-    eps = sp.Symbol("__eps")
-    rep = {a: a + eps * sp.Function(TANGENT + type(a).__name__)(*a.args)
+    eps = sp.Symbol("__eps", real=True)
+    rep = {a: a + eps * sp.Function(TANGENT + type(a).__name__, real=True)(*a.args)
            for a in expr.atoms(sp.core.function.AppliedUndef) if type(a).__name__ in perturbed}
     return sp.diff(expr.xreplace(rep), eps).subs(eps, 0)
 
@@ -108,12 +108,12 @@ def two_layer_parts(ir: ModelIR) -> dict:
                 continue
             else:
                 n, idx = a.name, ()
-            if n in fields or n in sources:
-                rep[a] = sp.Function(f"{n}[{LAYER}]")(tau, *idx)
+            if n in fields or n in sources:                  # real-valued, as the IR's symbols: |h|' = sign(h)
+                rep[a] = sp.Function(f"{n}[{LAYER}]", real=True)(tau, *idx)
             elif n in orders:
-                rep[a] = sp.Function(n)(tau, *idx)
+                rep[a] = sp.Function(n, real=True)(tau, *idx)
             elif n in sums:
-                rep[a] = sp.Function(f"{sum_name[n]}[{LAYER}]")(tau, *idx)
+                rep[a] = sp.Function(f"{sum_name[n]}[{LAYER}]", real=True)(tau, *idx)
         return expr.xreplace(rep)
 
     sum_name = {n: f"_I{k + 1}" for k, n in enumerate(sums)}

@@ -33,6 +33,28 @@ def relabel(x, src: tuple[int, ...], dst: tuple[int, ...]):
     return jnp.transpose(x, perm)
 
 
+def path_dot(w, x, y):
+    """sum_i w_i x_i y_i of two uniform-layout arrays over their leading path axis, as one contraction (a
+    matrix product where the two carry different index axes) instead of a reduction of their broadcast product:
+    (1, index axes, last) with the axes either carries.  Size-1 axes of both stay size 1."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    rank = max(x.ndim, y.ndim)
+    x = jnp.reshape(x, x.shape + (1,) * (rank - x.ndim)) if x.ndim < rank else x
+    y = jnp.reshape(y, y.shape + (1,) * (rank - y.ndim)) if y.ndim < rank else y
+    S = max(x.shape[0], y.shape[0])
+    x, y = jnp.broadcast_to(x, (S,) + x.shape[1:]), jnp.broadcast_to(y, (S,) + y.shape[1:])
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    keep_x = [k for k in range(1, rank) if x.shape[k] > 1]
+    keep_y = [k for k in range(1, rank) if y.shape[k] > 1]
+    both = sorted(set(keep_x) | set(keep_y))
+    sub = lambda keep: "z" + "".join(letters[k] for k in keep)          # noqa: E731
+    xs = jnp.reshape(x, (S,) + tuple(x.shape[k] for k in keep_x))
+    ys = jnp.reshape(y, (S,) + tuple(y.shape[k] for k in keep_y))
+    out = jnp.einsum(f"z,{sub(keep_x)},{sub(keep_y)}->{''.join(letters[k] for k in both)}", w, xs, ys)
+    shape = tuple(max(x.shape[k], y.shape[k]) for k in range(1, rank))
+    return jnp.reshape(out, (1,) + shape)
+
+
 def kron(a: int, b: int, n: int, rank: int):
     """Kronecker delta between index axes ``a`` and ``b`` of size ``n``."""
     return place(jnp.eye(n), (a, b), rank)

@@ -48,9 +48,8 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normal
             dhist[(name, 1)] = jnp.broadcast_to(getattr(mod, f"site_dfield_{name}")(E), dhist[(name, 1)].shape)
         for qname, syms in site["readouts"]:
             vals = {sym: B.mean(wts, getattr(mod, f"site_average_{sym}")(E), qname) for sym in syms}
-            w = jnp.reshape(wts, (S,) + (1,) * (len(B.dims[qname]) + 1))     # a reduction the producer fuses into
-            dvals = {sym: jnp.broadcast_to(jnp.sum(w * getattr(mod, f"site_daverage_{sym}")(E), axis=0,
-                                                   keepdims=True), (1,) + B.dims[qname] + (D,)) for sym in syms}
+            dvals = {sym: jnp.broadcast_to(getattr(mod, f"site_dmean_{sym}")(E, wts), (1,) + B.dims[qname] + (D,))
+                     for sym in syms}
 
             def solve(v, qq, r, qname=qname):
                 Ej = Evaluator(mod, 1, T, t, 1, hist, {}, qq, src, p, (), width, {}, sz=sizes, rsums=r)
