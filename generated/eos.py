@@ -162,7 +162,6 @@ SITE = {
     'stored': (('h', ()), ('z', ()), ('u', ()), ('r', ()), ('Delta', ()), ('K', ()), ('_I1', ()), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

@@ -160,7 +160,6 @@ SITE = {
     'stored': (('h', ('mu',)), ('z', ()), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

@@ -160,7 +160,6 @@ SITE = {
     'stored': (('w', ('k',)), ('a', ()), ('w0', ('k',)), ('a0', ()), ('Delta', ('k',)), ('_I1', ('k',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

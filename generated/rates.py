@@ -168,7 +168,6 @@ SITE = {
     'stored': (('h', ()), ('z', ()), ('g', ()), ('u', ()), ('w', ()), ('Delta', ()), ('r', ()), ('K', ()), ('_I1', ()), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

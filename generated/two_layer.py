@@ -181,7 +181,6 @@ SITE = {
     'stored': (('h', ()), ('h_star', ()), ('z', ()), ('g', ()), ('g_star', ()), ('u', ()), ('u_star', ()), ('r', ()), ('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ()), ('_I1', ()), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

@@ -171,7 +171,6 @@ SITE = {
     'stored': (('h', ('mu',)), ('z', ()), ('g', ('mu',)), ('u', ('mu',)), ('r', ()), ('Delta', ('mu',)), ('K', ('mu', 'nu')), ('_I1', ('mu',)), ('_I2', ())),
     'drivers': ('Delta',),
     'sums': (('_I1', 'sample'), ('_I2', 'sample')),
-    'tangents': True,
 }
 
 

@@ -179,10 +179,8 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "layer": prog.layer,
     }
     if prog.axes is not None:
-        read = {type(a).__name__ for _, e in prog.fields for a in e.atoms(sp.core.function.AppliedUndef)}
-        read |= {type(a).__name__ for *_, e in prog.sums for a in e.atoms(sp.core.function.AppliedUndef)}
-        site.update(axes=prog.axes, stored=prog.stored, drivers=tuple(n for n in scalars if n in read),
-                    sums=tuple((n, scope) for n, _, scope, _ in prog.sums), tangents=bool(prog.tangents))
+        site.update(axes=prog.axes, stored=prog.stored, drivers=prog.drivers,
+                    sums=tuple((n, scope) for n, _, scope, _ in prog.sums))
     w("\n# ---------------------------------------------------------------- the single-site program\n"
       "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"

@@ -65,6 +65,7 @@ class SiteProgram:
     stored: tuple = ()       # ((quantity, its sample indices), ...) (two-layer)
     sums: tuple = ()         # running sums ((name, indices, scope 'sample' | 'order', eta * increment at t), ...)
     tangents: tuple = ()     # ((kind 'field' | 'sum' | 'average', name, its tangent), ...) (two-layer: the Jacobian)
+    drivers: tuple = ()      # the one-time order parameters the fields and running sums read (two-layer)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -228,7 +229,7 @@ def site_program(ir: ModelIR) -> SiteProgram:
 
 
 def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,
-             stored=(), sums=(), tangents=()) -> SiteProgram:
+             stored=(), sums=(), tangents=(), drivers=()) -> SiteProgram:
     """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
     plans, fixed-time averages, path factors and same-time reads (module doc)."""
     tsym = sp.Symbol(time)
@@ -271,4 +272,4 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
                        tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
-                       axes, tuple(stored), tuple(sums), tuple(tangents))
+                       axes, tuple(stored), tuple(sums), tuple(tangents), tuple(drivers))

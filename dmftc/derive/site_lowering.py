@@ -137,13 +137,14 @@ def two_layer_parts(ir: ModelIR) -> dict:
     exprs += [inc for *_, inc in running]
     axes = tuple((i, ir.index_size[i]) for i in _index_names(exprs, ir.index_size))
     act = ir.activations[0][0] if ir.activations else "phi"
-    drivers = {type(a).__name__ for e in [e for _, e in fields_out] + [inc for *_, inc in running]
-               for a in e.atoms(sp.core.function.AppliedUndef)} & set(orders)
-    perturbed = {f"{n}[{LAYER}]" for n in fields} | {f"{sum_name[k]}[{LAYER}]" for k in sums} | drivers
+    read = {type(a).__name__ for e in [e for _, e in fields_out] + [inc for *_, inc in running]
+            for a in e.atoms(sp.core.function.AppliedUndef)}
+    drivers = tuple(n for n in orders if n in read)
+    perturbed = {f"{n}[{LAYER}]" for n in fields} | {f"{sum_name[k]}[{LAYER}]" for k in sums} | set(drivers)
     tangents = tuple([("field", n, tangent(e, perturbed)) for n, e in fields_out]
                      + [("sum", n, tangent(inc, perturbed)) for n, _, _, inc in running]
                      + [("average", str(sym), tangent(e, perturbed)) for r in reads for sym, e in r[3]])
     return dict(fields=fields_out, srcs=(), fams=(), resp=(), reads=tuple(reads), time=ir.time[0], act=act,
                 layer=LAYER, normals=tuple(sources), axes=axes,
                 stored=tuple((n, stored[n]) for n in fields + sources + orders + [sum_name[k] for k in sums]),
-                sums=running, tangents=tangents)
+                sums=running, tangents=tangents, drivers=drivers)

@@ -54,8 +54,6 @@ class CompiledModel:
         common-random-number reference for measuring O(1/N) effects.  It marches the spec's single-site program
         (:func:`dmftc.runtime.site_engine.two_layer_saddle`; equal to the two-layer engine's march to round-off,
         tests/test_site_two_layer.py), or the two-layer engine's where the spec has none."""
-        import numpy as np
-
         from dmftc.errors import ParameterError
         from dmftc.runtime.options import check_dirac_width
         from dmftc.runtime.params import resolve_params
@@ -71,12 +69,9 @@ class CompiledModel:
         mod = self.module
         if getattr(mod, "SITE", None) is None:
             return saddle_on_draws(mod, draws, **params)
-        if len(draws) != len(mod.SOURCES):
-            raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
         width = check_dirac_width(params.pop("dirac_width", 0.1))
         p, sz, T = resolve_params(mod, params, dirac_width=width)
-        S = int(np.shape(draws[0])[0])
-        return two_layer_saddle(mod, [np.asarray(x, dtype=float).reshape(S, -1) for x in draws], p, sz, T)
+        return two_layer_saddle(mod, draws, p, sz, T)
 
     def sweep(self, name: str, values, **kwargs) -> list:
         """Solve for each value of one parameter; compiled kernels are reused across the sweep."""

@@ -8,8 +8,9 @@ the saddle, with the paths' averages replaced by their finite-width fluctuations
 propagator of the one-time order parameters, written here in the solved form of the constraints:
 
     U = 1 - dF/dq   (the whole trajectory: lower triangular in time; explicit couplings, same-time
-                     constraints and the sensitivities D of the averages alike, by forward-mode autodiff of
-                     the march in the order parameters the fields read)
+                     constraints and the sensitivities D of the averages alike: in the order parameters the
+                     fields and running sums read, by the program's printed tangents in one march
+                     (dmftc.runtime.site_tangents); in the others, by autodiff of the readouts alone)
     kappa = Cov_paths(Y),  Y_k(t) = sum_a dF_k(t)/d<O_a(t)> O_a(t)   (the averages' fluctuations)
     Sigma = U^-1 kappa U^-T
 
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.errors import StructureSpecError
+from dmftc.errors import ParameterError, StructureSpecError
 from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
@@ -45,9 +46,12 @@ def _program(mod):
 def normals_of(mod, draws) -> dict:
     """{source: (S,) or (S, its index)} from ``draws[k]`` (S, n_k), the k-th jointly Gaussian source group
     (``mod.SOURCES``): an indexed source is its group's draws."""
+    if len(draws) != len(mod.SOURCES):
+        raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
     out = {}
     for group, x in zip(mod.SOURCES, draws):
         x = jnp.asarray(x, jnp.float64)
+        x = x.reshape(x.shape[0], -1)
         if len(group) == 1 and group[0][1]:
             out[group[0][0]] = x
         else:
@@ -124,17 +128,13 @@ class _Flat:
         return jnp.concatenate([_canonical(self.mod, n, d[n]) for n in self.names], axis=0).T.reshape(-1)
 
     def unflat(self, v) -> dict:
-        comp, T, axes = v.reshape(self.T, self.m).T, self.T, self.axes
-        out = {}
-        for n, a, b in zip(self.names, self.edges[:-1], self.edges[1:]):
-            keep = [axes.index(i) for i in self.stored[n]]
-            perm = keep + [k for k in range(len(axes)) if k not in keep]
-            x = comp[a:b].reshape(tuple(self.shapes[n][1 + k] for k in perm) + (T,))
-            out[n] = jnp.transpose(x, [perm.index(k) for k in range(len(axes))] + [len(axes)])[None]
-        return out
+        comp = v.reshape(self.T, self.m).T
+        return {n: self.layout_rows(n, comp[a:b][None])[0] for n, a, b in zip(self.names, self.edges[:-1],
+                                                                               self.edges[1:])}
 
     def layout_rows(self, name, x):
-        """(T, components, X) of ``name`` -> (T, 1, index dims, X) in the layout (as ``unflat``, X trailing)."""
+        """(R, components, X) of ``name`` -> (R, 1, index dims, X) in the layout: the inverse of ``flat``'s
+        ordering, with X trailing (the time, or the directions of site_tangents)."""
         axes = self.axes
         keep = [axes.index(i) for i in self.stored[name]]
         perm = keep + [k for k in range(len(axes)) if k not in keep]
@@ -167,11 +167,8 @@ def _propagator_core(mod, normals, pj, sz, T, S, width):
     q = _march_q(mod, normals, pj, sz, T, S, width)
     F = _Flat(mod, {n: q[n].shape for n in q}, T)
 
-    def replay(qv, record=True):
-        return replay_march(mod, (), 1, T, {}, wts, pj, F.unflat(qv), direct=True, record=record, **kw)
-
     q0 = F.flat(q)
-    c = replay(q0)
+    c = replay_march(mod, (), 1, T, {}, wts, pj, F.unflat(q0), direct=True, **kw)
     # dF/dq: through the march in the order parameters the fields and running sums read (the drivers), through
     # the readouts alone in the others (the fields do not depend on them)
     drive = F.drivers()
@@ -289,7 +286,7 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
     draws, factors = exact_points(mod, p, sz)
     normals, S, pj, width = _setup(mod, draws, p, sz)
     core = _compiled("propagator", mod, sz, T, S, width, lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
-    q, J, _, avg = core(normals, pj)
+    q, J, _, _ = core(normals, pj)
     F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
     n = sum(L.shape[1] for L in factors)
 
@@ -309,5 +306,4 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
     kappa = b @ b.T + 0.5 * np.einsum("aij,bji->ab", H, H)
     U = np.eye(J.shape[0]) - np.asarray(J)
     sigma, cond = causal_sandwich(U, kappa)
-    return {"q": _as_arrays(mod, q, sz, T), "q_layout": q, "sigma": sigma, "U": U, "kappa": kappa,
-            "condition": cond, "avg": avg}
+    return {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}

@@ -337,16 +337,15 @@ def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw
     of these paths, the order parameters read at the same time taken from ``q``), 'paths' {average: (S, T)}
     (its per-path values) and 'dv' {(name, average): (T,)} (the solution's derivative in the average).  At the
     saddle, 'solved' equals ``q``; its Jacobian in ``q`` and the paths' covariance give the propagator
-    (dmftc.runtime.site_engine).  ``record=False``: 'solved' only (what the Jacobian differentiates).  A
-    two-layer program (layout) keeps its fields' and running sums' current values only; with ``record`` their
-    histories come back too, 'rec_hist' {(field, 1): (S, index dims, T)} and 'rec_sums', for
+    (dmftc.runtime.site_engine).  A two-layer program (layout) keeps its fields' and running sums' current values
+    only; their histories come back too, 'rec_hist' {(field, 1): (S, index dims, T)} and 'rec_sums', for
     :func:`readout_pass`."""
     return _march(mod, act, L, T, xi, wts, p, replay=q, **kw)
 
 
 def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
            pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
-           replay: dict | None = None, sizes: dict | None = None, record: bool = True):
+           replay: dict | None = None, sizes: dict | None = None):
     """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
     site = mod.SITE
     if "terms" not in site:
@@ -371,19 +370,19 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
     readout_of = {sym: q for q, syms in site["readouts"] for sym in syms}
     sums = site.get("sums", ())
     layers = range(1, L + 1)
-    keep = B.layout and replay is not None and record
+    keep = B.layout and replay is not None
+    src0 = {(n, l): B.source(n, v) for n, v in normals.items() for l in layers}     # the same at every step
 
     def step(t, c):
         hist, tval, dterm, chol, rows, q1, avg = (dict(c[k]) for k in ("hist", "terms", "dterms", "chol", "rows",
                                                                         "q1", "avg"))
         rs = dict(c["rsum"])
         if replay is not None:
-            solved, paths, dv = dict(c["solved"]), dict(c.get("paths", {})), dict(c.get("dv", {}))
+            solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
         if keep:
             rec = {k: dict(c[k]) for k in ("rec_hist", "rec_sums")}
             rec["rec_sums"] = {k: B.put(v, rs[k], t) for k, v in rec["rec_sums"].items()}
-        src = {(n, l): B.source(n, v) for n, v in normals.items() for l in range(1, L + 1)}
-        dcol = {}
+        src, dcol = dict(src0), {}            # this step's gp sources join the constant ones
         onehot = (idx == t).astype(jnp.float64)
 
         def ev(l, srcs=src, cur=None, tv=tval):
@@ -441,15 +440,14 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
                 rows[(name, l)] = rows[(name, l)].at[t].set((wts @ jnp.broadcast_to(obs, (S, T))) * (idx <= t))
         EL = E0.at(L)
-        now_avg = {}
+        now_avg, now_X = {}, {}
         for qname, syms in site["readouts"]:
             for sym in syms:
                 if sym in fixed:
                     continue
-                X = getattr(mod, f"site_average_{sym}")(EL)
+                now_X[sym] = X = getattr(mod, f"site_average_{sym}")(EL)
                 now_avg[sym] = B.mean(wts, X, readout_of[sym])
-                if ("direct", sym) in avg:
-                    avg[("direct", sym)] = B.put(avg[("direct", sym)], now_avg[sym], t)
+                avg[("direct", sym)] = B.put(avg[("direct", sym)], now_avg[sym], t)
                 if sym in stein:
                     f, x = stein[sym]
                     fam, off = covs[x]
@@ -472,11 +470,9 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 q1[qname] = B.put(q1[qname], solve(EL, vals), t)
                 continue
             solved[qname] = B.put(solved[qname], solve(EL, vals), t)
-            if not record:
-                continue
             for sym in syms:
                 if sym not in fixed:
-                    paths[sym] = B.put(paths[sym], getattr(mod, f"site_average_{sym}")(EL), t)
+                    paths[sym] = B.put(paths[sym], now_X[sym], t)
                 unit = {k: jnp.ones_like(v) * float(k == sym) for k, v in vals.items()}    # per component
                 dv[(qname, sym)] = B.put(dv[(qname, sym)], jax.jvp(lambda v: solve(EL, v), (vals,), (unit,))[1], t)
         E1 = ev(1)                  # the running sums advance by their increments at t (order parameters at t known)
@@ -485,7 +481,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         out = {"hist": hist, "terms": tval, "dterms": dterm, "chol": chol, "rows": rows, "q1": q1, "avg": avg,
                "rsum": {k: v + incs[k] for k, v in rs.items()}}
         if replay is not None:
-            out.update(solved=solved, **({"paths": paths, "dv": dv} if record else {}))
+            out.update(solved=solved, paths=paths, dv=dv)
         if keep:
             rec["rec_hist"] = {k: B.put(v, hist[k], t) for k, v in rec["rec_hist"].items()}
             out.update(rec)
@@ -499,8 +495,6 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
           "q1": {q: B.zeros(q) for q, _ in site["readouts"]},
           "avg": {(k, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms if sym not in fixed
                   for k in ("stein", "direct") if k == "direct" or sym in stein}}
-    if replay is not None and not record and not fixed:     # the Jacobian's replay: no average kept over time
-        c0["avg"] = {}
     c0["rsum"] = {(n, l): B.zeros(n, S if scope == "sample" else None, current=True) for n, scope in sums
                   for l in layers}
     if keep:                        # the current-only buffers' histories, for the readout pass
@@ -512,8 +506,6 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         c0.update(solved={q: B.zeros(q) for q, _ in site["readouts"]},
                   paths={sym: B.zeros(q, S) for q, syms in site["readouts"] for sym in syms if sym not in fixed},
                   dv={(q, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms})
-        if not record:
-            del c0["paths"], c0["dv"]
     return jax.lax.fori_loop(0, T, step, c0)
 
 

@@ -9,8 +9,9 @@ value at one time, is where the directions go).  At step t the fields' tangents 
 averaged over the paths, each readout constraint's the jvp of its solution in (averages, the order parameters
 at t, the running sums of order parameters), and the running sums advance by ``site_dincrement_*``.  The
 perturbation of q_d(s) enters at step s only (its one-hot on the last axis), so nothing is recomputed per
-direction and the directions are the fastest axis (the cost of JAX's vmap over directions of the whole march,
-which this replaces: tests/test_site_two_layer.py checks both give the same Jacobian).
+direction and the directions are the fastest axis (JAX's vmap over directions of the whole march, which this
+replaced, cost about one primal march per direction).  tests/test_site_two_layer.py checks the propagators
+against the two-layer engine's symbolic tangents.
 """
 from __future__ import annotations
 
