@@ -1,5 +1,5 @@
 """Benchmark: a two-layer spec's propagator through its single-site program (dmftc.runtime.site_engine) against
-the two-layer engine (dmftc.runtime.two_layer), on the same source draws, one group of paths.
+the two-layer engine (dmftc.reference.two_layer_engine), on the same source draws, one group of paths.
 
 Run: python benchmarks/bench_site_engine.py [--samples 1000] [--repeat 2]
 For each case prints the wall-clock time of both engines (the first call compiles, the last is steady state),
@@ -28,7 +28,7 @@ def draws_for(mod, p, sz, S, seed=0):
 
 def two_layer_sigma(mod, draws, params):
     """One group of the two-layer engine's Monte Carlo solve on these draws (its jitted march and passes)."""
-    from dmftc.runtime import two_layer as engine
+    from dmftc.reference import two_layer_engine as engine
     from dmftc.runtime.geometry import Geometry, place_sources
     from dmftc.runtime.params import resolve_params
 

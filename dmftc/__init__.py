@@ -1,8 +1,8 @@
 """dmftc: a symbolic-to-numeric compiler for finite-width DMFT of wide neural networks.
 
 Stages: parse -> check -> derive -> lower -> emit (see :mod:`dmftc.compiler`),
-then a runtime (:mod:`dmftc.runtime.two_layer`) that solves the saddle point and forms the
-propagator Sigma = U^-1 kappa U^-T.
+then a runtime (:mod:`dmftc.runtime.solve`) that marches the spec's single-site program to the saddle point
+and forms the propagator Sigma = U^-1 kappa U^-T.
 """
 __version__ = "0.1.0"
 

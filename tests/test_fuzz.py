@@ -232,6 +232,7 @@ def test_compiling_mutants_generate_valid_python(case):
     event("compiles" if code is not None else "located SpecError")
     if code is not None:
         assert "def fields(" in code and "def saddle(" in code
+        assert "\nSITE = {" in code, "no single-site program, which the solver marches"
 
 
 def test_unmutated_specs_compile():

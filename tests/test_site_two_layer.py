@@ -1,6 +1,6 @@
 """Issue 12, one engine: a two-layer spec lowered to the single-site program of the deep engine
 (dmftc.derive.site_lowering: one layer, constant-in-time sources, every order parameter a readout) marches to
-the same saddle as the two-layer engine (dmftc.runtime.two_layer), and its propagator by autodiff of the march
+the same saddle as the two-layer engine (dmftc.reference.two_layer_engine), and its propagator by autodiff of the march
 (dmftc.runtime.site_engine) is the two-layer engine's, on the same source draws, to round-off."""
 from pathlib import Path
 
@@ -12,19 +12,23 @@ import dmftc
 from dmftc.errors import StructureSpecError
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime import kernels as _k
-from dmftc.runtime import two_layer as engine
+from dmftc.reference import two_layer_engine as engine
 from dmftc.runtime.geometry import Geometry, place_sources
 from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
-from dmftc.runtime.two_layer import saddle_on_draws
+from dmftc.reference.two_layer_engine import saddle_on_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LAYER = (ROOT / "specs" / "two_layer.dmft").read_text()
 
 
-def _variant(tmp_path, name, text):
+def _variant_path(tmp_path, name, text):
     path = tmp_path / f"{name}.dmft"
     path.write_text(text.replace("model two_layer ", f"model {name} ", 1))
-    return dmftc.load(path, out_dir=tmp_path / "generated").module
+    return path
+
+
+def _variant(tmp_path, name, text):
+    return dmftc.load(_variant_path(tmp_path, name, text), out_dir=tmp_path / "generated").module
 
 
 def _draws(mod, p, sz, S, seed):
@@ -108,8 +112,9 @@ def test_no_program():
         two_layer_saddle(SimpleNamespace(SITE=None, SPEC_PATH="x.dmft"), [], {}, {}, 3)
 
 
-def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1):
-    """One sample group of dmftc.runtime.two_layer.solve_module on exactly these draws: its propagator."""
+def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1, full=False):
+    """One sample group of the two-layer engine on exactly these draws: its propagator (``full``: sigma, U,
+    kappa and the condition estimate)."""
     p, sz, T = resolve_params(mod, params, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(x) for x in draws])
@@ -118,7 +123,8 @@ def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1):
     kappa, D = engine._moments(mod, geo, S, q, avg, pj, sz, T, len(draws[0]))
     U0 = engine.explicit_jacobian(mod, geo, {k: np.asarray(v) for k, v in q.items()},
                                   {k: np.asarray(v) for k, v in Rq.items()}, p, sz, T)
-    return engine.propagator(U0, kappa, D, geo, T)[0]
+    out = engine.propagator(U0, kappa, D, geo, T)
+    return out if full else out[0]
 
 
 @pytest.mark.parametrize("spec, params", [
@@ -168,7 +174,7 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
     sample axes.  Relu at dirac width 0: the two-layer engine's m1 differentiates its march pathwise (the delta
     of phi'' dropped, as its solutions say), where the site program's kernels.step brings the mollified delta at
     a positive width (then the two differ: 39% of m1's peak on this case, measured)."""
-    from dmftc.runtime.mean_correction import mean_correction_group
+    from dmftc.reference.two_layer_mean_correction import mean_correction_group
 
     mod = dmftc.load(ROOT / spec).module
     p, sz, T = resolve_params(mod, params, dirac_width=width)
@@ -197,7 +203,7 @@ def test_exact_backend_is_the_two_layer_engine(spec, params):
     """Linear specs without sampling: the march on the 2n points +-sqrt(n) e_i (exact averages of quadratics)
     and Isserlis on one path's gradient and Hessian in the sources give the two-layer exact backend's saddle
     and propagator to round-off."""
-    from dmftc.runtime.exact import exact_moments
+    from dmftc.reference.two_layer_exact import exact_moments
     from dmftc.runtime.site_engine import two_layer_exact
 
     mod = dmftc.load(ROOT / spec).module
@@ -255,3 +261,53 @@ def test_abs_activation_propagator(tmp_path):
     mod = dmftc.load(path, out_dir=tmp_path / "generated").module
     assert mod.SITE is not None
     _assert_same_propagator(mod, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
+
+
+@pytest.mark.parametrize("spec, params, batch", [
+    ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), 7),
+    ("specs/two_layer_multi.dmft", dict(T=12, P=3, gamma=0.8, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.9])), 64),
+])
+def test_batches_of_the_tangent_march_add_up(spec, params, batch):
+    """The driving directions' tangents marched in batches of paths (the last one padded with zero-weight
+    rows; the constraints' explicit dependence on q counted in one batch only) give the Jacobian of the
+    whole group: running sums of order parameters (NTK update) and sample axes."""
+    mod = dmftc.load(ROOT / spec).module
+    p, sz, T = resolve_params(mod, params, dirac_width=0.1)
+    draws = _draws(mod, p, sz, 250, 17)
+    whole = two_layer_propagator(mod, draws, p, sz, T)
+    parts = two_layer_propagator(mod, draws, p, sz, T, batch=batch)
+    for k in ("U", "sigma"):
+        scale = np.abs(whole[k]).max()
+        assert np.abs(parts[k] - whole[k]).max() <= 1e-12 * scale, (k, np.abs(parts[k] - whole[k]).max() / scale)
+    assert np.abs(np.tril(whole["U"], -1)).max() > 1e-3          # couplings across time, not only the diagonal
+
+
+def test_solve_is_the_two_layer_engine_group_by_group(tmp_path):
+    """The user's solve (dmftc.runtime.site_solve) on the draws it samples, cut into unequal groups (one padded
+    to the other's size), equals the two-layer engine run group by group on the same draws: means, sigma, its
+    standard error, and U and kappa in the spec's own form, here with a coefficient 2 in K's constraint
+    (2 K = <phi^2 + g^2>), which the engine's solved form divides out."""
+    from dmftc.runtime.site_solve import sample_draws
+
+    text = TWO_LAYER.replace("hat K(t) K(t)", "hat K(t) 2 K(t)")
+    assert text != TWO_LAYER
+    model = dmftc.load(_variant_path(tmp_path, "site_two_layer_coeff", text), out_dir=tmp_path / "generated")
+    mod = model.module
+    assert mod.coefficients({}, {})["K"] == 2.0
+    params = dict(T=15, gamma=1.3, y=-0.7, kx=-0.4)
+    sol = model.solve(samples=301, groups=2, seed=4, **params)
+    p, sz, T = resolve_params(mod, dict(params), dirac_width=0.1)
+    draws = sample_draws(mod, p, sz, 301, 4)
+    edges = np.linspace(0, 301, 3).astype(int)
+    groups = [_two_layer_engine_sigma(mod, [d[a:b] for d in draws], params, full=True)
+              for a, b in zip(edges[:-1], edges[1:])]
+    means = [saddle_on_draws(mod, [d[a:b] for d in draws], **params) for a, b in zip(edges[:-1], edges[1:])]
+    for got, want in [(sol.blocks.sigma_full, np.mean([g[0] for g in groups], axis=0)),
+                      (sol.blocks.U_full, np.mean([g[1] for g in groups], axis=0)),
+                      (sol.blocks.kappa_full, np.mean([g[2] for g in groups], axis=0)),
+                      (sol.blocks.var_se_flat, np.std([np.diag(g[0]) for g in groups], axis=0, ddof=1) / np.sqrt(2))]:
+        scale = np.abs(want).max()
+        assert scale > 0 and np.abs(got - want).max() <= 1e-10 * scale, np.abs(got - want).max() / scale
+    for k in sol.means:
+        want = np.mean([m[k] for m in means], axis=0)
+        assert np.abs(sol.mean(k) - want).max() <= 1e-12 * np.abs(want).max(), k

@@ -10,7 +10,8 @@ import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
 from dmftc.runtime.geometry import Geometry
-from dmftc.runtime.two_layer import _sample_sources
+from dmftc.runtime.geometry import place_sources
+from dmftc.runtime.site_solve import sample_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +117,7 @@ def _autodiff_D(model, sol, name):
     p = dict(sol.params)
     sz = {k: int(p[k]) for k in set(mod.AXIS_SIZE.values())}
     geo = Geometry(mod, sz)
-    S = _sample_sources(mod, p, sz, sol.info["samples"], sol.info["seed"])
+    S = place_sources(mod, [jnp.asarray(x) for x in sample_draws(mod, p, sz, sol.info["samples"], sol.info["seed"])])
     T = len(sol.times)
     eta = p["eta"]
     shape = geo.shape("Delta")

@@ -338,7 +338,7 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
         except NotImplementedError as err:          # the two-layer engine solves it; say why there is no program
             missing = f"its single-site program cannot be printed: {err}"
     if d.site is None or missing is not None:
-        w(f"\n\n# no single-site program (dmftc.derive.site_lowering): {missing}\nSITE = None\n")
+        w(f"\n\n# no single-site program (dmftc.derive.site_lowering)\nSITE = None\nSITE_MISSING = {missing!r}\n")
     return prune_imports("".join(out))
 
 

@@ -16,7 +16,7 @@ u_k^T Hess f u_k, and each term's gradient is one third-order directional deriva
 of their entries; K = sum_l G[l+1](t,t) Phi[l](t,t) is a product of two fluctuating kernels for 1 <= l < L,
 so m1_K = J m1 + sum_{l=1}^{L-1} Sigma(G[l+1](t,t), Phi[l](t,t)).
 
-Checked in the tests against the two-layer engine at L = 1 (:mod:`dmftc.runtime.mean_correction`, an
+Checked in the tests against the two-layer engine at L = 1 (:mod:`dmftc.runtime.site_engine`, an
 independent derivation from the neuron-average expansion) and against finite-width ensembles at L = 2.
 """
 from __future__ import annotations

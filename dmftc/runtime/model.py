@@ -52,14 +52,12 @@ class CompiledModel:
         in declaration order); returns ``{name: (*dims, T)}``.  With the S draws of the neurons of finite-width
         networks this is the order-parameter trajectory of a width-S system on exactly those neurons: the
         common-random-number reference for measuring O(1/N) effects.  It marches the spec's single-site program
-        (:func:`dmftc.runtime.site_engine.two_layer_saddle`; equal to the two-layer engine's march to round-off,
-        tests/test_site_two_layer.py), or the two-layer engine's where the spec has none."""
+        (:func:`dmftc.runtime.site_engine.two_layer_saddle`)."""
         from dmftc.errors import ParameterError
         from dmftc.runtime.options import check_dirac_width
         from dmftc.runtime.params import resolve_params
         from dmftc.runtime.site_engine import two_layer_saddle
         from dmftc.runtime.solve import kind_of
-        from dmftc.runtime.two_layer import saddle_on_draws
 
         if kind_of(self.module) == "deep":
             raise ParameterError(
@@ -67,8 +65,6 @@ class CompiledModel:
                 f"spec {self.module.SPEC_PATH} are Gaussian processes whose covariances are order parameters, "
                 "so no draws are fixed before the march: use solve(seed=...) for common random numbers")
         mod = self.module
-        if getattr(mod, "SITE", None) is None:
-            return saddle_on_draws(mod, draws, **params)
         width = check_dirac_width(params.pop("dirac_width", 0.1))
         p, sz, T = resolve_params(mod, params, dirac_width=width)
         return two_layer_saddle(mod, draws, p, sz, T)

@@ -14,7 +14,7 @@ propagator of the one-time order parameters, written here in the solved form of 
     kappa = Cov_paths(Y),  Y_k(t) = sum_a dF_k(t)/d<O_a(t)> O_a(t)   (the averages' fluctuations)
     Sigma = U^-1 kappa U^-T
 
-which equals the two-layer engine's (:mod:`dmftc.runtime.two_layer`: constraints coeff q + rest = <O>, U with
+which equals the two-layer engine's (:mod:`dmftc.reference.two_layer_engine`: constraints coeff q + rest = <O>, U with
 coeff on its diagonal, kappa = Cov(O)) row by row up to the factor 1 / coeff (tests/test_site_two_layer.py: to
 round-off on the same paths).  A kink differentiates as in the two-layer engine's symbolic tangents: the program
 prints Heaviside (relu's phi') as ``kernels.step``, whose derivative is the delta function as a Gaussian of the
@@ -26,20 +26,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.errors import ParameterError, StructureSpecError
+from dmftc.errors import NumericalError, ParameterError, StructureSpecError
 from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
-__all__ = ["exact_points", "normals_of", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
-           "two_layer_saddle"]
+__all__ = ["centred", "check_finite", "exact_points", "group_saddle", "group_sensitivities", "layout_arrays",
+           "normals_of", "path_batch", "paths_at", "require_program", "two_layer_exact", "two_layer_mean_correction",
+           "two_layer_propagator", "two_layer_saddle"]
 
 
-def _program(mod):
+def require_program(mod):
+    """The module's single-site program, or a clear error: why it has none, or that it predates them."""
     if getattr(mod, "SITE", None) is None:
-        raise StructureSpecError(f"{mod.SPEC_PATH}: no single-site program in its generated module"
-                                 + (" (recompile it: dmftc compile)" if not hasattr(mod, "SITE") else ""))
+        why = getattr(mod, "SITE_MISSING", None)
+        raise StructureSpecError(f"{mod.SPEC_PATH}: no single-site program in its generated module, which the "
+                                 "solver marches" + (f": {why}" if why else " (recompile it: dmftc compile)"))
     return mod.SITE
 
 
@@ -82,19 +85,14 @@ def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn):
 
 
 def _setup(mod, draws, p, sz):
-    _program(mod)
+    require_program(mod)
     normals = normals_of(mod, draws)
     S = int(next(iter(normals.values())).shape[0])
     pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
     return normals, S, pj, float(p.get("dirac width", 0.0))
 
 
-def _march_q(mod, normals, pj, sz, T, S, width):
-    return site_march(mod, (), 1, T, {}, jnp.full(S, 1.0 / S), pj, direct=True, width=width, normals=normals,
-                      sizes=dict(sz))[1]
-
-
-def _as_arrays(mod, q, sz, T):
+def layout_arrays(mod, q, sz, T):
     stored = dict(mod.SITE["stored"])
     axes = dict(mod.SITE["axes"])
     return {n: np.asarray(_canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
@@ -105,10 +103,9 @@ def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
     """The saddle-point march of a two-layer module's single-site program on given source draws (``draws[k]``
     (S, n_k) for the k-th source group of ``mod.SOURCES``; ``p``, ``sz``: the resolved parameters and sizes,
     dmftc.runtime.params).  Returns {order parameter: (*index dims, T)}: the trajectories of
-    dmftc.runtime.two_layer.saddle_on_draws."""
+    dmftc.reference.two_layer_engine.saddle_on_draws."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
-    fn = _compiled("saddle", mod, sz, T, S, width, lambda nm, pj: _march_q(mod, nm, pj, sz, T, S, width))
-    return _as_arrays(mod, fn(normals, pj), sz, T)
+    return layout_arrays(mod, group_saddle(mod, normals, jnp.full(S, 1.0 / S), pj, sz, T, width), sz, T)
 
 
 class _Flat:
@@ -159,41 +156,132 @@ def _solved_observables(mod, c, F: _Flat):
     return Y
 
 
-def _propagator_core(mod, normals, pj, sz, T, S, width):
-    """(q in the layout, dF/dq (T m, T m), the paths' centred fluctuations Y (S, T m), the averages
-    {average: (1, index dims, T)}) (module doc)."""
-    kw = dict(width=width, normals=normals, sizes=dict(sz))
-    wts = jnp.full(S, 1.0 / S)
-    q = _march_q(mod, normals, pj, sz, T, S, width)
-    F = _Flat(mod, {n: q[n].shape for n in q}, T)
+def _flat_paths(mod, c, F: _Flat, S: int):
+    """(S, T m): each path's solved-form observables (:func:`_solved_observables`) from a replay ``c``."""
+    Y = _solved_observables(mod, c, F)
+    Y = {n: jnp.broadcast_to(v, (S,) + F.shapes[n][1:]) for n, v in Y.items()}
+    return jax.vmap(lambda i: F.flat({n: v[i][None] for n, v in Y.items()}))(jnp.arange(S))
 
+
+def paths_at(mod, normals, wts, pj, q, sz, T: int, width: float):
+    """(S, T m), uncentred: the solved-form observables of the paths ``normals`` marched with the order
+    parameters held at ``q`` (layout), e.g. an exact saddle's."""
+    S = int(wts.shape[0])
+    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
+
+    def run(nm, w, pj, q):
+        c = replay_march(mod, (), 1, T, {}, w, pj, q, direct=True, width=width, normals=nm, sizes=dict(sz))
+        return _flat_paths(mod, c, F, S)
+    return np.asarray(_compiled("paths", mod, sz, T, S, width, run)(normals, wts, pj, q))
+
+
+def _replay_core(mod, normals, wts, pj, q, sz, T, width, kinks):
+    """At the order parameters ``q`` (layout), from one replay of the paths: dF/dq in the order parameters the
+    fields do not read (T m, those columns), the paths' solved-form observables (S, T m), uncentred, the averages
+    {average: (1, index dims, T)} and, per kink field in ``kinks``, the weighted fraction of the paths and
+    components whose field changes sign 3 or more times along the trajectory."""
+    kw = dict(width=width, normals=normals, sizes=dict(sz))
+    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
     q0 = F.flat(q)
-    c = replay_march(mod, (), 1, T, {}, wts, pj, F.unflat(q0), direct=True, **kw)
-    # dF/dq: through the march in the order parameters the fields and running sums read (the drivers), through
-    # the readouts alone in the others (the fields do not depend on them)
-    drive = F.drivers()
-    J = jnp.zeros((T * F.m, T * F.m))
-    idx = np.flatnonzero(drive)
-    if idx.size:                  # the program's own tangents, all directions in one march (site_tangents)
-        basis = np.zeros((T * F.m, idx.size))
-        basis[idx, np.arange(idx.size)] = 1.0
-        basis = basis.reshape(T, F.m, idx.size)
-        columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in zip(F.names, F.edges[:-1],
-                                                                                    F.edges[1:])
-                   if n in mod.SITE["drivers"]}
-        rows = driver_jacobian(mod, T, wts, pj, F.unflat(q0), columns, **kw)
-        per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
-        J = J.at[:, idx].set(jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size))
-    rest = np.flatnonzero(~drive)
+    c = replay_march(mod, (), 1, T, {}, wts, pj, q, direct=True, **kw)
+    rest = np.flatnonzero(~F.drivers())
+    J = jnp.zeros((T * F.m, rest.size))
     if rest.size:                 # the fields do not read these: through the readouts alone
         fn = lambda qv: F.flat(readout_pass(mod, T, wts, pj, F.unflat(qv), c["rec_hist"],   # noqa: E731
                                             rsums=c["rec_sums"], **kw))
-        J = J.at[:, rest].set(jax.jacfwd(lambda x: fn(q0.at[rest].set(x)))(q0[rest]))
-    Y = _solved_observables(mod, c, F)
-    Y = {n: jnp.broadcast_to(v - v.mean(axis=0, keepdims=True), (S,) + q[n].shape[1:]) for n, v in Y.items()}
-    Yflat = jax.vmap(lambda i: F.flat({n: v[i][None] for n, v in Y.items()}))(jnp.arange(S))
+        J = jax.jacfwd(lambda x: fn(q0.at[rest].set(x)))(q0[rest])
+    Yflat = _flat_paths(mod, c, F, wts.shape[0])
     avg = {sym: c["avg"][("direct", sym)] for _, syms in mod.SITE["readouts"] for sym in syms}
-    return q, J, Yflat, avg
+    chatter = {}
+    for f in kinks:
+        side = c["rec_hist"][(f, 1)] > 0                                    # (S, index dims, T)
+        many = (jnp.sum(side[..., 1:] != side[..., :-1], axis=-1) >= 3).reshape(side.shape[0], -1)
+        chatter[f] = wts @ jnp.mean(many, axis=1)
+    return J, Yflat, avg, chatter
+
+
+def _driver_core(mod, sz, T, width, shapes):
+    """dF/dq in the driving order parameters' columns from one batch of paths (site_tangents.driver_jacobian):
+    (T m, those columns)."""
+    F = _Flat(mod, shapes, T)
+    drive = F.drivers()
+    idx = np.flatnonzero(drive)
+    basis = np.zeros((T * F.m, idx.size))
+    basis[idx, np.arange(idx.size)] = 1.0
+    basis = basis.reshape(T, F.m, idx.size)
+
+    def run(normals, wts, pj, q, avg, explicit):
+        columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in zip(F.names, F.edges[:-1],
+                                                                                    F.edges[1:])
+                   if n in mod.SITE["drivers"]}
+        rows = driver_jacobian(mod, T, wts, pj, q, columns, normals=normals, sizes=dict(sz), width=width, avg=avg,
+                               explicit=explicit)
+        per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
+        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size)
+    return run, idx
+
+
+_BUDGET = 1.0e8           # floats held by one batch's tangents (about 0.8 GB)
+
+
+def path_batch(mod, sz, T: int, S: int, batch: int | None = None) -> int:
+    """Paths per batch of the tangent march: ``batch``, or as many as keep the fields' and running sums' tangents
+    along every driving direction within :data:`_BUDGET` floats (each path carries its fields' components times
+    the directions, a few times over in the march's intermediates)."""
+    if batch is not None:
+        return max(1, min(int(batch), S))
+    axes = dict(mod.SITE["axes"])
+    comps = lambda name: int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())]  # noqa: E731
+                                      or [1]))
+    per_path = sum(comps(f) for f in mod.SITE["fields"]) + sum(comps(n) for n, _ in mod.SITE.get("sums", ()))
+    directions = T * sum(comps(n) for n, _ in mod.ORDERS if n in mod.SITE["drivers"])
+    return int(max(1, min(S, _BUDGET // max(1, 4 * per_path * directions))))
+
+
+def group_saddle(mod, normals, wts, pj, sz, T: int, width: float):
+    """The saddle of one group of paths (weights ``wts``, 0 on padding rows): the order parameters in the layout
+    {name: (1, index dims, T)}."""
+    S = int(wts.shape[0])
+    fn = _compiled("saddle march", mod, sz, T, S, width, lambda nm, w, pj: site_march(
+        mod, (), 1, T, {}, w, pj, direct=True, width=width, normals=nm, sizes=dict(sz))[1])
+    return fn(normals, wts, pj)
+
+
+def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batch: int | None = None,
+                        kinks: tuple = ()):
+    """At the order parameters ``q`` (layout; a group's saddle), from the group's paths ``normals`` with weights
+    ``wts`` (summing to 1; 0 on padding rows): dF/dq (T m, T m) (numpy), the paths' solved-form observables Y
+    (S, T m), uncentred, the averages (layout) and the chattering fractions of the kink fields ``kinks``.  The
+    tangent march over the driving directions runs in batches of :func:`path_batch` paths."""
+    S = int(wts.shape[0])
+    shapes = {n: v.shape for n, v in q.items()}
+    F = _Flat(mod, shapes, T)
+    replay = _compiled(("replay", tuple(kinks)), mod, sz, T, S, width,
+                       lambda nm, w, pj, q: _replay_core(mod, nm, w, pj, q, sz, T, width, kinks))
+    Jrest, Y, avg, chatter = replay(normals, wts, pj, q)
+    J = np.zeros((T * F.m, T * F.m))
+    drive = F.drivers()
+    J[:, ~drive] = np.asarray(Jrest)
+    if drive.any():
+        B = path_batch(mod, sz, T, S, batch)
+        B = -(-S // -(-S // B))                    # equal batches, the last one padded with zero-weight rows
+        run, idx = _driver_core(mod, sz, T, width, shapes)
+        fn = _compiled(("drivers", B), mod, sz, T, S, width, run)
+        total = np.zeros((T * F.m, idx.size))
+        for k, a in enumerate(range(0, S, B)):
+            n = min(B, S - a)
+            pad = lambda x: x if n == B else jnp.concatenate([x, jnp.zeros((B - n,) + x.shape[1:])])  # noqa: E731
+            nm = {key: pad(jnp.asarray(v[a:a + n])) for key, v in normals.items()}
+            total += np.asarray(fn(nm, pad(jnp.asarray(wts[a:a + n])), pj, q, avg, jnp.float64(k == 0)))
+        J[:, idx] = total
+    return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}
+
+
+def centred(Y, wts):
+    """The rows of Y with positive weight, centred by their weighted mean."""
+    w = np.asarray(wts)
+    keep = w > 0
+    return Y[keep] - w[keep] @ Y[keep] / w[keep].sum()
 
 
 def _correction_batch(mod, sz, T, width, shapes):
@@ -221,9 +309,26 @@ def _correction_batch(mod, sz, T, width, shapes):
 
 
 def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batch: int = 1024):
-    """m1 (T m,) time-major from one group of paths at its saddle (module doc; the two-layer engine's
-    dmftc.runtime.mean_correction written in the solved form of the constraints, where U = 1 - dF/dq, the
-    paths' directions are v = U^-1 Y and C'' is minus the second derivative of the constraints' solutions)."""
+    """m1 (T m,) time-major, the O(1/N) correction to the mean, E[q]_N = q* + m1 / N + O(N^-2), from one group
+    of paths at its saddle ``q`` (layout), with U = 1 - dF/dq and the paths' centred solved-form observables Y.
+
+    At width N a two-layer network is N independent neurons coupled only through the order parameters, which
+    solve q = F_N(q) = G(a_N(q), q): G solves each constraint from the neuron averages a_N(q) = (1/N) sum_i
+    Y(xi_i; q) of the single-site observables (each neuron marched with the trajectory q), whose expectation is
+    abar(q); q* solves q* = G(abar(q*), q*).  With q = q* + delta, to first order delta = (1/N) sum_i v_i, the
+    neuron's direction v_i = U^-1 Y_i (so Sigma = E[v v^T]); at second order only the equal-neuron terms
+    survive in the mean:
+
+        m1 = U^-1 ( E_i[ J_i v_i ] + 1/2 E_{i, i'}[ Y''(xi_i')[v_i, v_i] ] + 1/2 E_i[ G_qq[v_i, v_i] ] )
+
+    with J_i v the derivative of neuron i's observables along v, Y''(xi_i') the second derivative of an
+    independent neuron's (here the next path's direction, so abar'' contracted with Sigma without forming it)
+    and G_qq the second derivative of the constraints' solutions at the fixed averages ``avg``
+    (:func:`dmftc.runtime.site_march.constraint_pass`).  Forward-mode derivatives of the one-path march
+    (nested jvp), in batches of ``batch`` paths: about four marches per path.  The correction assumes the
+    spec's process is the network's exact discrete-time dynamics.  tests/test_site_two_layer.py checks it
+    against an independent derivation in the spec's own form (dmftc.reference.two_layer_mean_correction);
+    tests/test_mean_correction.py against finite-width networks."""
     from scipy.linalg import solve_triangular
 
     S = Y.shape[0]
@@ -243,20 +348,22 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     return solve_triangular(U, total / S, lower=True, check_finite=False)
 
 
-def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False) -> dict:
+def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False,
+                         batch: int | None = None) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
     doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
     components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}; with ``correction`` also
-    'm1' (T m,): the O(1/N) correction to the mean from these paths."""
+    'm1' (T m,): the O(1/N) correction to the mean from these paths.  ``batch``: paths per batch of the tangent
+    march (:func:`path_batch`)."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
-    fn = _compiled("propagator", mod, sz, T, S, width,
-                   lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
-    q, J, Y, avg = fn(normals, pj)
-    U = np.eye(J.shape[0]) - np.asarray(J)
-    Y = np.asarray(Y)
+    wts = jnp.full(S, 1.0 / S)
+    q = group_saddle(mod, normals, wts, pj, sz, T, width)
+    J, Y, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch)
+    U = np.eye(J.shape[0]) - J
+    Y = centred(Y, wts)
     kappa = Y.T @ Y / (S - 1)
     sigma, cond = causal_sandwich(U, kappa)
-    out = {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
+    out = {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
     if correction:
         out["m1"] = two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg)
     return out
@@ -285,8 +392,10 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
     :func:`two_layer_propagator` does, without 'm1'."""
     draws, factors = exact_points(mod, p, sz)
     normals, S, pj, width = _setup(mod, draws, p, sz)
-    core = _compiled("propagator", mod, sz, T, S, width, lambda nm, pj: _propagator_core(mod, nm, pj, sz, T, S, width))
-    q, J, _, _ = core(normals, pj)
+    wts = jnp.full(S, 1.0 / S)
+    q = group_saddle(mod, normals, wts, pj, sz, T, width)
+    check_finite(layout_arrays(mod, q, sz, T), "saddle-point march")
+    J, _, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width)
     F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
     n = sum(L.shape[1] for L in factors)
 
@@ -304,6 +413,19 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
         jax.jacfwd(one_path)(jnp.zeros(n), pj, q), jax.jacfwd(jax.jacfwd(one_path))(jnp.zeros(n), pj, q)))
     b, H = (np.asarray(a) for a in stats(pj, q))
     kappa = b @ b.T + 0.5 * np.einsum("aij,bji->ab", H, H)
-    U = np.eye(J.shape[0]) - np.asarray(J)
+    U = np.eye(J.shape[0]) - J
     sigma, cond = causal_sandwich(U, kappa)
-    return {"q": _as_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
+    return {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond,
+            "layout": q, "avg": avg}
+
+
+def check_finite(arrays: dict, stage: str):
+    """Every trajectory {name: (*dims, T)} finite, or the step where the first one diverged."""
+    for name, v in arrays.items():
+        v = np.asarray(v)
+        bad = ~np.isfinite(v.reshape(-1, v.shape[-1]))
+        if bad.any():
+            first = int(np.argmax(bad.any(axis=0)))
+            raise NumericalError(
+                f"{name} became non-finite at step {first} (t = {first} * eta) during the {stage}; "
+                "the dynamics diverge: reduce the step size or the feature-learning strength")

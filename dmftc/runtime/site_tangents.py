@@ -24,10 +24,16 @@ __all__ = ["driver_jacobian"]
 
 
 def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normals: dict, sizes: dict,
-                    width: float = 0.0):
+                    width: float = 0.0, avg: dict | None = None, explicit=1.0):
     """{name: (T, 1, index dims, D)}: d F_name(t) / d (direction j), for the D directions given by ``columns``
     ({driver: (T, 1, index dims, D) one-hot}: the perturbation of that order parameter at each time), with the
-    order parameters held at ``q`` ({name: (1, index dims, T)}) and paths ``normals`` of weights ``wts``."""
+    order parameters held at ``q`` ({name: (1, index dims, T)}) and paths ``normals`` of weights ``wts``.
+
+    A batch of a group's paths: ``avg`` ({average: (1, index dims, T)}) gives the group's averages, at which the
+    constraints are solved (the batch's own otherwise), ``wts`` are 1 / (the group's paths) on the batch's rows
+    (0 on padding), and ``explicit`` scales the constraints' explicit dependence on the order parameters (1 in
+    one batch of the group, 0 in the others): the map is then linear in the batch's paths, and the group's
+    Jacobian is the sum of its batches'."""
     site = mod.SITE
     S = int(jnp.shape(wts)[0])
     B = Buffers(site, sizes, S, T)
@@ -48,7 +54,8 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normal
             hist[(name, 1)] = jnp.broadcast_to(getattr(mod, f"site_field_{name}")(E), hist[(name, 1)].shape)
             dhist[(name, 1)] = jnp.broadcast_to(getattr(mod, f"site_dfield_{name}")(E), dhist[(name, 1)].shape)
         for qname, syms in site["readouts"]:
-            vals = {sym: B.mean(wts, getattr(mod, f"site_average_{sym}")(E), qname) for sym in syms}
+            vals = {sym: (B.mean(wts, getattr(mod, f"site_average_{sym}")(E), qname) if avg is None
+                          else B.col(avg[sym], t)) for sym in syms}
             dvals = {sym: jnp.broadcast_to(getattr(mod, f"site_dmean_{sym}")(E, wts), (1,) + B.dims[qname] + (D,))
                      for sym in syms}
 
@@ -58,9 +65,9 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normal
 
             # the jvp of the constraint's solution along each direction (the last axis): cheap, no paths; the
             # tangents get a time axis of size 1 (values at t) or T (the order parameters' buffers) before it
-            tq = {n: jnp.where(jnp.arange(T)[:, None] == t, dq[n][..., None, :], 0.0) for n in q1}
+            tq = {n: explicit * jnp.where(jnp.arange(T)[:, None] == t, dq[n][..., None, :], 0.0) for n in q1}
             ro = {k: rs[k] for k in order_sums}
-            tr = {k: drs[k][..., None, :] for k in order_sums}
+            tr = {k: explicit * drs[k][..., None, :] for k in order_sums}
             tv = {k: v[..., None, :] for k, v in dvals.items()}
             fn = lambda a, b, c, qname=qname: jax.jvp(solve, (vals, q1, ro), (a, b, c))[1]    # noqa: E731
             d = jax.vmap(fn, in_axes=(-1, -1, -1), out_axes=-1)(tv, tq, tr)

@@ -4,7 +4,8 @@
 
 The options are validated once (:mod:`dmftc.runtime.options`); the module's ``KIND`` picks the engine:
 
-* a two-layer spec (time-constant Gaussian sources): :func:`dmftc.runtime.two_layer.solve_module`;
+* a two-layer spec (time-constant Gaussian sources), lowered to a one-layer single-site program:
+  :func:`dmftc.runtime.site_solve.solve_two_layer`;
 * a deep spec (layers l = 1..L, gp sources whose covariances are order parameters):
   :func:`dmftc.runtime.deep_spec.solve_deep_module`, and for a deep spec on several training points
   (``POINTS``) :func:`dmftc.runtime.deep_points.solve_points`.
@@ -32,9 +33,9 @@ def solve(module, options: SolveOptions, params: dict):
     kw = options.for_kind(kind)
     make_room()                       # a long process: drop compiled programs before the mappings run out
     if kind == "two-layer":
-        from dmftc.runtime.two_layer import solve_module
+        from dmftc.runtime.site_solve import solve_two_layer
 
-        return solve_module(module, **kw, **params)
+        return solve_two_layer(module, **kw, **params)
     if getattr(module, "POINTS", None):
         from dmftc.runtime.deep_points import solve_points
 

@@ -1,0 +1,239 @@
+"""Solve a two-layer spec: sample groups of source paths, the site engine on each, diagnostics -> Solution.
+
+Monte Carlo backend: the ``samples`` source draws are cut into G independent groups, each a complete pipeline
+(its own saddle, sensitivities, kappa and propagator, :mod:`dmftc.runtime.site_engine`), so that the spread of
+the group results is an honest standard error, that of the saddle included.  A non-smooth activation's delta
+functions are Gaussians of the solve's ``dirac width``; the first group's propagator is recomputed at half that
+width and the paths that chatter across the kink are counted (:func:`kink_report`).  A process proven linear
+(``mod.NONLINEAR`` None) uses the exact backend (:func:`dmftc.runtime.site_engine.two_layer_exact`).  The O(1/N)
+correction to the mean uses the same groups' paths (the exact backend draws ``samples`` paths for it).
+
+The engine works in the solved form of the constraints (U = 1 - dF/dq, kappa = Cov(Y)); the solution keeps
+the spec's own form, ``coeff q + rest = <O>`` (U with the coefficients on its diagonal, kappa = Cov(O)), the
+paper's kappa and D when the coefficients are 1.
+"""
+from __future__ import annotations
+
+import time as _time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dmftc.errors import NumericalError, ParameterError
+from dmftc.runtime import kernels as _k
+from dmftc.runtime.geometry import Geometry, source_factors
+from dmftc.runtime.linalg import causal_sandwich
+from dmftc.runtime.params import resolve_params
+from dmftc.runtime.sampling import block_normals, check_sampler
+from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, layout_arrays,
+                                       normals_of, path_batch, paths_at, require_program, two_layer_exact,
+                                       two_layer_mean_correction)
+
+__all__ = ["sample_draws", "solve_two_layer"]
+
+
+def sample_draws(mod, p: dict, sz: dict, samples: int, seed: int, sampler: str = "random", edges=None) -> list:
+    """The source draws of every path, one (samples, n_k) array per source group (``mod.SOURCES``): 'random',
+    JAX normals (one stream per source group); 'sobol', randomised QMC with an independent scrambled set per
+    sample group, rows edges[g]:edges[g+1] (:mod:`dmftc.runtime.sampling`)."""
+    factors = source_factors(mod, p, sz)
+    if check_sampler(sampler) == "sobol":
+        zs = block_normals(seed, [L.shape[0] for L in factors], edges)
+        return [np.asarray(z) @ L.T for z, L in zip(zs, factors)]
+    key = jax.random.PRNGKey(seed)
+    return [np.asarray(jax.random.normal(jax.random.fold_in(key, gi), (samples, L.shape[0]), dtype=jnp.float64)
+                       @ jnp.asarray(L.T)) for gi, L in enumerate(factors)]
+
+
+def coefficient_rows(mod, geo: Geometry, p: dict, sz: dict, T: int) -> np.ndarray:
+    """(T m,) time-major: each component's coefficient in its own constraint, ``coeff q + rest = <O>``."""
+    coeff = mod.coefficients(p, sz)
+    out = np.zeros(geo.m)
+    for n, _ in mod.ORDERS:
+        o, k = geo.offset[n], geo.size(n)
+        c = coeff[n]
+        out[o:o + k] = (np.broadcast_to(np.asarray(c, dtype=float), (k,)) if np.ndim(c) == 0 else
+                        _k.canonical(np.asarray(c, dtype=float), mod.STORED_AXES[n], keep_batch=False).reshape(k))
+    return np.tile(out, T)
+
+
+def _pad(x, n: int):
+    x = jnp.asarray(x)
+    return x if x.shape[0] == n else jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:])])
+
+
+def _group(mod, draws, a: int, b: int, size: int):
+    """The normals of rows a:b padded with zero rows to ``size`` paths, and their weights (0 on the padding)."""
+    normals = normals_of(mod, [d[a:b] for d in draws])
+    wts = jnp.asarray((np.arange(size) < b - a) / (b - a))
+    return normals, {k: _pad(v, size) for k, v in normals.items()}, wts
+
+
+def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
+                    progress=False, correction=False, sampler=None, **kwargs):
+    """Solve the saddle point and the propagator of a two-layer module; returns a Solution (module doc).
+
+    ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (only for processes proven linear) or
+    "auto" (exact when proven); ``batch``: paths per batch of the tangent march (default: sized to memory,
+    :func:`dmftc.runtime.site_engine.path_batch`); ``progress``: a progress bar on stderr."""
+    from dmftc.progress import Progress
+    from dmftc.runtime.blocks import DenseBlocks
+    from dmftc.runtime.solution import Solution
+
+    require_program(mod)
+    sampler = "random" if sampler is None else sampler
+    if backend == "exact" and mod.NONLINEAR is not None:
+        raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
+    exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
+    p, sz, T = resolve_params(mod, kwargs, dirac_width=dirac_width)
+    geo = Geometry(mod, sz)
+    width = float(p.get("dirac width", 0.0))
+    pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
+    coeff = coefficient_rows(mod, geo, p, sz, T)
+    G = max(1, min(groups, samples // 2))
+    edges = np.linspace(0, samples, G + 1).astype(int)
+    size = int(np.diff(edges).max())
+    timings, m1, kink = {}, [], None
+    if exact:
+        bar = Progress(f"{mod.MODEL} exact", 2, enabled=progress)
+        t0 = _time.perf_counter()
+        ex = two_layer_exact(mod, p, sz, T)
+        timings["exact moments"] = _time.perf_counter() - t0
+        bar.advance(note="moments")
+        t0 = _time.perf_counter()
+        sigma, U, kappa, cond = ex["sigma"], ex["U"], ex["kappa"], ex["condition"]
+        timings["propagator"] = _time.perf_counter() - t0
+        bar.advance(note="propagator")
+        bar.close()
+        means, var_se, batch_used = ex["q"], np.zeros(len(sigma)), None
+        if correction:
+            t0 = _time.perf_counter()
+            draws = sample_draws(mod, p, sz, samples, seed, sampler, edges)
+            for a, b in zip(edges[:-1], edges[1:]):
+                normals, padded, wts = _group(mod, draws, a, b, size)
+                Y = centred(paths_at(mod, padded, wts, pj, ex["layout"], sz, T, width), wts)
+                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, ex["layout"], U, Y, ex["avg"]))
+            timings["mean correction"] = _time.perf_counter() - t0
+        n_paths, seed_used, samples, seed = samples, seed, None, None
+    else:
+        draws = sample_draws(mod, p, sz, samples, seed, sampler, edges)
+        batch_used = path_batch(mod, sz, T, size, batch)
+        kinks = tuple(getattr(mod, "KINK_FIELDS", ())) if mod.SINGULAR and width > 0 else ()
+        results = []
+        timings.update(saddle=0.0, moments=0.0, propagator=0.0)
+        if correction:
+            timings["mean correction"] = 0.0
+        bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
+        for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+            t0 = _time.perf_counter()
+            normals, padded, wts = _group(mod, draws, a, b, size)
+            q = group_saddle(mod, padded, wts, pj, sz, T, width)
+            q_arr = layout_arrays(mod, q, sz, T)
+            check_finite(q_arr, "saddle-point march")
+            bar.advance(note=f"group {g + 1}/{G}: saddle march")
+            t1 = _time.perf_counter()
+            J, Y, avg, chatter = group_sensitivities(mod, padded, wts, pj, q, sz, T, width, batch_used,
+                                                     kinks if g == 0 else ())
+            Y = centred(Y, wts)
+            kappa = Y.T @ Y / (b - a - 1)
+            U = np.eye(len(J)) - J
+            t2 = _time.perf_counter()
+            bar.advance(note=f"group {g + 1}/{G}: kappa and D")
+            sigma, cond = causal_sandwich(U, kappa)
+            results.append((q_arr, sigma, coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :], cond))
+            if g == 0 and kinks:
+                # kink check: the same group's propagator with the delta functions at half the width
+                Jh = group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2, batch_used)[0]
+                half = causal_sandwich(np.eye(len(Jh)) - Jh, kappa)[0]
+                kink = (np.diag(half) - np.diag(sigma), chatter)
+            bar.advance(note=f"group {g + 1}/{G}: propagator")
+            timings["saddle"] += t1 - t0
+            timings["moments"] += t2 - t1
+            timings["propagator"] += _time.perf_counter() - t2
+            if correction:
+                t3 = _time.perf_counter()
+                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg))
+                timings["mean correction"] += _time.perf_counter() - t3
+        bar.close()
+        means = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
+        sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
+        cond = max(r[4] for r in results)
+        var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
+    if exact:
+        U, kappa = coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :]
+    mean_se = None
+    if not exact and sampler == "sobol" and G > 1:     # randomised QMC: the groups' spread, not sqrt(var / samples)
+        mean_se = np.zeros((T, geo.m))
+        for k in means:
+            spread = np.std([r[0][k] for r in results], axis=0, ddof=1) / np.sqrt(G)
+            n = geo.size(k)
+            mean_se[:, geo.offset[k]:geo.offset[k] + n] = spread.reshape(n, T).T
+    check_variances(np.diag(sigma), var_se, geo)
+    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc", "sampler": None if exact else sampler}
+    if kink is not None:
+        diagnostics["kink"] = kink_report(kink[0], var_se, np.diag(sigma), width, kink[1])
+    blocks = DenseBlocks(T, geo.comp_shape, geo.offset, geo.m, sigma, var_se, kappa, U)
+    per_name = lambda flat: None if flat is None else {k: blocks.flat(np.ravel(flat), k) for k in means}  # noqa: E731
+    info = {"samples": samples, "seed": seed, "batch": batch_used, "timings": dict(timings),
+            "diagnostics": dict(diagnostics), "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION,
+            "singular": mod.SINGULAR, "dirac_width": width}
+    m1_mean = m1_se = None
+    if correction:
+        m1 = np.asarray(m1)
+        m1_mean, m1_se = m1.mean(axis=0), (m1.std(axis=0, ddof=1) / np.sqrt(len(m1)) if len(m1) > 1 else None)
+    sol = Solution(mod.MODEL, dict(p), float(p[mod.TIME["step"]]) * np.arange(T), means, blocks, info,
+                   mean_se=per_name(mean_se), m1=per_name(m1_mean), m1_se=per_name(m1_se))
+    if correction:
+        sol.info["mean_correction"] = {"groups": len(m1), "paths": int(n_paths if exact else samples),
+                                       "seed": int(seed_used if exact else seed)}
+        if mod.SINGULAR:
+            sol.info["mean_correction"]["approximation"] = (
+                f"the activation is not smooth ({', '.join(mod.SINGULAR)} in the sensitivities): the derivatives "
+                f"of the march behind m1 take its kinks' delta functions as Gaussians of width {width:g}, a "
+                "smoothing whose bias in m1 is not estimated")
+    return sol
+
+
+_CHATTER_WARN = 0.01      # warn when more than this fraction of the paths chatter across a kink
+
+
+def kink_report(shift, var_se, var, width, chatter=None) -> dict:
+    """How far the equal-time variances move when the delta functions of a non-smooth activation are halved
+    in width (one sample group, same paths), against the Monte Carlo standard error of the result; and how
+    many paths chatter across the kink: the fraction of paths and components of each kink field (``KINK_FIELDS``,
+    fields at whose zero the activation has a kink) that change sign 3 or more times along the trajectory,
+    pushed over it by one point and back by another at every step or two.  The sensitivities through them are
+    where the delta-function approximation is least reliable (README, 'What to expect for relu')."""
+    se = var_se if var_se is not None else np.zeros_like(var)
+    floor = 1e-3 * max(float(np.abs(var).max()), 1e-300)
+    ratio = np.abs(shift) / np.maximum(se, floor)
+    worst = float(ratio.max())
+    text = ("non-smooth activation: the delta functions of its derivatives are Gaussians of width "
+            f"{width:g}; halving the width moves N Var by up to "
+            f"{float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)):.1%} of the "
+            f"peak, {worst:.2g} times the Monte Carlo standard error" +
+            (" (the approximation's bias may exceed the error bar)" if worst > 1 else ""))
+    most = max(chatter.values()) if chatter else 0.0
+    if most > _CHATTER_WARN:
+        text += (f"; {most:.1%} of the paths cross the kink of {max(chatter, key=chatter.get)} 3 or more times "
+                 "(chattering neurons: the sensitivities through them are approximate; in such cases N Var K "
+                 "was measured 5-26% of its peak off networks, several times the shift at half width, which "
+                 "is then a lower bound on the bias, not an estimate; issue 13)")
+    return {"dirac_width": float(width), "shift_at_half_width_max": float(np.abs(shift).max()),
+            "shift_rel_to_peak": float(np.abs(shift).max() / max(float(np.abs(var).max()), 1e-300)),
+            "shift_vs_se": worst, "chattering": chatter or {},
+            "exceeds_error_bar": bool(worst > 1.0 or most > _CHATTER_WARN), "approximation": text}
+
+
+def check_variances(var, var_se, geo):
+    """A negative variance beyond Monte Carlo error means the propagator cannot be trusted."""
+    scale = max(float(np.abs(var).max()), 1e-300)
+    slack = 4 * var_se if var_se is not None else 0.0
+    bad = var < -(slack + 1e-9 * scale)
+    if bad.any():
+        i = int(np.argmax(bad))
+        t, c = divmod(i, geo.m)
+        name = max((n for n in geo.offset if geo.offset[n] <= c), key=lambda n: geo.offset[n])
+        raise NumericalError(f"negative variance N Var({name}) = {var[i]:.3g} at step {t}, beyond 4 Monte Carlo "
+                             "standard errors: the propagator is not positive; increase samples or check the spec")
