@@ -263,19 +263,21 @@ def test_abs_activation_propagator(tmp_path):
     _assert_same_propagator(mod, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
 
 
-@pytest.mark.parametrize("spec, params, batch", [
-    ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), 7),
-    ("specs/two_layer_multi.dmft", dict(T=12, P=3, gamma=0.8, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.9])), 64),
+@pytest.mark.parametrize("spec, params, batch, segments", [
+    ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), 7, 1),
+    ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), None, 3),
+    ("specs/two_layer_multi.dmft", dict(T=12, P=3, gamma=0.8, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.9])), 64, 5),
 ])
-def test_batches_of_the_tangent_march_add_up(spec, params, batch):
+def test_batches_and_causal_pieces_of_the_tangent_march_add_up(spec, params, batch, segments):
     """The driving directions' tangents marched in batches of paths (the last one padded with zero-weight
-    rows; the constraints' explicit dependence on q counted in one batch only) give the Jacobian of the
-    whole group: running sums of order parameters (NTK update) and sample axes."""
+    rows; the constraints' explicit dependence on q counted in one batch only) and in causal pieces (each
+    carrying only the directions already reached) give the Jacobian of the whole group in one piece: running
+    sums of order parameters (NTK update) and sample axes."""
     mod = dmftc.load(ROOT / spec).module
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
     draws = _draws(mod, p, sz, 250, 17)
-    whole = two_layer_propagator(mod, draws, p, sz, T)
-    parts = two_layer_propagator(mod, draws, p, sz, T, batch=batch)
+    whole = two_layer_propagator(mod, draws, p, sz, T, segments=1)
+    parts = two_layer_propagator(mod, draws, p, sz, T, batch=batch, segments=segments)
     for k in ("U", "sigma"):
         scale = np.abs(whole[k]).max()
         assert np.abs(parts[k] - whole[k]).max() <= 1e-12 * scale, (k, np.abs(parts[k] - whole[k]).max() / scale)
@@ -311,3 +313,14 @@ def test_solve_is_the_two_layer_engine_group_by_group(tmp_path):
     for k in sol.means:
         want = np.mean([m[k] for m in means], axis=0)
         assert np.abs(sol.mean(k) - want).max() <= 1e-12 * np.abs(want).max(), k
+
+
+def test_kinked_mean_correction_says_it_is_smoothed():
+    """m1 of a relu spec takes the kink's delta functions as Gaussians of the solve's width: the solution says
+    so (and by which width); a smooth spec's does not."""
+    relu = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+    sol = relu.solve(samples=64, groups=2, T=6, P=2, gamma=0.5, correction=True, dirac_width=0.05)
+    note = sol.info["mean_correction"]["approximation"]
+    assert "delta functions" in note and "width 0.05" in note and "not estimated" in note
+    smooth = dmftc.load(ROOT / "specs" / "two_layer.dmft").solve(samples=64, groups=2, T=6, correction=True)
+    assert "approximation" not in smooth.info["mean_correction"]

@@ -200,7 +200,7 @@ def _replay_core(mod, normals, wts, pj, q, sz, T, width, kinks):
     return J, Yflat, avg, chatter
 
 
-def _driver_core(mod, sz, T, width, shapes):
+def _driver_core(mod, sz, T, width, shapes, segments):
     """dF/dq in the driving order parameters' columns from one batch of paths (site_tangents.driver_jacobian):
     (T m, those columns)."""
     F = _Flat(mod, shapes, T)
@@ -215,7 +215,7 @@ def _driver_core(mod, sz, T, width, shapes):
                                                                                     F.edges[1:])
                    if n in mod.SITE["drivers"]}
         rows = driver_jacobian(mod, T, wts, pj, q, columns, normals=normals, sizes=dict(sz), width=width, avg=avg,
-                               explicit=explicit)
+                               explicit=explicit, per_step=idx.size // T, segments=segments)
         per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
         return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size)
     return run, idx
@@ -224,18 +224,36 @@ def _driver_core(mod, sz, T, width, shapes):
 _BUDGET = 1.0e8           # floats held by one batch's tangents (about 0.8 GB)
 
 
+def _tangent_size(mod, sz, T: int) -> tuple[int, int]:
+    """(the fields' and running sums' components per path, the driving directions)."""
+    axes = dict(mod.SITE["axes"])
+    comps = lambda name: int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())]  # noqa: E731
+                                      or [1]))
+    per_path = sum(comps(f) for f in mod.SITE["fields"]) + sum(comps(n) for n, _ in mod.SITE.get("sums", ()))
+    return per_path, T * sum(comps(n) for n, _ in mod.ORDERS if n in mod.SITE["drivers"])
+
+
 def path_batch(mod, sz, T: int, S: int, batch: int | None = None) -> int:
     """Paths per batch of the tangent march: ``batch``, or as many as keep the fields' and running sums' tangents
     along every driving direction within :data:`_BUDGET` floats (each path carries its fields' components times
     the directions, a few times over in the march's intermediates)."""
     if batch is not None:
         return max(1, min(int(batch), S))
-    axes = dict(mod.SITE["axes"])
-    comps = lambda name: int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())]  # noqa: E731
-                                      or [1]))
-    per_path = sum(comps(f) for f in mod.SITE["fields"]) + sum(comps(n) for n, _ in mod.SITE.get("sums", ()))
-    directions = T * sum(comps(n) for n, _ in mod.ORDERS if n in mod.SITE["drivers"])
+    per_path, directions = _tangent_size(mod, sz, T)
     return int(max(1, min(S, _BUDGET // max(1, 4 * per_path * directions))))
+
+
+_SEGMENT_WORK = 2.0e8     # tangent updates per batch above which the march is cut into causal segments
+
+
+def tangent_segments(mod, sz, T: int, B: int) -> int:
+    """Pieces of the tangent march (site_tangents.driver_jacobian): 4 when a batch of B paths updates more than
+    :data:`_SEGMENT_WORK` tangent components over the march (then it costs about 10/16 of carrying every
+    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s), else 1 (each
+    piece is one more compiled loop: on two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran
+    0.01 s faster)."""
+    per_path, directions = _tangent_size(mod, sz, T)
+    return 4 if B * T * directions * per_path > _SEGMENT_WORK else 1
 
 
 def group_saddle(mod, normals, wts, pj, sz, T: int, width: float):
@@ -248,11 +266,12 @@ def group_saddle(mod, normals, wts, pj, sz, T: int, width: float):
 
 
 def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batch: int | None = None,
-                        kinks: tuple = ()):
+                        kinks: tuple = (), segments: int | None = None):
     """At the order parameters ``q`` (layout; a group's saddle), from the group's paths ``normals`` with weights
     ``wts`` (summing to 1; 0 on padding rows): dF/dq (T m, T m) (numpy), the paths' solved-form observables Y
     (S, T m), uncentred, the averages (layout) and the chattering fractions of the kink fields ``kinks``.  The
-    tangent march over the driving directions runs in batches of :func:`path_batch` paths."""
+    tangent march over the driving directions runs in batches of :func:`path_batch` paths, cut into ``segments``
+    causal pieces (default :func:`tangent_segments`)."""
     S = int(wts.shape[0])
     shapes = {n: v.shape for n, v in q.items()}
     F = _Flat(mod, shapes, T)
@@ -265,8 +284,9 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
     if drive.any():
         B = path_batch(mod, sz, T, S, batch)
         B = -(-S // -(-S // B))                    # equal batches, the last one padded with zero-weight rows
-        run, idx = _driver_core(mod, sz, T, width, shapes)
-        fn = _compiled(("drivers", B), mod, sz, T, S, width, run)
+        K = tangent_segments(mod, sz, T, B) if segments is None else int(segments)
+        run, idx = _driver_core(mod, sz, T, width, shapes, K)
+        fn = _compiled(("drivers", B, K), mod, sz, T, S, width, run)
         total = np.zeros((T * F.m, idx.size))
         for k, a in enumerate(range(0, S, B)):
             n = min(B, S - a)
@@ -349,16 +369,16 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
 
 
 def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False,
-                         batch: int | None = None) -> dict:
+                         batch: int | None = None, segments: int | None = None) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
     doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
     components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}; with ``correction`` also
     'm1' (T m,): the O(1/N) correction to the mean from these paths.  ``batch``: paths per batch of the tangent
-    march (:func:`path_batch`)."""
+    march (:func:`path_batch`), ``segments`` its causal pieces (:func:`tangent_segments`)."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
     wts = jnp.full(S, 1.0 / S)
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
-    J, Y, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch)
+    J, Y, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch, segments=segments)
     U = np.eye(J.shape[0]) - J
     Y = centred(Y, wts)
     kappa = Y.T @ Y / (S - 1)
