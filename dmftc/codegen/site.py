@@ -1,7 +1,7 @@
 """Print a deep spec's single-site program (:mod:`dmftc.derive.site`) into its generated module.
 
 Every field, kernel observable, response observable, readout average and readout constraint becomes a function
-of an evaluator ``E`` (:class:`dmftc.runtime.site_march.Evaluator`), which supplies the values at the current
+of an evaluator ``E`` (:class:`dmftc.runtime.site_eval.Evaluator`), which supplies the values at the current
 step t of the layer being computed:
 
     E.field(name, ref, time)    the field of layer ``ref`` ('' = this layer) at 't' (paths,), at 's' (paths, T:

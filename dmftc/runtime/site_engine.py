@@ -170,7 +170,8 @@ def paths_at(mod, normals, wts, pj, q, sz, T: int, width: float):
     F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
 
     def run(nm, w, pj, q):
-        c = replay_march(mod, (), 1, T, {}, w, pj, q, direct=True, width=width, normals=nm, sizes=dict(sz))
+        c = replay_march(mod, (), 1, T, {}, w, pj, q, direct=True, width=width, normals=nm, sizes=dict(sz),
+                         history=False)
         return _flat_paths(mod, c, F, S)
     return np.asarray(_compiled("paths", mod, sz, T, S, width, run)(normals, wts, pj, q))
 
@@ -311,7 +312,7 @@ def _correction_batch(mod, sz, T, width, shapes):
 
         def observables(one, qv):         # one path's solved-form observables at the order parameters qv
             c = replay_march(mod, (), 1, T, {}, jnp.ones(1), pj, F.unflat(qv), direct=True, width=width,
-                             normals={k: x[None] for k, x in one.items()}, sizes=dict(sz))
+                             normals={k: x[None] for k, x in one.items()}, sizes=dict(sz), history=False)
             return F.flat(_solved_observables(mod, c, F))
 
         def solved(qv):                   # the constraints' solutions from the saddle's averages
@@ -426,7 +427,7 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
             off += L.shape[1]
         c = replay_march(mod, (), 1, T, {}, jnp.ones(1), pj, q, direct=True, width=width,
                          normals={k: v[None] for k, v in normals_of(mod, [y[None] for y in parts]).items()},
-                         sizes=dict(sz))
+                         sizes=dict(sz), history=False)
         return F.flat(_solved_observables(mod, c, F))
 
     stats = _compiled("exact kappa", mod, sz, T, S, width, lambda pj, q: (

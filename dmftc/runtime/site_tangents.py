@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dmftc.runtime.site_march import Buffers, Evaluator, schedule, layer_names
+from dmftc.runtime.site_eval import Buffers, Evaluator, layer_names, schedule
 
 __all__ = ["driver_jacobian"]
 
