@@ -38,7 +38,7 @@ COVERED = {
     "deep_linear_correction": "tests/test_deep_points.py::test_linear_mean_correction_on_points_matches_networks",
 }
 SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means",    # deep propagator compile; big ensembles
-                "deep_relu_means")                          # issue 13: reported, not asserted (runs, writes)
+                "deep_relu_means", "relu_mean_correction")  # issue 13: reported, not asserted (runs, writes)
 
 
 @pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow)
