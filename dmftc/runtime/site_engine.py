@@ -32,9 +32,9 @@ from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
-__all__ = ["centred", "check_finite", "exact_points", "group_saddle", "group_sensitivities", "layout_arrays",
-           "normals_of", "path_batch", "paths_at", "require_program", "two_layer_exact", "two_layer_mean_correction",
-           "two_layer_propagator", "two_layer_saddle"]
+__all__ = ["centred", "check_finite", "equal_batches", "exact_points", "group_saddle", "group_sensitivities",
+           "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at", "require_program", "two_layer_exact",
+           "two_layer_mean_correction", "two_layer_propagator", "two_layer_saddle"]
 
 
 def require_program(mod):
@@ -222,6 +222,19 @@ def _driver_core(mod, sz, T, width, shapes, segments):
     return run, idx
 
 
+def pad_rows(x, n: int):
+    """x as a JAX array with its leading axis (paths) zero-padded to n rows."""
+    x = jnp.asarray(x)
+    return x if x.shape[0] == n else jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:])])
+
+
+def equal_batches(S: int, B: int) -> tuple[int, list]:
+    """S paths in batches of at most B, made equal (the last one padded with zero-weight rows, so that one
+    compilation serves them all): (the common size, [(first row, real rows)])."""
+    B = -(-S // -(-S // B))
+    return B, [(a, min(B, S - a)) for a in range(0, S, B)]
+
+
 _BUDGET = 1.0e8           # floats held by one batch's tangents (about 0.8 GB)
 
 
@@ -283,17 +296,14 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
     drive = F.drivers()
     J[:, ~drive] = np.asarray(Jrest)
     if drive.any():
-        B = path_batch(mod, sz, T, S, batch)
-        B = -(-S // -(-S // B))                    # equal batches, the last one padded with zero-weight rows
+        B, batches = equal_batches(S, path_batch(mod, sz, T, S, batch))
         K = tangent_segments(mod, sz, T, B) if segments is None else int(segments)
         run, idx = _driver_core(mod, sz, T, width, shapes, K)
         fn = _compiled(("drivers", B, K), mod, sz, T, S, width, run)
         total = np.zeros((T * F.m, idx.size))
-        for k, a in enumerate(range(0, S, B)):
-            n = min(B, S - a)
-            pad = lambda x: x if n == B else jnp.concatenate([x, jnp.zeros((B - n,) + x.shape[1:])])  # noqa: E731
-            nm = {key: pad(jnp.asarray(v[a:a + n])) for key, v in normals.items()}
-            total += np.asarray(fn(nm, pad(jnp.asarray(wts[a:a + n])), pj, q, avg, jnp.float64(k == 0)))
+        for k, (a, n) in enumerate(batches):
+            nm = {key: pad_rows(v[a:a + n], B) for key, v in normals.items()}
+            total += np.asarray(fn(nm, pad_rows(wts[a:a + n], B), pj, q, avg, jnp.float64(k == 0)))
         J[:, idx] = total
     return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}
 
@@ -356,16 +366,14 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     V = solve_triangular(U, Y.T, lower=True, check_finite=False).T
     W = np.roll(V, 1, axis=0)                   # an independent path's direction
     shapes = {n: v.shape for n, v in q.items()}
-    batch = -(-S // -(-S // batch))             # equal batches; the last padded with zero-weight paths
+    batch, batches = equal_batches(S, batch)
     fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes))
     q0 = _Flat(mod, shapes, T).flat(q)
     total = np.zeros(V.shape[1])
-    for a in range(0, S, batch):
-        n = min(batch, S - a)
-        pad = lambda x: jnp.concatenate([x, jnp.zeros((batch - n,) + x.shape[1:])]) if n < batch else x  # noqa: E731
-        nm = {k: pad(jnp.asarray(v[a:a + n])) for k, v in normals.items()}
+    for a, n in batches:
+        nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
         wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
-        total += np.asarray(fn(nm, pj, q0, pad(jnp.asarray(V[a:a + n])), pad(jnp.asarray(W[a:a + n])), wt, avg))
+        total += np.asarray(fn(nm, pj, q0, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt, avg))
     return solve_triangular(U, total / S, lower=True, check_finite=False)
 
 

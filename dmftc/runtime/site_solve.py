@@ -27,7 +27,7 @@ from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
 from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, layout_arrays,
-                                       normals_of, path_batch, paths_at, require_program, two_layer_exact,
+                                       normals_of, pad_rows, path_batch, paths_at, require_program, two_layer_exact,
                                        two_layer_mean_correction)
 
 __all__ = ["sample_draws", "solve_two_layer"]
@@ -58,16 +58,11 @@ def coefficient_rows(mod, geo: Geometry, p: dict, sz: dict, T: int) -> np.ndarra
     return np.tile(out, T)
 
 
-def _pad(x, n: int):
-    x = jnp.asarray(x)
-    return x if x.shape[0] == n else jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:])])
-
-
 def _group(mod, draws, a: int, b: int, size: int):
     """The normals of rows a:b padded with zero rows to ``size`` paths, and their weights (0 on the padding)."""
     normals = normals_of(mod, [d[a:b] for d in draws])
     wts = jnp.asarray((np.arange(size) < b - a) / (b - a))
-    return normals, {k: _pad(v, size) for k, v in normals.items()}, wts
+    return normals, {k: pad_rows(v, size) for k, v in normals.items()}, wts
 
 
 def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
