@@ -29,7 +29,8 @@ def draws_for(mod, p, sz, S, seed=0):
 def two_layer_sigma(mod, draws, params):
     """One group of the two-layer engine's Monte Carlo solve on these draws (its jitted march and passes)."""
     from dmftc.reference import two_layer_engine as engine
-    from dmftc.runtime.geometry import Geometry, place_sources
+    from dmftc.reference.two_layer_kernels import place_sources
+    from dmftc.runtime.geometry import Geometry
     from dmftc.runtime.params import resolve_params
 
     p, sz, T = resolve_params(mod, params, dirac_width=0.0)
@@ -50,6 +51,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     import dmftc
+    from dmftc.reference.two_layer_kernels import load as reference_module
     from dmftc.runtime.params import resolve_params
     from dmftc.runtime.site_engine import two_layer_propagator
 
@@ -57,6 +59,7 @@ def main():
           f"{'ratio':>7}{'max |diff| / peak':>19}")
     for name, params in CASES:
         mod = dmftc.load(ROOT / "specs" / f"{name}.dmft").module
+        ref = reference_module(ROOT / "specs" / f"{name}.dmft")
         p, sz, T = resolve_params(mod, params, dirac_width=0.0)
         draws = draws_for(mod, p, sz, args.samples)
         times = {"site": [], "two": []}
@@ -64,7 +67,7 @@ def main():
             t0 = time.perf_counter()
             got = two_layer_propagator(mod, draws, p, sz, T)["sigma"]
             t1 = time.perf_counter()
-            want = two_layer_sigma(mod, draws, params)
+            want = two_layer_sigma(ref, draws, params)
             t2 = time.perf_counter()
             times["site"].append(t1 - t0)
             times["two"].append(t2 - t1)

@@ -21,17 +21,9 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('K', ()))
-SINGLE_SITE = ('Delta', 'K')
-DRIVERS = ('Delta',)
-PRIMED_AXES = {'Delta': ()}
 SOURCES = ((('u', ()),), (('r', ()),))
-STORED_AXES = {'Delta': (), 'K': (), 'dh/dDelta': (), 'dz/dDelta': (), 'd∫1/dDelta': (), 'd∫2/dDelta': (), 'h': (), 'r': (), 'u': (), 'z': (), '∫1': (), '∫2': ()}
-SAMPLE_SUMS = ('∫1', '∫2')
-ORDER_SUMS = ()
-PAST_TERMS = ()
+STORED_AXES = {'Delta': (), 'K': (), 'r': (), 'u': ()}
 SINGULAR = ()
-# (row, column): a constraint that reads another order parameter at the same time (scalars)
-SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = None
 
@@ -58,83 +50,13 @@ def source_covariances(p, sz):
     ]
 
 
-def fields(S, R, p, sz):
-    """Fields at the current step from sources and running sums (dependency order)."""
-    F = {}
-    F['h'] = (S['u'] + (p['gamma'] * R['∫1']))  # h = gamma*∫1 + u
-    F['z'] = (S['r'] + (p['gamma'] * R['∫2']))  # z = gamma*∫2 + r
-    return F
-
-
-def observables(F, S, p, sz):
-    """Single-site observables O_k whose averages are the order parameters."""
-    return {
-        'Delta': (((-1.0 * F['h'] * F['z']) + (S['r'] * S['u'])) / (p['gamma'])),
-        'K': ((F['h'] ** 2) + (F['z'] ** 2)),
-    }
-
-
-def sample_increments(F, q, p, sz):
-    """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
-    return {
-        '∫1': (q['Delta'] * F['z']),
-        '∫2': (q['Delta'] * F['h']),
-    }
-
-
-def order_increments(q, p, sz):
-    """Integrands of the running sums over order parameters."""
-    return {
-    }
-
-
 def coefficients(p, sz):
-    """Coefficient of q_k(t) in its own constraint."""
+    """Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>."""
     return {
         'Delta': 1.0,
         'K': 1.0,
     }
 
-
-def rest(q, Rq, p, sz):
-    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
-    order parameters from q)."""
-    return {
-        'Delta': (-1.0 * p['y']),
-        'K': 0.0,
-    }
-
-
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
-    constraint may read order parameters declared before it at the same time)."""
-    c = coefficients(p, sz)
-    q = {}
-    q['Delta'] = (avg['Delta'] - (-1.0 * p['y'])) / c['Delta']  # 1*Delta(t) + -y
-    q['K'] = (avg['K'] - 0.0) / c['K']  # 1*K(t) + 0
-    return q
-
-
-def tangents_Delta(T, F, q, p, sz, onehot):
-    """Sensitivities to Delta(s): fields, running-sum increments and observables."""
-    T = dict(T)
-    T['dh/dDelta'] = (T['d∫1/dDelta'] * p['gamma'])
-    T['dz/dDelta'] = (T['d∫2/dDelta'] * p['gamma'])
-    inc = {
-        'd∫1/dDelta': ((q['Delta'] * T['dz/dDelta']) + (onehot * F['z'])),
-        'd∫2/dDelta': ((q['Delta'] * T['dh/dDelta']) + (F['h'] * onehot)),
-    }
-    obs = {
-        'Delta': ((-1.0 * T['dh/dDelta'] * F['z'] / (p['gamma'])) + (-1.0 * T['dz/dDelta'] * F['h'] / (p['gamma']))),
-        'K': ((2.0 * T['dh/dDelta'] * F['h']) + (2.0 * T['dz/dDelta'] * F['z'])),
-    }
-    return T, inc, obs
-
-
-def past_factors(q, Rq, p, sz):
-    """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
-    return [
-    ]
 
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an

@@ -22,17 +22,9 @@ AXIS_SIZE = {'k': 'D', 'k#10': 'D', "k'": 'D', 'l#1': 'D'}
 PARAMS = (('D', (), 'input dimension'), ('beta_star', ('D',), 'teacher weights, y = beta_star . x (unit norm by default)'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ('k',)),)
-SINGLE_SITE = ('Delta',)
-DRIVERS = ('Delta',)
-PRIMED_AXES = {'Delta': (3,)}
 SOURCES = ((('w0', ('k',)),), (('a0', ()),))
-STORED_AXES = {'Delta': (1,), 'a': (), 'a0': (), 'da/dDelta': (3,), 'dw/dDelta': (1, 3), 'd∫1/dDelta': (1, 3), 'd∫2/dDelta': (3,), 'w': (1,), 'w0': (1,), '∫1': (1,), '∫2': ()}
-SAMPLE_SUMS = ('∫1', '∫2')
-ORDER_SUMS = ()
-PAST_TERMS = ()
+STORED_AXES = {'Delta': (1,), 'a0': (), 'w0': (1,)}
 SINGULAR = ()
-# (row, column): a constraint that reads another order parameter at the same time (scalars)
-SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = None
 
@@ -61,78 +53,12 @@ def source_covariances(p, sz):
     ]
 
 
-def fields(S, R, p, sz):
-    """Fields at the current step from sources and running sums (dependency order)."""
-    F = {}
-    F['w'] = ((p['gamma'] * R['∫1']) + S['w0'])  # w[k] = gamma*∫1[k] + w0[k]
-    F['a'] = (S['a0'] + (p['gamma'] * R['∫2']))  # a = a0 + gamma*∫2
-    return F
-
-
-def observables(F, S, p, sz):
-    """Single-site observables O_k whose averages are the order parameters."""
-    return {
-        'Delta': ((-1.0 * F['a'] * F['w'] / (p['gamma'])) + (S['a0'] * S['w0'] / (p['gamma']))),
-    }
-
-
-def sample_increments(F, q, p, sz):
-    """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
-    return {
-        '∫1': (F['a'] * q['Delta']),
-        '∫2': jnp.sum((_k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(F['w'], (1,), (4,))), axis=(4,), keepdims=True),
-    }
-
-
-def order_increments(q, p, sz):
-    """Integrands of the running sums over order parameters."""
-    return {
-    }
-
-
 def coefficients(p, sz):
-    """Coefficient of q_k(t) in its own constraint."""
+    """Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>."""
     return {
         'Delta': 1.0,
     }
 
-
-def rest(q, Rq, p, sz):
-    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
-    order parameters from q)."""
-    return {
-        'Delta': (-1.0 * _k.place(p['beta_star'], (1,), RANK)),
-    }
-
-
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
-    constraint may read order parameters declared before it at the same time)."""
-    c = coefficients(p, sz)
-    q = {}
-    q['Delta'] = (avg['Delta'] - (-1.0 * _k.place(p['beta_star'], (1,), RANK))) / c['Delta']  # 1*Delta(t) + -beta_star[k]
-    return q
-
-
-def tangents_Delta(T, F, q, p, sz, onehot):
-    """Sensitivities to Delta(s): fields, running-sum increments and observables."""
-    T = dict(T)
-    T['dw/dDelta'] = (p['gamma'] * T['d∫1/dDelta'])
-    T['da/dDelta'] = (p['gamma'] * T['d∫2/dDelta'])
-    inc = {
-        'd∫1/dDelta': ((q['Delta'] * T['da/dDelta']) + (F['a'] * onehot * _k.kron(1, 3, sz['D'], RANK))),
-        'd∫2/dDelta': ((onehot * _k.relabel(F['w'], (1,), (3,))) + jnp.sum((_k.relabel(q['Delta'], (1,), (2,)) * _k.relabel(T['dw/dDelta'], (1, 3), (2, 3))), axis=(2,), keepdims=True)),
-    }
-    obs = {
-        'Delta': ((-1.0 * F['a'] * T['dw/dDelta'] / (p['gamma'])) + (-1.0 * T['da/dDelta'] * F['w'] / (p['gamma']))),
-    }
-    return T, inc, obs
-
-
-def past_factors(q, Rq, p, sz):
-    """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
-    return [
-    ]
 
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an

@@ -22,17 +22,9 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target (nonzero)'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('r', ()), ('K', ()))
-SINGLE_SITE = ('Delta', 'K')
-DRIVERS = ('Delta',)
-PRIMED_AXES = {'Delta': ()}
 SOURCES = ((('u', ()),), (('w', ()),))
-STORED_AXES = {'Delta': (), 'K': (), 'dg/dDelta': (), 'dh/dDelta': (), 'dz/dDelta': (), 'd∫1/dDelta': (), 'd∫2/dDelta': (), 'g': (), 'h': (), 'r': (), 'u': (), 'w': (), 'z': (), '∫1': (), '∫2': ()}
-SAMPLE_SUMS = ('∫1', '∫2')
-ORDER_SUMS = ()
-PAST_TERMS = ()
+STORED_AXES = {'Delta': (), 'K': (), 'r': (), 'u': (), 'w': ()}
 SINGULAR = ()
-# (row, column): a constraint that reads another order parameter at the same time (scalars)
-SAME_TIME = (('r', 'Delta'),)
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = 'field g = z*(1 - tanh(h)**2) (line 18) is not affine in the sources'
 
@@ -59,88 +51,14 @@ def source_covariances(p, sz):
     ]
 
 
-def fields(S, R, p, sz):
-    """Fields at the current step from sources and running sums (dependency order)."""
-    F = {}
-    F['h'] = (S['u'] + (p['gamma'] * R['∫1']))  # h = gamma*∫1 + u
-    F['z'] = (S['w'] + (p['gamma'] * R['∫2']))  # z = gamma*∫2 + w
-    F['g'] = (F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2))))  # g = z*(1 - tanh(h)**2)
-    return F
-
-
-def observables(F, S, p, sz):
-    """Single-site observables O_k whose averages are the order parameters."""
-    return {
-        'Delta': (((S['w'] * jnp.tanh(S['u'])) + (-1.0 * F['z'] * jnp.tanh(F['h']))) / (p['gamma'])),
-        'K': ((F['g'] ** 2) + (jnp.tanh(F['h']) ** 2)),
-    }
-
-
-def sample_increments(F, q, p, sz):
-    """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
-    return {
-        '∫1': (q['Delta'] * F['g']),
-        '∫2': (q['Delta'] * jnp.tanh(F['h'])),
-    }
-
-
-def order_increments(q, p, sz):
-    """Integrands of the running sums over order parameters."""
-    return {
-    }
-
-
 def coefficients(p, sz):
-    """Coefficient of q_k(t) in its own constraint."""
+    """Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>."""
     return {
         'Delta': 1.0,
         'r': 1.0,
         'K': 1.0,
     }
 
-
-def rest(q, Rq, p, sz):
-    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
-    order parameters from q)."""
-    return {
-        'Delta': (-1.0 * p['y']),
-        'r': jnp.log((q['Delta'] / (p['y']))),
-        'K': 0.0,
-    }
-
-
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
-    constraint may read order parameters declared before it at the same time)."""
-    c = coefficients(p, sz)
-    q = {}
-    q['Delta'] = (avg['Delta'] - (-1.0 * p['y'])) / c['Delta']  # 1*Delta(t) + -y
-    q['r'] = (0.0 - jnp.log((q['Delta'] / (p['y'])))) / c['r']  # 1*r(t) + log(Delta/y)
-    q['K'] = (avg['K'] - 0.0) / c['K']  # 1*K(t) + 0
-    return q
-
-
-def tangents_Delta(T, F, q, p, sz, onehot):
-    """Sensitivities to Delta(s): fields, running-sum increments and observables."""
-    T = dict(T)
-    T['dh/dDelta'] = (T['d∫1/dDelta'] * p['gamma'])
-    T['dz/dDelta'] = (T['d∫2/dDelta'] * p['gamma'])
-    T['dg/dDelta'] = ((T['dz/dDelta'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2)))) + (-1.0 * T['dh/dDelta'] * F['z'] * (2.0 + (-2.0 * (jnp.tanh(F['h']) ** 2))) * jnp.tanh(F['h'])))
-    inc = {
-        'd∫1/dDelta': ((q['Delta'] * T['dg/dDelta']) + (F['g'] * onehot)),
-        'd∫2/dDelta': ((q['Delta'] * T['dh/dDelta']) + (onehot * jnp.tanh(F['h'])) + (-1.0 * q['Delta'] * T['dh/dDelta'] * (jnp.tanh(F['h']) ** 2))),
-    }
-    obs = {
-        'Delta': ((-1.0 * T['dz/dDelta'] * jnp.tanh(F['h']) / (p['gamma'])) + (-1.0 * T['dh/dDelta'] * F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2))) / (p['gamma']))),
-        'K': ((2.0 * T['dg/dDelta'] * F['g']) + (T['dh/dDelta'] * (2.0 + (-2.0 * (jnp.tanh(F['h']) ** 2))) * jnp.tanh(F['h']))),
-    }
-    return T, inc, obs
-
-
-def past_factors(q, Rq, p, sz):
-    """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
-    return [
-    ]
 
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an

@@ -22,17 +22,9 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target'), ('kx', (), 'train/test input overlap x.x_star/D'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ()))
-SINGLE_SITE = ('Delta', 'f_star', 'K', 'K_star')
-DRIVERS = ('Delta',)
-PRIMED_AXES = {'Delta': ()}
 SOURCES = ((('u', ()), ('u_star', ())), (('r', ()),))
-STORED_AXES = {'Delta': (), 'K': (), 'K_star': (), 'dg/dDelta': (), 'dg_star/dDelta': (), 'dh/dDelta': (), 'dh_star/dDelta': (), 'dz/dDelta': (), 'd∫1/dDelta': (), 'd∫2/dDelta': (), 'f_star': (), 'g': (), 'g_star': (), 'h': (), 'h_star': (), 'r': (), 'u': (), 'u_star': (), 'z': (), '∫1': (), '∫2': ()}
-SAMPLE_SUMS = ('∫1', '∫2')
-ORDER_SUMS = ()
-PAST_TERMS = ()
+STORED_AXES = {'Delta': (), 'K': (), 'K_star': (), 'f_star': (), 'r': (), 'u': (), 'u_star': ()}
 SINGULAR = ()
-# (row, column): a constraint that reads another order parameter at the same time (scalars)
-SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = 'field g = z*(1 - tanh(h)**2) (line 20) is not affine in the sources'
 
@@ -61,43 +53,8 @@ def source_covariances(p, sz):
     ]
 
 
-def fields(S, R, p, sz):
-    """Fields at the current step from sources and running sums (dependency order)."""
-    F = {}
-    F['h'] = (S['u'] + (p['gamma'] * R['∫1']))  # h = gamma*∫1 + u
-    F['h_star'] = (S['u_star'] + (p['gamma'] * p['kx'] * R['∫1']))  # h_star = gamma*kx*∫1 + u_star
-    F['z'] = (S['r'] + (p['gamma'] * R['∫2']))  # z = gamma*∫2 + r
-    F['g'] = (F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2))))  # g = z*(1 - tanh(h)**2)
-    F['g_star'] = (F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h_star']) ** 2))))  # g_star = z*(1 - tanh(h_star)**2)
-    return F
-
-
-def observables(F, S, p, sz):
-    """Single-site observables O_k whose averages are the order parameters."""
-    return {
-        'Delta': (((S['r'] * jnp.tanh(S['u'])) + (-1.0 * F['z'] * jnp.tanh(F['h']))) / (p['gamma'])),
-        'f_star': (((-1.0 * S['r'] * jnp.tanh(S['u_star'])) + (F['z'] * jnp.tanh(F['h_star']))) / (p['gamma'])),
-        'K': ((F['g'] ** 2) + (jnp.tanh(F['h']) ** 2)),
-        'K_star': ((jnp.tanh(F['h']) * jnp.tanh(F['h_star'])) + (F['g'] * F['g_star'] * p['kx'])),
-    }
-
-
-def sample_increments(F, q, p, sz):
-    """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
-    return {
-        '∫1': (q['Delta'] * F['g']),
-        '∫2': (q['Delta'] * jnp.tanh(F['h'])),
-    }
-
-
-def order_increments(q, p, sz):
-    """Integrands of the running sums over order parameters."""
-    return {
-    }
-
-
 def coefficients(p, sz):
-    """Coefficient of q_k(t) in its own constraint."""
+    """Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>."""
     return {
         'Delta': 1.0,
         'f_star': 1.0,
@@ -105,55 +62,6 @@ def coefficients(p, sz):
         'K_star': 1.0,
     }
 
-
-def rest(q, Rq, p, sz):
-    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
-    order parameters from q)."""
-    return {
-        'Delta': (-1.0 * p['y']),
-        'f_star': 0.0,
-        'K': 0.0,
-        'K_star': 0.0,
-    }
-
-
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
-    constraint may read order parameters declared before it at the same time)."""
-    c = coefficients(p, sz)
-    q = {}
-    q['Delta'] = (avg['Delta'] - (-1.0 * p['y'])) / c['Delta']  # 1*Delta(t) + -y
-    q['f_star'] = (avg['f_star'] - 0.0) / c['f_star']  # 1*f_star(t) + 0
-    q['K'] = (avg['K'] - 0.0) / c['K']  # 1*K(t) + 0
-    q['K_star'] = (avg['K_star'] - 0.0) / c['K_star']  # 1*K_star(t) + 0
-    return q
-
-
-def tangents_Delta(T, F, q, p, sz, onehot):
-    """Sensitivities to Delta(s): fields, running-sum increments and observables."""
-    T = dict(T)
-    T['dh/dDelta'] = (T['d∫1/dDelta'] * p['gamma'])
-    T['dh_star/dDelta'] = (T['d∫1/dDelta'] * p['gamma'] * p['kx'])
-    T['dz/dDelta'] = (T['d∫2/dDelta'] * p['gamma'])
-    T['dg/dDelta'] = ((T['dz/dDelta'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2)))) + (-1.0 * T['dh/dDelta'] * F['z'] * (2.0 + (-2.0 * (jnp.tanh(F['h']) ** 2))) * jnp.tanh(F['h'])))
-    T['dg_star/dDelta'] = ((T['dz/dDelta'] * (1.0 + (-1.0 * (jnp.tanh(F['h_star']) ** 2)))) + (-1.0 * T['dh_star/dDelta'] * F['z'] * (2.0 + (-2.0 * (jnp.tanh(F['h_star']) ** 2))) * jnp.tanh(F['h_star'])))
-    inc = {
-        'd∫1/dDelta': ((q['Delta'] * T['dg/dDelta']) + (F['g'] * onehot)),
-        'd∫2/dDelta': ((q['Delta'] * T['dh/dDelta']) + (onehot * jnp.tanh(F['h'])) + (-1.0 * q['Delta'] * T['dh/dDelta'] * (jnp.tanh(F['h']) ** 2))),
-    }
-    obs = {
-        'Delta': ((-1.0 * T['dz/dDelta'] * jnp.tanh(F['h']) / (p['gamma'])) + (-1.0 * T['dh/dDelta'] * F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2))) / (p['gamma']))),
-        'f_star': ((T['dz/dDelta'] * jnp.tanh(F['h_star']) / (p['gamma'])) + (T['dh_star/dDelta'] * F['z'] * (1.0 + (-1.0 * (jnp.tanh(F['h_star']) ** 2))) / (p['gamma']))),
-        'K': ((2.0 * T['dg/dDelta'] * F['g']) + (T['dh/dDelta'] * (2.0 + (-2.0 * (jnp.tanh(F['h']) ** 2))) * jnp.tanh(F['h']))),
-        'K_star': ((T['dg/dDelta'] * F['g_star'] * p['kx']) + (T['dg_star/dDelta'] * F['g'] * p['kx']) + (T['dh/dDelta'] * (1.0 + (-1.0 * (jnp.tanh(F['h']) ** 2))) * jnp.tanh(F['h_star'])) + (T['dh_star/dDelta'] * (1.0 + (-1.0 * (jnp.tanh(F['h_star']) ** 2))) * jnp.tanh(F['h']))),
-    }
-    return T, inc, obs
-
-
-def past_factors(q, Rq, p, sz):
-    """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
-    return [
-    ]
 
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an

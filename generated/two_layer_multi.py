@@ -22,19 +22,11 @@ AXIS_SIZE = {'mu': 'P', 'nu': 'P', 'mu#26': 'P', 'mu#27': 'P', "mu'": 'P', 'nu#1
 PARAMS = (('P', (), 'number of training points'), ('Kx', ('P', 'P'), 'input Gram matrix x_mu . x_nu / D'), ('y', ('P',), 'training targets'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ('mu',)), ('K', ('mu', 'nu')))
-SINGLE_SITE = ('Delta', 'K')
-DRIVERS = ('Delta',)
-PRIMED_AXES = {'Delta': (5,)}
 SOURCES = ((('u', ('mu',)),), (('r', ()),))
-STORED_AXES = {'Delta': (1,), 'K': (1, 2), 'dg/dDelta': (1, 5), 'dh/dDelta': (1, 5), 'dz/dDelta': (5,), 'd∫1/dDelta': (1, 5), 'd∫2/dDelta': (5,), 'g': (1,), 'h': (1,), 'r': (), 'u': (1,), 'z': (), '∫1': (1,), '∫2': ()}
-SAMPLE_SUMS = ('∫1', '∫2')
-ORDER_SUMS = ()
-PAST_TERMS = ()
+STORED_AXES = {'Delta': (1,), 'K': (1, 2), 'r': (), 'u': (1,)}
 SINGULAR = ('DiracDelta(h[mu])',)
 # fields at whose zero the activation has a kink (the runtime counts how often paths cross it)
 KINK_FIELDS = ('h',)
-# (row, column): a constraint that reads another order parameter at the same time (scalars)
-SAME_TIME = ()
 # None when the process is proven Gaussian (fields affine in the sources): exact moments apply
 NONLINEAR = 'field g = sqrt(2)*z*Heaviside(h[mu]) (line 22) is not affine in the sources'
 
@@ -65,85 +57,13 @@ def source_covariances(p, sz):
     ]
 
 
-def fields(S, R, p, sz):
-    """Fields at the current step from sources and running sums (dependency order)."""
-    F = {}
-    F['h'] = ((p['gamma'] * R['∫1']) + S['u'])  # h[mu] = gamma*∫1[mu] + u[mu]
-    F['z'] = (S['r'] + (p['gamma'] * R['∫2']))  # z = gamma*∫2 + r
-    F['g'] = (jnp.sqrt(2.0) * F['z'] * _k.heaviside(F['h']))  # g[mu] = sqrt(2)*z*Heaviside(h[mu])
-    return F
-
-
-def observables(F, S, p, sz):
-    """Single-site observables O_k whose averages are the order parameters."""
-    return {
-        'Delta': (((jnp.sqrt(2.0) * S['r'] * jnp.maximum(0.0, S['u'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * jnp.maximum(0.0, F['h']))) / (p['gamma'])),
-        'K': ((2.0 * jnp.maximum(0.0, F['h']) * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (2,)))) + (_k.place(p['Kx'], (1, 2), RANK) * F['g'] * _k.relabel(F['g'], (1,), (2,)))),
-    }
-
-
-def sample_increments(F, q, p, sz):
-    """Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand)."""
-    return {
-        '∫1': jnp.sum((_k.relabel(q['Delta'], (1,), (6,)) * _k.place(p['Kx'], (1, 6), RANK) * _k.relabel(F['g'], (1,), (6,))), axis=(6,), keepdims=True),
-        '∫2': jnp.sum((jnp.sqrt(2.0) * _k.relabel(q['Delta'], (1,), (7,)) * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (7,)))), axis=(7,), keepdims=True),
-    }
-
-
-def order_increments(q, p, sz):
-    """Integrands of the running sums over order parameters."""
-    return {
-    }
-
-
 def coefficients(p, sz):
-    """Coefficient of q_k(t) in its own constraint."""
+    """Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>."""
     return {
         'Delta': 1.0,
         'K': 1.0,
     }
 
-
-def rest(q, Rq, p, sz):
-    """rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; same-time
-    order parameters from q)."""
-    return {
-        'Delta': (-1.0 * _k.place(p['y'], (1,), RANK)),
-        'K': 0.0,
-    }
-
-
-def saddle(avg, Rq, p, sz):
-    """Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order (a
-    constraint may read order parameters declared before it at the same time)."""
-    c = coefficients(p, sz)
-    q = {}
-    q['Delta'] = (avg['Delta'] - (-1.0 * _k.place(p['y'], (1,), RANK))) / c['Delta']  # 1*Delta(t) + -y[mu]
-    q['K'] = (avg['K'] - 0.0) / c['K']  # 1*K(t) + 0
-    return q
-
-
-def tangents_Delta(T, F, q, p, sz, onehot):
-    """Sensitivities to Delta(s): fields, running-sum increments and observables."""
-    T = dict(T)
-    T['dh/dDelta'] = (p['gamma'] * T['d∫1/dDelta'])
-    T['dz/dDelta'] = (p['gamma'] * T['d∫2/dDelta'])
-    T['dg/dDelta'] = ((jnp.sqrt(2.0) * _k.heaviside(F['h']) * T['dz/dDelta']) + (jnp.sqrt(2.0) * F['z'] * _k.dirac(F['h'], p['dirac width']) * T['dh/dDelta']))
-    inc = {
-        'd∫1/dDelta': ((onehot * _k.place(p['Kx'], (1, 5), RANK) * _k.relabel(F['g'], (1,), (5,))) + jnp.sum((_k.relabel(q['Delta'], (1,), (3,)) * _k.place(p['Kx'], (1, 3), RANK) * _k.relabel(T['dg/dDelta'], (1, 5), (3, 5))), axis=(3,), keepdims=True)),
-        'd∫2/dDelta': ((jnp.sqrt(2.0) * onehot * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (5,)))) + jnp.sum((jnp.sqrt(2.0) * _k.heaviside(_k.relabel(F['h'], (1,), (4,))) * _k.relabel(q['Delta'], (1,), (4,)) * _k.relabel(T['dh/dDelta'], (1, 5), (4, 5))), axis=(4,), keepdims=True)),
-    }
-    obs = {
-        'Delta': ((-1.0 * jnp.sqrt(2.0) * T['dz/dDelta'] * jnp.maximum(0.0, F['h']) / (p['gamma'])) + (-1.0 * jnp.sqrt(2.0) * F['z'] * _k.heaviside(F['h']) * T['dh/dDelta'] / (p['gamma']))),
-        'K': ((2.0 * _k.heaviside(F['h']) * T['dh/dDelta'] * jnp.maximum(0.0, _k.relabel(F['h'], (1,), (2,)))) + (2.0 * _k.heaviside(_k.relabel(F['h'], (1,), (2,))) * _k.relabel(T['dh/dDelta'], (1, 5), (2, 5)) * jnp.maximum(0.0, F['h'])) + (_k.place(p['Kx'], (1, 2), RANK) * T['dg/dDelta'] * _k.relabel(F['g'], (1,), (2,))) + (_k.place(p['Kx'], (1, 2), RANK) * _k.relabel(T['dg/dDelta'], (1, 5), (2, 5)) * F['g'])),
-    }
-    return T, inc, obs
-
-
-def past_factors(q, Rq, p, sz):
-    """Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS."""
-    return [
-    ]
 
 # ---------------------------------------------------------------- the single-site program
 # read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an

@@ -13,7 +13,8 @@ from dmftc.errors import StructureSpecError
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime import kernels as _k
 from dmftc.reference import two_layer_engine as engine
-from dmftc.runtime.geometry import Geometry, place_sources
+from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
+from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
 from dmftc.reference.two_layer_engine import saddle_on_draws
 
@@ -27,8 +28,13 @@ def _variant_path(tmp_path, name, text):
     return path
 
 
+def _pair(path, out_dir=None):
+    """The generated module the solver runs and the reference engine's module (its own two-layer kernels)."""
+    return dmftc.load(path, out_dir=out_dir).module, reference_module(path)
+
+
 def _variant(tmp_path, name, text):
-    return dmftc.load(_variant_path(tmp_path, name, text), out_dir=tmp_path / "generated").module
+    return _pair(_variant_path(tmp_path, name, text), tmp_path / "generated")
 
 
 def _draws(mod, p, sz, S, seed):
@@ -40,10 +46,11 @@ def _draws(mod, p, sz, S, seed):
     return out
 
 
-def _assert_same_saddle(mod, params, S=400, seed=0):
+def _assert_same_saddle(pair, params, S=400, seed=0):
+    mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
     draws = _draws(mod, p, sz, S, seed)
-    want = saddle_on_draws(mod, draws, **params)
+    want = saddle_on_draws(ref, draws, **params)
     got = two_layer_saddle(mod, draws, p, sz, T)
     assert set(got) == set(want)
     for k in want:
@@ -60,22 +67,20 @@ def _assert_same_saddle(mod, params, S=400, seed=0):
     ("eos", dict(T=25, gamma=3.0)),
 ])
 def test_shipped_specs_march_to_the_two_layer_saddle(spec, params):
-    mod = dmftc.load(ROOT / "specs" / f"{spec}.dmft").module
-    _assert_same_saddle(mod, params, seed=len(params))
+    _assert_same_saddle(_pair(ROOT / "specs" / f"{spec}.dmft"), params, seed=len(params))
 
 
 @pytest.mark.parametrize("act", ["sqrt(2) * max(0, h)", "erf(h)", "sin(h) + 0.1 * h"])
 def test_other_activations(tmp_path, act):
     """Activations and a spec nobody shipped: relu (a kink: the saddle needs no derivative of it), erf, sin."""
-    mod = _variant(tmp_path, "site_two_layer_act", TWO_LAYER.replace("activation phi(h) = tanh(h)",
-                                                                     f"activation phi(h) = {act}"))
-    _assert_same_saddle(mod, dict(T=30, gamma=1.5, y=-0.5), seed=3)
+    pair = _variant(tmp_path, "site_two_layer_act", TWO_LAYER.replace("activation phi(h) = tanh(h)",
+                                                                      f"activation phi(h) = {act}"))
+    _assert_same_saddle(pair, dict(T=30, gamma=1.5, y=-0.5), seed=3)
 
 
 def test_order_running_sums_and_same_time_constraints():
     """Error updates through the NTK: running sums of order parameters (integral(K(s) Delta(s), s < t))."""
-    mod = dmftc.load(ROOT / "tests" / "specs" / "two_layer_ntk.dmft").module
-    _assert_same_saddle(mod, dict(T=30, gamma=0.7), seed=5)
+    _assert_same_saddle(_pair(ROOT / "tests" / "specs" / "two_layer_ntk.dmft"), dict(T=30, gamma=0.7), seed=5)
 
 
 MULTI = (ROOT / "specs" / "two_layer_multi.dmft").read_text()
@@ -94,14 +99,12 @@ def _gram(P, seed):
 def test_sample_axes(spec, params):
     """Sample axes (h[mu], K[mu, nu], sums over nu inside the causal integrals) lowered to the layout
     (paths, one axis per index, time)."""
-    mod = dmftc.load(ROOT / spec).module
-    _assert_same_saddle(mod, params, seed=11)
+    _assert_same_saddle(_pair(ROOT / spec), params, seed=11)
 
 
 def test_sample_axes_random_gram_both_signs():
     """Relu on P = 3 points with a random Gram matrix and targets of both signs, rich training."""
-    mod = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft").module
-    _assert_same_saddle(mod, dict(T=30, P=3, gamma=1.0, Kx=_gram(3, 2), y=np.array([1.0, -0.5, 0.8])), seed=4)
+    _assert_same_saddle(_pair(ROOT / "specs" / "two_layer_multi.dmft"), dict(T=30, P=3, gamma=1.0, Kx=_gram(3, 2), y=np.array([1.0, -0.5, 0.8])), seed=4)
 
 
 def test_no_program():
@@ -113,8 +116,8 @@ def test_no_program():
 
 
 def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1, full=False):
-    """One sample group of the two-layer engine on exactly these draws: its propagator (``full``: sigma, U,
-    kappa and the condition estimate)."""
+    """One sample group of the two-layer engine (``mod``: a reference module) on exactly these draws: its
+    propagator (``full``: sigma, U, kappa and the condition estimate)."""
     p, sz, T = resolve_params(mod, params, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(x) for x in draws])
@@ -138,8 +141,7 @@ def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1, full=False):
 def test_propagator_is_the_two_layer_engine(spec, params):
     """Sigma = U^-1 kappa U^-T with U = 1 - dF/dq by autodiff of the march (explicit couplings, same-time
     constraints and D at once) equals the two-layer engine's symbolic tangents, same paths, to round-off."""
-    mod = dmftc.load(ROOT / spec).module
-    _assert_same_propagator(mod, params, 0.1)
+    _assert_same_propagator(_pair(ROOT / spec), params, 0.1)
 
 
 @pytest.mark.parametrize("width", [0.1, 0.03, 0.0])
@@ -147,15 +149,15 @@ def test_relu_kink_is_the_mollified_delta(width):
     """Relu: the program prints phi' = Heaviside as kernels.step, whose derivative is the delta function as a
     Gaussian of the solve's width, so autodiff of the march differentiates the kink as the two-layer engine's
     symbolic tangents do (at width 0 both drop it)."""
-    mod = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft").module
-    _assert_same_propagator(mod, dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 8), y=np.array([-0.8, 1.0, 0.3])), width)
+    _assert_same_propagator(_pair(ROOT / "specs" / "two_layer_multi.dmft"), dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 8), y=np.array([-0.8, 1.0, 0.3])), width)
 
 
-def _assert_same_propagator(mod, params, width):
+def _assert_same_propagator(pair, params, width):
+    mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=width)
     draws = _draws(mod, p, sz, 300, 7)
     got = two_layer_propagator(mod, draws, p, sz, T)
-    want = _two_layer_engine_sigma(mod, draws, params, width)
+    want = _two_layer_engine_sigma(ref, draws, params, width)
     scale = np.abs(want).max()
     assert np.abs(got["sigma"] - want).max() <= 1e-12 * scale, np.abs(got["sigma"] - want).max() / scale
     assert np.abs(np.diag(want)).max() > 1e-3 * scale           # the variances are resolved, not 0 == 0
@@ -176,10 +178,11 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
     a positive width (then the two differ: 39% of m1's peak on this case, measured)."""
     from dmftc.reference.two_layer_mean_correction import mean_correction_group
 
-    mod = dmftc.load(ROOT / spec).module
+    mod, ref = _pair(ROOT / spec)
     p, sz, T = resolve_params(mod, params, dirac_width=width)
     draws = _draws(mod, p, sz, 200, 13)
     got = two_layer_propagator(mod, draws, p, sz, T, correction=True)["m1"]
+    mod = ref
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(x) for x in draws])
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
@@ -206,10 +209,11 @@ def test_exact_backend_is_the_two_layer_engine(spec, params):
     from dmftc.reference.two_layer_exact import exact_moments
     from dmftc.runtime.site_engine import two_layer_exact
 
-    mod = dmftc.load(ROOT / spec).module
+    mod, ref = _pair(ROOT / spec)
     assert mod.NONLINEAR is None
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
     got = two_layer_exact(mod, p, sz, T)
+    mod = ref
     geo = Geometry(mod, sz)
     q, Rq, kappa, D = exact_moments(mod, geo, p, sz, T)
     U0 = engine.explicit_jacobian(mod, geo, {k: np.asarray(v) for k, v in q.items()},
@@ -244,7 +248,8 @@ def test_compiled_model_saddle_on_draws_runs_the_program():
     params = dict(T=20, P=3, gamma=0.8, Kx=_gram(3, 21), y=np.array([1.0, -1.0, 0.5]))
     p, sz, T = resolve_params(m.module, params)
     draws = _draws(m.module, p, sz, 250, 2)
-    got, want = m.saddle_on_draws(draws, **params), saddle_on_draws(m.module, draws, **params)
+    ref = reference_module(ROOT / "specs" / "two_layer_multi.dmft")
+    got, want = m.saddle_on_draws(draws, **params), saddle_on_draws(ref, draws, **params)
     for k in want:
         assert np.abs(got[k] - want[k]).max() <= 1e-12 * np.abs(want[k]).max(), k
     with pytest.raises(dmftc.errors.ParameterError, match="source groups"):
@@ -258,9 +263,9 @@ def test_abs_activation_propagator(tmp_path):
     sign(h) and sign to a delta (tests/test_fuzz.py regressions: a complex derivative broke compilation)."""
     path = tmp_path / "abs_multi.dmft"
     path.write_text(MULTI.replace("sqrt(2) * max(0, h)", "abs(h)").replace("model two_layer_multi ", "model abs_multi "))
-    mod = dmftc.load(path, out_dir=tmp_path / "generated").module
-    assert mod.SITE is not None
-    _assert_same_propagator(mod, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
+    pair = _pair(path, tmp_path / "generated")
+    assert pair[0].SITE is not None
+    _assert_same_propagator(pair, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
 
 
 @pytest.mark.parametrize("spec, params, batch, segments", [
@@ -293,17 +298,18 @@ def test_solve_is_the_two_layer_engine_group_by_group(tmp_path):
 
     text = TWO_LAYER.replace("hat K(t) K(t)", "hat K(t) 2 K(t)")
     assert text != TWO_LAYER
-    model = dmftc.load(_variant_path(tmp_path, "site_two_layer_coeff", text), out_dir=tmp_path / "generated")
-    mod = model.module
+    path = _variant_path(tmp_path, "site_two_layer_coeff", text)
+    model = dmftc.load(path, out_dir=tmp_path / "generated")
+    mod, ref = model.module, reference_module(path)
     assert mod.coefficients({}, {})["K"] == 2.0
     params = dict(T=15, gamma=1.3, y=-0.7, kx=-0.4)
     sol = model.solve(samples=301, groups=2, seed=4, **params)
     p, sz, T = resolve_params(mod, dict(params), dirac_width=0.1)
     draws = sample_draws(mod, p, sz, 301, 4)
     edges = np.linspace(0, 301, 3).astype(int)
-    groups = [_two_layer_engine_sigma(mod, [d[a:b] for d in draws], params, full=True)
+    groups = [_two_layer_engine_sigma(ref, [d[a:b] for d in draws], params, full=True)
               for a, b in zip(edges[:-1], edges[1:])]
-    means = [saddle_on_draws(mod, [d[a:b] for d in draws], **params) for a, b in zip(edges[:-1], edges[1:])]
+    means = [saddle_on_draws(ref, [d[a:b] for d in draws], **params) for a, b in zip(edges[:-1], edges[1:])]
     for got, want in [(sol.blocks.sigma_full, np.mean([g[0] for g in groups], axis=0)),
                       (sol.blocks.U_full, np.mean([g[1] for g in groups], axis=0)),
                       (sol.blocks.kappa_full, np.mean([g[2] for g in groups], axis=0)),

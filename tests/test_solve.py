@@ -9,8 +9,8 @@ import pytest
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
+from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
 from dmftc.runtime.geometry import Geometry
-from dmftc.runtime.geometry import place_sources
 from dmftc.runtime.site_solve import sample_draws
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,9 +111,10 @@ def test_lazy_limit_closed_form(two_layer):
     np.testing.assert_allclose(sol.mean("Delta"), (1 - 0.05 * K0) ** t, rtol=1e-4)
 
 
-def _autodiff_D(model, sol, name):
-    """D[name, Delta](t, s) = d<O(t)>/dDelta(s) by jax.jacfwd through a plain march of the same samples."""
-    mod = model.module
+def _autodiff_D(spec, sol, name):
+    """D[name, Delta](t, s) = d<O(t)>/dDelta(s) by jax.jacfwd through a plain march of the same samples (the
+    reference's two-layer kernels of ``spec``)."""
+    mod = reference_module(ROOT / "specs" / f"{spec}.dmft")
     p = dict(sol.params)
     sz = {k: int(p[k]) for k in set(mod.AXIS_SIZE.values())}
     geo = Geometry(mod, sz)
@@ -145,7 +146,7 @@ def _place_comp(vals, mod, shape):
 
 
 def _symbolic_D(sol, name):
-    """-U[name, Delta] as assembled by the runtime from the generated tangent kernels."""
+    """-U[name, Delta] as the solve assembles it (tangents of the spec's single-site program)."""
     T = len(sol.times)
     U = sol.U(name, "Delta").reshape(-1, T, int(sol.mean("Delta").size // T), T)     # (n, T, nd, T)
     return -np.transpose(U, (1, 0, 3, 2))           # (T, n, T, nd)
@@ -154,7 +155,7 @@ def _symbolic_D(sol, name):
 def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):
     sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0, groups=1)
     for name in ("K", "K_star"):
-        ad = np.asarray(_autodiff_D(two_layer, sol, name))[:, 0, :]          # (T, T)
+        ad = np.asarray(_autodiff_D("two_layer", sol, name))[:, 0, :]          # (T, T)
         sym = _symbolic_D(sol, name)[:, 0, :, 0]
         assert np.abs(ad).max() > 0.01   # D(t, s) carries one factor eta: not trivially zero
         np.testing.assert_allclose(sym, ad, rtol=1e-9, atol=1e-11)
@@ -164,7 +165,7 @@ def test_symbolic_sensitivities_match_autodiff_multi(multi):
     # autodiff through a ReLU is pathwise (phi'' = 0 a.e.): compare with the delta terms switched off
     sol = multi.solve(samples=200, seed=2, T=8, eta=0.1, gamma=1.5, P=3, Kx=np.eye(3) * 0.5 + 0.5,
                       y=[1.0, -0.5, 0.3], dirac_width=0.0, groups=1)
-    ad = np.asarray(_autodiff_D(multi, sol, "K"))                          # (T, P*P, P, T)
+    ad = np.asarray(_autodiff_D("two_layer_multi", sol, "K"))                          # (T, P*P, P, T)
     sym = _symbolic_D(sol, "K")                                            # (T, P*P, T, P)
     assert np.abs(ad).max() > 0.01
     np.testing.assert_allclose(np.transpose(sym, (0, 1, 3, 2)), ad, rtol=1e-9, atol=1e-11)

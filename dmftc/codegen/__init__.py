@@ -1,8 +1,9 @@
 """Stages 4-5: array layout and the printers of the generated JAX modules.
 
 :func:`emit` is the stage's one entry: the generated module's text for a derivation of any kind (a two-layer
-module through its array layout, :mod:`dmftc.codegen.lower` and :mod:`dmftc.codegen.two_layer`; a deep one
-through :mod:`dmftc.codegen.deep` and its single-site program, :mod:`dmftc.codegen.site`)."""
+module's metadata and constraint coefficients through its array layout, :mod:`dmftc.codegen.lower` and
+:mod:`dmftc.codegen.two_layer`; a deep one's through :mod:`dmftc.codegen.deep`); every module ends with the
+single-site program the runtime marches, :mod:`dmftc.codegen.site`."""
 from __future__ import annotations
 
 __all__ = ["emit"]

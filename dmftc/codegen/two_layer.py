@@ -227,24 +227,13 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     tm = spec.time
     w(f"TIME = {{'var': {tm.var!r}, 'steps': {tm.steps_name!r}, 'step': {tm.step_name!r}}}\n")
     w(f"ORDERS = {d.orders!r}\n")
-    single = tuple(s.name for s in d.saddles if s.observable is not None)
-    w(f"SINGLE_SITE = {single!r}\nDRIVERS = {d.drivers!r}\n")
-    primed_axes = {k: tuple(L.axis(i) for i in v) for k, v in sorted(d.primed.items())}
-    w(f"PRIMED_AXES = {primed_axes!r}\n")
     w(f"SOURCES = {tuple(g.targets for g in d.sources)!r}\n")
-    w(f"STORED_AXES = {dict(sorted((k, tuple(L.axis(i) for i in v)) for k, v in L.stored.items()))!r}\n")
-    w(f"SAMPLE_SUMS = {tuple(s.name for s in d.sample_sums)!r}\n")
-    w(f"ORDER_SUMS = {tuple(s.name for s in d.order_sums)!r}\n")
-    orders = dict(d.orders)
-    past = tuple((pt.row, pt.col, tuple(L.axis(x) for x in orders[pt.row]), tuple(L.axis(x) for x in pt.dummies),
-                  tuple(L.axis(x + "'") for x in orders[pt.col])) for pt in d.past_terms)
-    w(f"PAST_TERMS = {past!r}\nSINGULAR = {tuple(d.singular)!r}\n")
+    names = [n for n, _ in d.orders] + [name for g in d.sources for name, _ in g.targets]
+    w(f"STORED_AXES = {dict(sorted((k, tuple(L.axis(i) for i in L.stored[k])) for k in names))!r}\n")
+    w(f"SINGULAR = {tuple(d.singular)!r}\n")
     if d.kink_fields:
         w(f"# fields at whose zero the activation has a kink (the runtime counts how often paths cross it)\n"
           f"KINK_FIELDS = {d.kink_fields!r}\n")
-    same = tuple((sd.name, dep) for sd in d.saddles for dep in sd.same_time)
-    w(f"# (row, column): a constraint that reads another order parameter at the same time (scalars)\n"
-      f"SAME_TIME = {same!r}\n")
     w("# None when the process is proven Gaussian (fields affine in the sources): exact moments apply\n")
     w(f"NONLINEAR = {d.nonlinear!r}\n\n")
     # defaults
@@ -259,74 +248,12 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
             code = f"np.reshape(np.asarray({code}, dtype=float), (1, 1))"
         w(f"        {code},\n")
     w("    ]\n\n")
-    P = lambda boxes: Printer(L, boxes)
-    base = {"param": "p", "source": "S", "field": "F", "sum": "R", "order": "q", "osum": "Rq", "tangent": "T"}
-    # fields
-    pr = P({k: base[k] for k in ("param", "source", "field", "sum")})
-    w("\ndef fields(S, R, p, sz):\n    \"\"\"Fields at the current step from sources and running sums (dependency order).\"\"\"\n")
-    w("    F = {}\n")
-    for f in d.fields:
-        w(f"    F[{f.name!r}] = {pr(f.expr)}  # {f.name}{_idx(f.indices)} = {f.expr}\n")
-    w("    return F\n\n")
-    pr = P({k: base[k] for k in ("param", "field", "source")})
-    w("\ndef observables(F, S, p, sz):\n    \"\"\"Single-site observables O_k whose averages are the order parameters.\"\"\"\n    return {\n")
-    for s in d.saddles:
-        if s.observable is not None:
-            w(f"        {s.name!r}: {pr(s.observable)},\n")
-    w("    }\n\n")
-    pr = P({k: base[k] for k in ("param", "field", "order")})
-    w("\ndef sample_increments(F, q, p, sz):\n    \"\"\"Integrands of the per-sample running sums (sum_{s<t} -> += eta * integrand).\"\"\"\n")
-    w("    return {\n")
-    for s in d.sample_sums:
-        w(f"        {s.name!r}: {pr(s.increment)},\n")
-    w("    }\n\n")
-    pr = P({k: base[k] for k in ("param", "order")})
-    w("\ndef order_increments(q, p, sz):\n    \"\"\"Integrands of the running sums over order parameters.\"\"\"\n    return {\n")
-    for s in d.order_sums:
-        w(f"        {s.name!r}: {pr(s.increment)},\n")
-    w("    }\n\n")
-    pr = P({k: base[k] for k in ("param", "osum")})
-    w("\ndef coefficients(p, sz):\n    \"\"\"Coefficient of q_k(t) in its own constraint.\"\"\"\n    return {\n")
+    pr = Printer(L, {"param": "p", "osum": "Rq"})
+    w("\ndef coefficients(p, sz):\n    \"\"\"Coefficient of q_k(t) in its own constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)>.\"\"\"\n"
+      "    return {\n")
     for s in d.saddles:
         w(f"        {s.name!r}: {pr(s.coeff)},\n")
     w("    }\n\n")
-    pr = P({k: base[k] for k in ("param", "osum", "order")})
-    w("\ndef rest(q, Rq, p, sz):\n    \"\"\"rest_k(t) of every constraint coeff_k q_k(t) + rest_k(t) = <O_k(t)> (running sums Rq; "
-      "same-time\n    order parameters from q).\"\"\"\n    return {\n")
-    for s in d.saddles:
-        w(f"        {s.name!r}: {pr(s.rest)},\n")
-    w("    }\n\n")
-    w("\ndef saddle(avg, Rq, p, sz):\n    \"\"\"Solve coeff * q(t) + rest(t) = <O(t)> for every order parameter, in declaration order "
-      "(a\n    constraint may read order parameters declared before it at the same time).\"\"\"\n")
-    w("    c = coefficients(p, sz)\n    q = {}\n")
-    for s in d.saddles:
-        lhs = f"avg[{s.name!r}]" if s.observable is not None else "0.0"
-        w(f"    q[{s.name!r}] = ({lhs} - {pr(s.rest)}) / c[{s.name!r}]  # {s.coeff}*{s.name}(t) + {s.rest}\n")
-    w("    return q\n\n")
-    for drv in d.drivers:
-        pr = P({k: base[k] for k in ("param", "field", "order", "tangent", "source")})
-        w(f"\ndef tangents_{drv}(T, F, q, p, sz, onehot):\n")
-        w(f"    \"\"\"Sensitivities to {drv}(s): fields, running-sum increments and observables.\"\"\"\n")
-        w("    T = dict(T)\n")
-        for t in d.field_tangents:
-            if t.driver == drv:
-                w(f"    T['d{t.target}/d{drv}'] = {pr(t.expr)}\n")
-        w("    inc = {\n")
-        for t in d.sum_tangents:
-            if t.driver == drv:
-                w(f"        'd{t.target}/d{drv}': {pr(t.expr)},\n")
-        w("    }\n    obs = {\n")
-        for t in d.observable_tangents:
-            if t.driver == drv:
-                w(f"        {t.target!r}: {pr(t.expr)},\n")
-        w("    }\n    return T, inc, obs\n\n")
-    pr = P({k: base[k] for k in ("param", "order", "osum")})
-    w("\ndef past_factors(q, Rq, p, sz):\n")
-    w("    \"\"\"Causal part of dC_row(t)/dq_col(s), s < t: eta * sum_dummies at_t(t) * at_s(s), per PAST_TERMS.\"\"\"\n")
-    w("    return [\n")
-    for pt in d.past_terms:
-        w(f"        ({pr(pt.at_t)}, {pr(pt.at_s)}),  # {pt.row} <- {pt.col}\n")
-    w("    ]\n")
     missing = d.site_missing
     if d.site is not None:
         from dmftc.codegen.site import emit_site
@@ -340,7 +267,3 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     if d.site is None or missing is not None:
         w(f"\n\n# no single-site program (dmftc.derive.site_lowering)\nSITE = None\nSITE_MISSING = {missing!r}\n")
     return prune_imports("".join(out))
-
-
-def _idx(indices) -> str:
-    return f"[{', '.join(indices)}]" if indices else ""

@@ -1,6 +1,7 @@
-"""The two-layer engine (reference): saddle-point march, sensitivities, kappa and the propagator of a generated
-two-layer module through its two-layer kernels (``fields``, ``observables``, ``tangents_*``, ``past_factors``),
-independent of the single-site program the solver marches (dmftc.runtime.site_engine).  The tests use it as an
+"""The two-layer engine (reference): saddle-point march, sensitivities, kappa and the propagator of a two-layer
+spec through its two-layer kernels (``fields``, ``observables``, ``tangents_*``, ``past_factors``: the module of
+:func:`dmftc.reference.two_layer_kernels.load`, not the generated one), independent of the single-site program
+the solver marches (dmftc.runtime.site_engine).  The tests use it as an
 oracle: on the same source draws both give the same saddle and propagator to round-off.
 
 For one group of samples: pass 1
@@ -25,7 +26,8 @@ import numpy as np
 
 from dmftc.runtime import kernels as _k
 from dmftc.errors import ParameterError
-from dmftc.runtime.geometry import Geometry, place_sources, tangent_shape
+from dmftc.reference.two_layer_kernels import place_sources, single_site, tangent_shape
+from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.params import resolve_params
 
@@ -141,7 +143,7 @@ def _pad_rows(x, n):
 
 def _moments(mod, geo, S, q, avg, p, sz, T, batch):
     """kappa (time-major over observables) and D from one group of samples, in batches."""
-    obs = geo.single_site
+    obs = single_site(mod)
     m_obs = sum(geo.size(n) for n in obs)
     run_all = _compiled("fluctuations", mod, geo, T,
                         lambda Sb, q, avg, p, w: _fluctuation_pass(mod, geo, Sb, q, avg, p, geo.sz, T, w))
@@ -255,8 +257,8 @@ def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
 def _embed_kappa(kappa_obs, geo, T):
     m = geo.m
     full = np.zeros((T, m, T, m))
-    idx = np.concatenate([np.arange(geo.offset[n], geo.offset[n] + geo.size(n)) for n in geo.single_site]) \
-        if geo.single_site else np.zeros(0, dtype=int)
+    idx = np.concatenate([np.arange(geo.offset[n], geo.offset[n] + geo.size(n)) for n in single_site(geo.mod)]) \
+        if single_site(geo.mod) else np.zeros(0, dtype=int)
     k = kappa_obs.reshape(T, len(idx), T, len(idx))
     full[np.ix_(range(T), idx, range(T), idx)] = k
     return full.reshape(T * m, T * m)

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.runtime import kernels as _k
-from dmftc.runtime.geometry import place_sources, source_factors
-from dmftc.runtime.geometry import tangent_shape as _tangent_shape
+from dmftc.reference.two_layer_kernels import place_sources, single_site
+from dmftc.reference.two_layer_kernels import tangent_shape as _tangent_shape
+from dmftc.runtime.geometry import source_factors
 
 
 def basis_sources(mod, p, sz):
@@ -105,7 +106,7 @@ def exact_moments(mod, geo, p, sz, T):
     S, n = basis_sources(mod, p, sz)
     pj = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in p.items()}
     q, Rq, b, H, Dt = jax.jit(lambda S, p: _march(mod, geo, S, n, p, sz, T))(S, pj)
-    obs = geo.single_site
+    obs = single_site(mod)
     # gradients (T, 1, axes, 1, n) and Hessians (..., n, n) -> rows ordered (t, observable components)
     Bs = [_k.canonical(np.asarray(b[k])[:, 0], mod.STORED_AXES[k] + (mod.RANK - 1,), keep_s=True)
           .reshape(T, geo.size(k), n) for k in obs]
