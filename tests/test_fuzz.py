@@ -231,7 +231,7 @@ def test_compiling_mutants_generate_valid_python(case):
     code = compile_text(text, name)
     event("compiles" if code is not None else "located SpecError")
     if code is not None:
-        assert "def fields(" in code and "def saddle(" in code
+        assert "def coefficients(" in code and "def site_field_" in code
         assert "\nSITE = {" in code, "no single-site program, which the solver marches"
 
 
