@@ -330,3 +330,15 @@ def test_kinked_mean_correction_says_it_is_smoothed():
     assert "delta functions" in note and "width 0.05" in note and "not estimated" in note
     smooth = dmftc.load(ROOT / "specs" / "two_layer.dmft").solve(samples=64, groups=2, T=6, correction=True)
     assert "approximation" not in smooth.info["mean_correction"]
+
+
+def test_reference_kernels_sit_beside_the_generated_module():
+    """The oracle's module (dmftc.reference.two_layer_kernels.load) is the generated module's text followed by the
+    former engine's kernels: the same metadata and program as the module the solver runs, which has no kernels."""
+    mod, ref = _pair(ROOT / "specs" / "two_layer_multi.dmft")
+    assert ref.SITE == mod.SITE and ref.ORDERS == mod.ORDERS and ref.SOURCES == mod.SOURCES
+    assert all(ref.STORED_AXES[k] == v for k, v in mod.STORED_AXES.items())
+    assert callable(ref.tangents_Delta) and callable(ref.past_factors) and not hasattr(mod, "fields")
+    assert reference_module(ROOT / "specs" / "two_layer_multi.dmft") is ref
+    with pytest.raises(TypeError, match="not a two-layer spec"):
+        reference_module(ROOT / "specs" / "deep_tanh.dmft")
