@@ -1,25 +1,28 @@
 """Benchmark: deep networks -- time and peak memory against T and L.
 
 Run: python benchmarks/bench_deep.py [--what linear linear_m1 mc] [--T 10 20 30] [--L 2 3] [--samples 20000]
+         [--against DIR]
 
-* linear: dmftc.deep.solve_deep(activation="linear"): exact saddle + propagator from the dense
-  Hessian of the closed-form Gaussian action (n = 2 L T(T+1) + 2 (L-1) T^2 + 2 T variables:
-  memory O(n^2) = O(L^2 T^4), LU O(n^3) = O(L^3 T^6)).
-* linear_m1: the same with the exact O(1/N) mean correction (correction=True: the whole inverse instead of
-  its physical columns, and third directional derivatives of each layer's ln Z_l); the ratio to 'linear' at
-  the same (L, T) is printed.
+* linear: dmftc.deep.solve_deep(activation="linear"): exact saddle + propagator of the closed-form Gaussian
+  action (n = 2 L T(T+1) + 2 (L-1) T^2 + 2 T variables; each ln Z_l's Hessian by JAX, the blocks U and Kd
+  assembled and solved causally: memory O(n^2) = O(L^2 T^4), solve O(n_phys n^2 / 4) with n_phys ~ n / 2).
+* linear_m1: the same with the exact O(1/N) mean correction (correction=True: the whole inverse from U^-1,
+  and third directional derivatives of each layer's ln Z_l); the ratio to 'linear' at the same (L, T) is
+  printed.
 * mc: the Monte Carlo saddle point of deep tanh networks (dmftc.runtime.deep_dmft.solve_deep): one
   causal march with forward-mode response tangents, O(samples L T^3) work.
 
 Every case runs in a fresh subprocess so that its peak resident memory is its own; each
-prints the first call (with JAX tracing/compilation) and a second, steady-state call.
+prints the first call (with JAX tracing/compilation) and a second, steady-state call.  ``--against DIR`` also
+runs every case with another checkout of dmftc first on the path (e.g. a ``git worktree`` of an older commit),
+right after it, and prints the ratio of the steady-state times.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
+
+from checkouts import run_case
 
 CASE = r"""
 import json, resource, time
@@ -37,19 +40,13 @@ print(json.dumps(out))
 """
 
 
-def run_case(kw: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CASE.format(kw=json.dumps(kw))], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--what", nargs="+", default=["linear", "mc"], choices=["linear", "linear_m1", "mc"])
     ap.add_argument("--T", type=int, nargs="+", default=[10, 20, 30])
     ap.add_argument("--L", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--against", default=None, help="another dmftc checkout to time as the reference")
     args = ap.parse_args()
     print(f"{'backend':<10}{'L':>3}{'T':>5}{'vars':>8}{'first s':>10}{'second s':>10}{'peak MB':>10}")
     seconds = {}
@@ -63,7 +60,7 @@ def main():
                     kw["correction"] = True
                 if what == "mc":
                     kw["samples"] = args.samples
-                r = run_case(kw)
+                r = run_case(CASE.format(kw=json.dumps(kw)))
                 if "error" in r:
                     print(f"{what:<10}{L:>3}{T:>5}  {r['error']}")
                     continue
@@ -77,6 +74,13 @@ def main():
                     ratio += f"  ({r['second'] / seconds[('linear', L, T)]:.2f} x the propagator alone)"
                 nv = r.get("n_vars") or "-"
                 print(f"{what:<10}{L:>3}{T:>5}{nv:>8}{r['first']:>10.2f}{r['second']:>10.2f}{r['peak_mb']:>10.0f}{ratio}")
+                if args.against:
+                    ref = run_case(CASE.format(kw=json.dumps(kw)), args.against)
+                    if "error" in ref:
+                        print(f"  reference ({args.against}): {ref['error']}")
+                    else:
+                        print(f"  reference: first {ref['first']:.2f} s, second {ref['second']:.2f} s, peak "
+                              f"{ref['peak_mb']:.0f} MB; ratio {r['second'] / ref['second']:.2f}")
 
 
 if __name__ == "__main__":

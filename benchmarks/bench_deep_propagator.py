@@ -29,9 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
+
+from checkouts import run_case
 
 CASE = r"""
 import json, resource, time
@@ -50,18 +49,6 @@ print(json.dumps(out))
 """
 
 
-def run_case(kw: dict, path: str | None = None) -> dict:
-    env = dict(os.environ)
-    if path:
-        env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CASE.format(kw=json.dumps(kw))], capture_output=True, text=True,
-                          env=env)
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        return {"error": lines[-1] if lines else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--T", type=int, nargs="+", default=[10, 20, 30, 40, 50])
@@ -78,8 +65,8 @@ def main():
         prev = None
         for T in args.T:
             kw = dict(L=L, T=T, samples=args.samples, groups=args.groups, activation=args.activation)
-            ref = run_case(kw, args.against) if args.against else None
-            r = run_case(kw)
+            ref = run_case(CASE.format(kw=json.dumps(kw)), args.against) if args.against else None
+            r = run_case(CASE.format(kw=json.dumps(kw)))
             if "error" in r:
                 print(f"{L:>2}{T:>4}  failed: {r['error']}")
                 continue

@@ -17,9 +17,10 @@ Backends:
   (:mod:`dmftc.runtime.deep_propagator`, ``propagator_samples`` source paths in ``propagator_groups``
   independent groups), computed on first use of ``var`` / ``sigma`` (it costs far more than the means).
 
-The linear propagator factorises the dense Hessian of all O(L T^2) variables; the nonlinear one solves
-by causal block back substitution (:mod:`dmftc.runtime.causal_solve`) and keeps its two halves U and Kd.  Both
-need O((L T^2)^2) memory; sizes that do not fit ``memory_limit`` are refused with the size they would need.
+Both propagators assemble the two halves U and Kd of the action's Hessian over all O(L T^2) variables (the exact
+Gaussian ln Z_l of linear networks, the Monte Carlo one of the others) and solve by causal block back
+substitution (:mod:`dmftc.runtime.causal_solve`).  Both need O((L T^2)^2) memory; sizes that do not fit
+``memory_limit`` are refused with the size they would need.
 
 Names: "Delta", "K" (time series), "Phi[l]", "G[l]" (two-time kernels, l = 1..L), and for the
 means also "Rphi[l]", "Rg[l]" (response functions) and "f".

@@ -117,7 +117,7 @@ def test_no_program():
 
 def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1, full=False):
     """One sample group of the two-layer engine (``mod``: a reference module) on exactly these draws: its
-    propagator (``full``: sigma, U, kappa and the condition estimate)."""
+    propagator (``full``: sigma, U, kappa and the condition number)."""
     p, sz, T = resolve_params(mod, params, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     S = place_sources(mod, [jnp.asarray(x) for x in draws])

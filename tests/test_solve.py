@@ -8,7 +8,8 @@ import pytest
 
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.linalg import causal_sandwich, forward_substitute, forward_substitute_numba
+from dmftc.reference.two_layer_engine import triangular_sandwich
+from dmftc.runtime.linalg import left_solve, right_solve, sandwich, time_edges
 from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
 from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.site_solve import sample_draws
@@ -171,34 +172,44 @@ def test_symbolic_sensitivities_match_autodiff_multi(multi):
     np.testing.assert_allclose(np.transpose(sym, (0, 1, 3, 2)), ad, rtol=1e-9, atol=1e-11)
 
 
-def test_forward_substitution_kernels_agree():
+@pytest.mark.parametrize("m", [1, 3])
+def test_block_solves_match_dense_triangular_solves(m):
+    """The one causal solve (runtime.linalg) against LAPACK's dense triangular solves, on a time-major U with m
+    components per time (a two-layer spec's U: lower triangular, some rows starting late)."""
     rng = np.random.default_rng(0)
-    n = 60
+    T = 20
+    n = T * m
     U = np.tril(rng.normal(size=(n, n))) + 5 * np.eye(n)
     U[10:, :5] = 0.0
+    edges = time_edges(T, m)
     B = rng.normal(size=(n, 7))
-    X1 = forward_substitute(U, B)
-    X2 = forward_substitute_numba(U, B)
-    np.testing.assert_allclose(X1, X2, rtol=1e-10)
-    np.testing.assert_allclose(U @ X1, B, atol=1e-10)
+    X = right_solve(U, edges, B)
+    np.testing.assert_allclose(U @ X, B, atol=1e-10)
+    np.testing.assert_allclose(right_solve(U, edges, B[:, 0]), X[:, 0], rtol=1e-13)
+    Y, worst = left_solve(U, edges)
+    np.testing.assert_allclose(Y @ U, np.eye(n), atol=1e-10)
+    assert np.all(np.triu(Y, m) == 0.0)
     K = B @ B.T
-    S, cond = causal_sandwich(U, K)
-    assert 1 <= cond < 1e4
-    np.testing.assert_allclose(U @ S @ U.T, K, atol=1e-8)
+    S, info = sandwich(U, K, edges)
+    ref, cond = triangular_sandwich(U, K)
+    np.testing.assert_allclose(S, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    assert info["cond"] == pytest.approx(cond, rel=1e-10) and 1 <= worst <= cond
+    E = rng.normal(size=(3, n))                   # a few observables' rows: E Sigma E^T without U^-1
+    np.testing.assert_allclose(sandwich(U, K, edges, E)[0], E @ ref @ E.T, rtol=1e-9)
 
 
-def test_singular_U_is_reported():
+def test_singular_U_is_reported_with_its_time():
     U = np.eye(4)
     U[2, 2] = 0.0
-    with pytest.raises(NumericalError, match="singular"):
-        causal_sandwich(U, np.eye(4))
+    with pytest.raises(NumericalError, match="singular at time 2"):
+        sandwich(U, np.eye(4), time_edges(4, 1))
 
 
 def test_ill_conditioned_U_is_reported():
     n = 40
     U = np.eye(n) - 3.0 * np.eye(n, k=-1)          # forward substitution amplifies by 3 per step
     with pytest.raises(NumericalError, match="ill-conditioned"):
-        causal_sandwich(U, np.eye(n))
+        sandwich(U, np.eye(n), time_edges(n, 1))
 
 
 def test_divergence_is_reported_with_the_step():

@@ -17,10 +17,11 @@ time tau at which it first acts: max(t, s) for a two-time entry, t for Delta and
 tau depends only on primal variables with time <= tau, so U (dual rows, primal columns), ordered by tau, is
 BLOCK LOWER TRIANGULAR with square diagonal blocks (L (2 tau + 2) + 1 + (L - 1)(2 tau + 1) variables at tau).
 
-For R observables given as rows E over the primal variables, Y = E U^-1 is found by block back substitution
-(from the last time to the first, one LU of a diagonal block and one matrix product per time) and
-E Sigma E^T = Y Kd Y^T: O(R n^2) work for n = dim(U), instead of the O(n^3) dense factorisation of the
-2n-dimensional Hessian.
+For R observables given as rows E over the primal variables, E Sigma E^T = Y Kd Y^T with Y = E U^-1 by block
+back substitution (the causal solve every propagator uses, :func:`dmftc.runtime.linalg.sandwich`): O(R n^2)
+work for n = dim(U), instead of the O(n^3) dense factorisation of the 2n-dimensional Hessian.  This module
+orders the deep action's variables (:func:`causal_order`), assembles U and Kd (:func:`assemble_blocks`) and
+maps the result to the observables (:func:`causal_propagator`).
 """
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ import scipy.linalg as sla
 
 from dmftc.runtime.deep_action import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
 from dmftc.errors import NumericalError
+from dmftc.runtime.linalg import left_solve, sandwich
 
-__all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "left_solve", "causal_propagator"]
-
-_COND_LIMIT = 1e13
+__all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "causal_propagator", "covariance_of_all",
+           "physical_sigma"]
 
 
 @dataclass(frozen=True)
@@ -119,26 +120,16 @@ def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalB
     return CausalBlocks(co, U, Kd, pp_max)
 
 
-def left_solve(U, edges, E):
-    """Y with Y U = E for U block lower triangular with square diagonal blocks at ``edges``: block back
-    substitution from the last block.  Raises NumericalError naming the block if a diagonal block is singular
-    (condition number above 1e13); returns (Y, largest diagonal-block condition number)."""
-    Y = np.zeros((E.shape[0], U.shape[0]))
-    worst = 1.0
-    for b in range(len(edges) - 2, -1, -1):
-        lo, hi = edges[b], edges[b + 1]
-        blk = U[lo:hi, lo:hi]
-        if not np.all(np.isfinite(blk)):
-            raise NumericalError(f"non-finite entries in the diagonal block of U at time {b}")
-        cond = float(np.linalg.cond(blk))
-        worst = max(worst, cond)
-        if not cond < _COND_LIMIT:
-            raise NumericalError(f"U is singular at time {b}: condition number {cond:.3g} of its {hi - lo} x "
-                                 f"{hi - lo} diagonal block (the propagator does not exist; too few samples, "
-                                 "or dynamics at the edge of stability)")
-        rhs = E[:, lo:hi] - Y[:, hi:] @ U[hi:, lo:hi]
-        Y[:, lo:hi] = sla.solve(blk, rhs.T, transposed=True, check_finite=False).T
-    return Y, worst
+_WHY = "too few samples, or dynamics at the edge of stability"
+
+
+def physical_sigma(blocks: CausalBlocks, R):
+    """(R Sigma_phys R^T, info of :func:`dmftc.runtime.linalg.sandwich`) for rows R over the physical variables
+    (the first ``R.shape[1]`` of the Layout; all primal)."""
+    co = blocks.order
+    E = np.zeros((R.shape[0], len(co.primal)))
+    E[:, co.pos[np.arange(R.shape[1])]] = R
+    return sandwich(blocks.U, blocks.Kd, co.edges, E, why=_WHY)           # = E U^-1 sym(Kd) U^-T E^T
 
 
 def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, model=None,
@@ -148,18 +139,10 @@ def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, 
     function (saddle, layout) -> (names, rows, J) in place of :func:`dmftc.runtime.deep_action.observable_map`
     (e.g. the observables of every point and pair of a spec on several points)."""
     lay = Layout(sad.L, sad.T)
-    co = blocks.order
     t0 = _time.perf_counter()
     names, rows, J = (observable_map(sad, lay, model) if observables is None else observables(sad, lay))
-    phys_pos = co.pos[np.arange(lay.n_phys)]                    # physical variables are all primal
-    R = np.eye(lay.n_phys) if full else J
-    E = np.zeros((R.shape[0], len(co.primal)))
-    E[:, phys_pos] = R
-    Y, cond = left_solve(blocks.U, co.edges, E)
-    Kd = blocks.Kd
-    asym = float(np.abs(Kd - Kd.T).max() / max(np.abs(Kd).max(), 1e-300))
-    S = Y @ Kd @ Y.T
-    S = 0.5 * (S + S.T)                                         # = Y sym(Kd) Y^T
+    S, info = physical_sigma(blocks, np.eye(lay.n_phys) if full else J)
+    cond, asym = info["block_cond"], info["asymmetry"]
     So = J @ S @ J.T if full else S
     t1 = _time.perf_counter()
     if not np.all(np.isfinite(So)):
@@ -171,3 +154,19 @@ def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, 
             "min_eig": float(ev.min()), "max_eig": float(ev.max()),
             "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)), "time_solve": t1 - t0}
     return Propagator(sad, lay, sigma, S if full else None, diag)
+
+
+def covariance_of_all(blocks: CausalBlocks) -> np.ndarray:
+    """C = -(Hess S)^-1 over every variable (primal and dual, in Layout order), what the O(1/N) mean correction
+    contracts with the action's third derivatives: with Hess S = [[0, U^T], [U, Kd]] (primal, dual),
+    C = [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]], from U^-1 by block back substitution (O(n^3), against the
+    O((2n)^3) LU of the whole Hessian)."""
+    co = blocks.order
+    Y, _ = left_solve(blocks.U, co.edges, why=_WHY)                 # U^-1: (primal, dual) positions
+    n = len(co.primal)
+    C = np.zeros((2 * n, 2 * n))
+    Cpp = Y @ blocks.Kd @ Y.T
+    C[np.ix_(co.primal, co.primal)] = 0.5 * (Cpp + Cpp.T)
+    C[np.ix_(co.primal, co.dual)] = -Y
+    C[np.ix_(co.dual, co.primal)] = -Y.T
+    return C

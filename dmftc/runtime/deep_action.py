@@ -11,23 +11,21 @@ a bilinear part written here once, and one single-site log-partition function pe
 that layer's LOCAL variables (:func:`_gather_local`).  ln Z_l has two backends: the closed-form Gaussian integral
 of linear networks (:mod:`dmftc.runtime.deep_linear`, exact) and the Monte Carlo estimate of any other
 activation (:mod:`dmftc.runtime.deep_propagator`).  Both give the Hessian of ln Z_l over its local variables;
-this module lays out all variables (:class:`Layout`), adds the bilinear part (:func:`bilinear_pairs`,
-:func:`assemble_hessian`), and turns the Hessian into the propagator (:func:`propagator_from_hessian`: dense LU;
-the causal block solve of :mod:`dmftc.runtime.causal_solve` is the fast route) and the time-diagonal
-observables Delta, K, Phi[l](t,t), G[l](t,t) (:func:`observable_map`).
+this module lays out all variables (:class:`Layout`) and the bilinear part (:func:`bilinear_pairs`), and maps
+the physical block to the time-diagonal observables Delta, K, Phi[l](t,t), G[l](t,t) (:func:`observable_map`);
+:mod:`dmftc.runtime.causal_solve` assembles the Hessian's blocks U and Kd and solves for the propagator (the
+dense Hessian and its LU are the tests' oracle, :mod:`dmftc.reference.dense_hessian`).
 """
 from __future__ import annotations
 
-import time as _time
 from dataclasses import dataclass, field
 
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg as sla
 
 
-__all__ = ["Saddle", "saddle_of_march", "Layout", "saddle_point_vector", "bilinear_pairs", "assemble_hessian",
-           "observable_names", "Propagator", "observable_map", "propagator_from_hessian"]
+__all__ = ["Saddle", "saddle_of_march", "Layout", "saddle_point_vector", "bilinear_pairs", "observable_names",
+           "Propagator", "observable_map"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,24 +260,6 @@ def bilinear_pairs(lay: "Layout"):
     return np.concatenate(ia), np.concatenate(ib), np.concatenate(val)
 
 
-def assemble_hessian(x0, lay: Layout, model, local_hessians) -> np.ndarray:
-    """The action's Hessian at x0: the bilinear part plus, for l = 1..L, ``local_hessians[l - 1]``, the Hessian of
-    ln Z_l over its local variables in :func:`_gather_local` order (boundary entries dropped)."""
-    x0 = jnp.asarray(x0)
-    H = np.zeros((lay.n, lay.n))
-    ia, ib, val = bilinear_pairs(lay)
-    H[ia, ib] += val
-    H[ib, ia] += val
-    for l in range(1, lay.L + 1):
-        _, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
-        h = np.asarray(local_hessians[l - 1], dtype=float)
-        if h.shape != (len(idx), len(idx)):
-            raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
-        keep = idx >= 0
-        H[np.ix_(idx[keep], idx[keep])] += h[np.ix_(keep, keep)]
-    return H
-
-
 def observable_names(L: int) -> list:
     return ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
 
@@ -363,49 +343,3 @@ def observable_map(sad: Saddle, lay: "Layout", model=None):
         J[rows["K"], lay.blocks[f"Phi[{l}]"][0] + diag_pos] += kP[l - 1]
         J[rows["K"], lay.blocks[f"G[{l}]"][0] + diag_pos] += kG[l - 1]
     return names, rows, J
-
-
-def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
-    """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
-    for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
-    A float64 H is factorised in place (overwritten) to halve the peak memory.  With the saddle-point vector
-    ``x0``, also the O(1/N) mean correction from the whole inverse (:mod:`dmftc.runtime.deep_linear_correction`)."""
-    L, T = sad.L, sad.T
-    lay = Layout(L, T)
-    t2 = _time.perf_counter()
-    cols = lay.n if x0 is not None else lay.n_phys
-    rhs = np.zeros((lay.n, cols))
-    rhs[np.arange(cols), np.arange(cols)] = 1.0
-    lu = sla.lu_factor(np.asarray(H, dtype=float), overwrite_a=True, check_finite=False)   # H is consumed
-    del H
-    X = sla.lu_solve(lu, rhs, check_finite=False)
-    del lu, rhs
-    m1, t_m1 = None, 0.0
-    blk = X[: lay.n_phys, : lay.n_phys]
-    asym = float(np.abs(blk - blk.T).max() / np.abs(blk).max())
-    if x0 is not None:
-        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
-
-        X *= -1.0
-        X += X.T
-        X *= 0.5                                                 # C = -H^-1, symmetrised in place
-        t_m1 = _time.perf_counter()
-        m1 = mean_correction_from_inverse(x0, X, L=L, T=T, model=sad.model)[: lay.n_phys]
-        t_m1 = _time.perf_counter() - t_m1
-        Sp = X[: lay.n_phys, : lay.n_phys].copy()
-    else:
-        Sp = -X[: lay.n_phys]
-    del X
-    t3 = _time.perf_counter() - t_m1
-    Sp = 0.5 * (Sp + Sp.T)
-    names, rows, J = observable_map(sad, lay)
-    So = J @ Sp @ J.T
-    sigma = {a: {b: So[np.ix_(rows[a], rows[b])] for b in names} for a in names}
-    ev = sla.eigh(Sp, eigvals_only=True, driver="evr")   # (the default drivers crawl on this spectrum)
-    diag = {"n_vars": lay.n, "n_phys": lay.n_phys, "asymmetry": asym,
-            "min_eig": float(ev.min()), "max_eig": float(ev.max()),
-            "psd": bool(ev.min() >= -1e-8 * max(ev.max(), 1e-300)),
-            "time_solve": t3 - t2}
-    if m1 is not None:
-        diag["time_mean_correction"] = t_m1
-    return Propagator(sad, lay, sigma, Sp, diag, m1)

@@ -59,6 +59,13 @@ Theta the paper puts on them (with the mask the action is not stationary at the 
 d/dA of the pairing term is balanced only by anti-causal derivatives of ln Z).  The propagator is the
 physical block of the full inverse; the paper's route (Sigma0 = [[U^-1 kappa U^-T, -U^-1], [-U^-T, 0]],
 then the Schur complement over A, B) gives the same matrix (tests/test_deep_linear.py).
+
+Solve: the Hessian is never formed whole.  Each ln Z_l's Hessian over its local variables (jax.hessian of the
+log-det above) is added into the blocks U (dual x primal) and Kd (dual x dual) with the bilinear part, and the
+propagator comes from the causal solve every propagator uses (:mod:`dmftc.runtime.causal_solve`,
+:func:`dmftc.runtime.linalg.sandwich`); the primal-primal block vanishes exactly (ln Z_l = 0 at zero hats and
+causal couplings).  The mean correction needs the whole inverse, [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]] from U^-1.
+The dense Hessian and its LU are the tests' oracle (:mod:`dmftc.reference.dense_hessian`).
 """
 from __future__ import annotations
 
@@ -68,14 +75,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.runtime.causal_solve import CausalBlocks, assemble_blocks, causal_propagator, covariance_of_all
 from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, _bilinear, _gather_local, _split_local, _sym,
-                                       assemble_hessian, propagator_from_hessian, saddle_of_march,
-                                       saddle_point_vector)
+                                       saddle_of_march, saddle_point_vector)
 from dmftc.errors import ParameterError
 from dmftc.runtime.deep_model import as_model, family_jit
 
 
-__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "action_hessian", "stationarity",
+__all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "linear_blocks", "stationarity",
            "require_affine_readout"]
 
 
@@ -175,28 +182,22 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
 # ----------------------------------------------------------------------------------------------
 # Hessian and propagator
 # ----------------------------------------------------------------------------------------------
-def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method="blocked"):
-    """Hessian of the closed-form Gaussian action of ``model`` (default: the standard network with gamma, y,
-    eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': jax.hessian of each ln Z_l over its local
-    variables, assembled with the bilinear part (:func:`dmftc.runtime.deep_action.assemble_hessian`; exactly the
-    same matrix)."""
-    model = as_model(model, gamma, y, eta, L=L)
-    lay = Layout(L, T)
+def linear_blocks(x0, lay: Layout, model, points: int = 1) -> CausalBlocks:
+    """U and Kd of the closed-form Gaussian action of ``model`` at x0 (:func:`dmftc.runtime.causal_solve.assemble_blocks`):
+    the bilinear part and jax.hessian of each ln Z_l over its local variables, one layer at a time.
+    ``points``: P of a spec on several training points (``lay.T`` counts its T P steps)."""
+    hess = _local_hessian(lay.T, model)
     x0 = jnp.asarray(x0)
-    if method == "dense":
-        fn = jax.jit(jax.hessian(lambda x: deep_linear_action(x, L=L, T=T, model=model)))
-        return np.asarray(fn(x0))
-    if method != "blocked":
-        raise ValueError(f"unknown method {method!r}")
-    hess = _local_hessian(T, model)
-    return assemble_hessian(x0, lay, model, [hess(_gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L))
-                                             for l in range(1, L + 1)])
+    L = lay.L
+    return assemble_blocks(x0, lay, ((l, np.asarray(hess(_gather_local(x0, lay, l, model.phi0, model.g_top)[0],
+                                                         float(l == L)))) for l in range(1, L + 1)), points)
 
 
 def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
-                           eta: float | None = None, method: str = "blocked", correction: bool = False) -> Propagator:
+                           eta: float | None = None, correction: bool = False) -> Propagator:
     """Sigma = [-(Hess S)^-1]_{phys,phys} at the exact saddle of ``model``'s action (default: the standard network
-    with gamma, y, eta); observables Delta, K, Phi[l](t,t), G[l](t,t).
+    with gamma, y, eta), by the causal solve (:func:`dmftc.runtime.causal_solve.causal_propagator`); observables
+    Delta, K, Phi[l](t,t), G[l](t,t), and ``sigma_phys`` over the whole physical block (two-time covariances).
     ``correction``: also the O(1/N) mean correction (``Propagator.mean_correction``), which needs the whole
     inverse of the Hessian and the action's third derivatives (:mod:`dmftc.runtime.deep_linear_correction`)."""
     t0 = _time.perf_counter()
@@ -206,12 +207,21 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
     sad = deep_linear_saddle(L=L, T=T, model=model)
     model = sad.model                  # (a nonlinear error signal: linearised at this saddle)
     x0 = saddle_point_vector(sad)
+    lay = Layout(L, T)
     t1 = _time.perf_counter()
-    H = action_hessian(x0, L=L, T=T, model=model, method=method)
+    blocks = linear_blocks(x0, lay, model)
     t2 = _time.perf_counter()
-    P = propagator_from_hessian(sad, H, x0=x0 if correction else None)
+    P = causal_propagator(sad, blocks, full=True)
+    if correction:
+        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
+
+        t3 = _time.perf_counter()
+        C = covariance_of_all(blocks)
+        del blocks
+        P.m1_phys = mean_correction_from_inverse(x0, C, L=L, T=T, model=model)[: lay.n_phys]
+        P.diagnostics["time_mean_correction"] = _time.perf_counter() - t3
     P.diagnostics.update({"time_saddle": t1 - t0, "time_hessian": t2 - t1, "stationarity": stationarity(sad, model),
-                          "time_total": _time.perf_counter() - t0, "method": method})
+                          "time_total": _time.perf_counter() - t0})
     return P
 
 

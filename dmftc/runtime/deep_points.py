@@ -80,8 +80,8 @@ def _assemble(mod, out, L, T, P, p):
 
 def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float = 8e9, correction: bool = False):
     """The exact propagator of a linear deep spec on P points: the Hessian of its closed-form Gaussian action
-    (:mod:`dmftc.runtime.deep_linear`) over the T P steps (time, point), at the saddle of the spec's own march, and
-    Sigma = [-(Hess S)^-1]_{phys, phys} mapped to the equal-time observables of every point and pair of points:
+    (:mod:`dmftc.runtime.deep_linear`) over the T P steps (time, point), at the saddle of the spec's own march, as
+    its blocks U and Kd, causal by time, and Sigma = [-(Hess S)^-1]_{phys, phys} by the causal solve, mapped to the equal-time observables of every point and pair of points:
     Delta (P,), K, Phi[l], G[l] (P, P) per time (K linearised by JAX from the spec's formula).  Returns
     (:class:`dmftc.runtime.blocks.DenseBlocks` in the spec's names, diagnostics, m1).  ``correction``: also the
     exact O(1/N) mean correction m1 = 1/2 C S3[C] (:mod:`dmftc.runtime.deep_linear_correction`, C = -H^-1 whole):
@@ -90,14 +90,15 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     import scipy.linalg as sla
 
     from dmftc.runtime.blocks import DenseBlocks
+    from dmftc.runtime.causal_solve import covariance_of_all, physical_sigma
     from dmftc.runtime.deep_action import Layout, saddle_point_vector
-    from dmftc.runtime.deep_linear import action_hessian, deep_linear_saddle, require_affine_readout, stationarity
+    from dmftc.runtime.deep_linear import deep_linear_saddle, linear_blocks, require_affine_readout, stationarity
     from dmftc.runtime.deep_model import from_spec
 
     t0 = _time.perf_counter()
     n = T * P
     lay = Layout(L, n)
-    need = 8.0 * lay.n * lay.n * (3 if correction else 2)
+    need = 8.0 * lay.n * lay.n * (3 if correction else 1)
     if need > memory_limit:
         raise ParameterError(f"the deep-linear propagator on {P} points at L = {L}, T = {T} needs about "
                              f"{need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); means are available, "
@@ -109,20 +110,19 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     model = sad.model                  # (a nonlinear error signal: linearised at this saddle)
     x0 = saddle_point_vector(sad)
     stat = stationarity(sad, model)
-    H = action_hessian(x0, L=L, T=n, model=model)
-    cols = lay.n if correction else lay.n_phys
-    rhs = np.zeros((lay.n, cols))
-    rhs[np.arange(cols), np.arange(cols)] = 1.0
-    X = -sla.lu_solve(sla.lu_factor(H, overwrite_a=True, check_finite=False), rhs, check_finite=False)
-    del H, rhs
+    blocks = linear_blocks(x0, lay, model, points=P)
     m1 = None
     if correction:
         from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
 
-        X = 0.5 * (X + X.T)
-        m1 = mean_correction_from_inverse(x0, X, L=L, T=n, model=model)[:lay.n_phys]
-    Sp = X[:lay.n_phys, :lay.n_phys]
-    del X
+        C = covariance_of_all(blocks)
+        del blocks
+        m1 = mean_correction_from_inverse(x0, C, L=L, T=n, model=model)[:lay.n_phys]
+        Sp = C[:lay.n_phys, :lay.n_phys].copy()
+        del C
+    else:
+        Sp = physical_sigma(blocks, np.eye(lay.n_phys))[0]
+        del blocks
     Sp = 0.5 * (Sp + Sp.T)
     obs = PointObservables(mod, model, L, T, P)                  # the equal-time observables of every point and pair
     names, rows, J = obs(sad, lay)

@@ -62,8 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import (Layout, _gather_local, saddle_of_march, assemble_hessian,
-                                       propagator_from_hessian, saddle_point_vector)
+from dmftc.runtime.deep_action import Layout, _gather_local, saddle_of_march, saddle_point_vector
 from dmftc.runtime.deep_dmft import march_kernels, march_paths, runs_site
 from dmftc.runtime.options import check_integer
 from dmftc.errors import NumericalError, ParameterError
@@ -150,24 +149,21 @@ class DeepPropagator:
 
 
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
-                     weights=None, solver="causal", full=False, keep_blocks=False, points=1,
+                     weights=None, full=False, keep_blocks=False, keep_local=False, points=1,
                      observables=None):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_action.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
 
-    solver 'causal' (default): block back substitution with the dual-primal block U (:mod:`dmftc.runtime.causal_solve`),
-    sigma_phys only with ``full``; 'dense': LU of the whole Hessian (the reference; always sigma_phys).
-    ``keep_blocks`` (causal solver): the Propagator keeps its Hessian blocks as ``blocks`` (for
-    :mod:`dmftc.runtime.solve_bias`).
+    The Hessian's blocks U and Kd are assembled layer by layer and solved causally
+    (:mod:`dmftc.runtime.causal_solve`); sigma_phys only with ``full``.  ``keep_blocks``: the Propagator keeps
+    its Hessian blocks as ``blocks`` (for :mod:`dmftc.runtime.solve_bias`); ``keep_local``: it keeps the local
+    Hessians of ln Z_l as ``local_hessians`` and the saddle-point vector as ``x0`` (the tests' dense oracle,
+    :mod:`dmftc.reference.dense_hessian`).
 
     ``points``: P of a spec on several training points: T counts its (time, point) steps, causality goes by
     time (:func:`dmftc.runtime.causal_solve.causal_order`), and ``observables`` (saddle, layout) -> (names, rows,
-    J) maps the physical block to the observables of every point and pair (causal solver only)."""
-    if solver not in ("causal", "dense"):
-        raise ParameterError(f"solver must be 'causal' or 'dense', got {solver!r}")
-    if points > 1 and solver != "causal":
-        raise ParameterError("several training points are solved by the causal solver only")
+    J) maps the physical block to the observables of every point and pair."""
     model, activation = model_and_activation(model, activation, gamma, y, eta, L=L)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -197,15 +193,11 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
                 raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
             keep = idx >= 0
             np.add.at(grads, idx[keep], gr[keep])
-            if solver == "dense":
+            if keep_local:
                 kept.append(h)
             yield l, h
 
-    if solver == "causal":
-        blocks = assemble_blocks(x0, lay, local_hessians(), points)
-    else:
-        for _ in local_hessians():
-            pass
+    blocks = assemble_blocks(x0, lay, local_hessians(), points)
     # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l
     q = {k: np.asarray(a) for k, a in lay.unpack(jnp.asarray(x0)).items()}
     g0 = np.zeros(lay.n)
@@ -218,14 +210,11 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
         g0[lay.slice(f"B[{l}]")] = -q[f"A[{l}]"].T.reshape(-1)
     stat = float(np.abs(g0 + grads).max() / max(1.0, np.abs(x0).max()))
     t2 = _time.perf_counter()
-    if solver == "causal":
-        P = causal_propagator(sad, blocks, full=full, model=model, observables=observables)
-        P.blocks = blocks if keep_blocks else None
-        del blocks
-    else:
-        H = assemble_hessian(x0, lay, model, kept)
-        del kept[:]
-        P = propagator_from_hessian(sad, H)
+    P = causal_propagator(sad, blocks, full=full, model=model, observables=observables)
+    P.blocks = blocks if keep_blocks else None
+    del blocks
+    if keep_local:
+        P.local_hessians, P.x0 = kept, x0
     diag = dict(P.diagnostics, stationarity=stat, march=fields.march, time_saddle=t1 - t0, time_hessian=t2 - t1,
                 time_hessian_layers=tl, time_total=_time.perf_counter() - t0)
     P.diagnostics = diag

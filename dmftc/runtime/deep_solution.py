@@ -51,12 +51,15 @@ class LazyPropagator:
 
 
 def propagator_bytes(L: int, T: int, correction: bool = False) -> int:
-    """Peak memory of the dense deep-linear propagator: the Hessian, its LU factors and the solve (with the
-    mean correction: the whole inverse)."""
+    """Peak memory of the deep-linear propagator: the Hessian's blocks U and Kd (n/2 x n/2 each), the solve's rows
+    over the physical block and its result; with the mean correction the whole inverse (n x n) from U^-1."""
     from dmftc.runtime.deep_action import Layout
 
     lay = Layout(L, T)
-    return 8 * (2 * lay.n * lay.n + lay.n * (lay.n if correction else lay.n_phys))
+    half = lay.n // 2
+    if correction:
+        return 8 * (2 * half * half + 2 * half * half + lay.n * lay.n)
+    return 8 * (2 * half * half + half * lay.n_phys + lay.n_phys * lay.n_phys)
 
 
 def causal_propagator_bytes(L: int, T: int) -> int:
@@ -137,7 +140,7 @@ def linear_solution(label: str, L: int, T: int, params: dict, model, memory_limi
     need = propagator_bytes(L, T, correction)
     if need > memory_limit:
         raise ParameterError(
-            f"the dense deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
+            f"the deep-linear propagator{' with the mean correction' if correction else ''} at L = {L}, "
             f"T = {T} needs about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower T "
             "or L, or raise memory_limit")
     prop = deep_linear_propagator(L=L, T=T, model=model, correction=correction)

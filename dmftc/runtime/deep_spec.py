@@ -81,7 +81,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                     f"about {need / 1e9:.1f} GB (memory_limit = {memory_limit / 1e9:.1f} GB); lower {steps} or "
                     f"{mod.DEPTH}, or raise memory_limit")
             err = PropagatorTooLarge(
-                f"the dense deep-linear propagator at {mod.DEPTH} = {L}, {steps} = {T} needs about {need / 1e9:.1f} GB "
+                f"the deep-linear propagator at {mod.DEPTH} = {L}, {steps} = {T} needs about {need / 1e9:.1f} GB "
                 f"(memory_limit = {memory_limit / 1e9:.1f} GB); means are available, for variances lower {steps} "
                 f"or {mod.DEPTH}, or raise memory_limit")
         if err is None:

@@ -1,80 +1,119 @@
-"""Causal linear algebra: U is lower triangular in time-major order.
+"""The causal linear algebra of every propagator: U is block lower triangular in time.
 
-``U`` couples q(t) only to q(s <= t) (strict causality of every DMFT sum plus a
-diagonal same-time block), so ``U^-1`` is applied by forward substitution and
-never formed.  The Numba kernel below performs the substitution column by column
-while skipping the structurally zero part of each row (entries after the
-diagonal, and leading zeros of rows that start late), and is cross-checked
-against LAPACK's triangular solve in the tests.
+Every propagator dmftc computes is Sigma = U^-1 K U^-T (the paper's U^-1 kappa U^-T), seen through rows E of
+observables: E Sigma E^T.  Order U's rows and columns by the time at which each variable first acts; an
+average at time t depends only on variables of times <= t, so U is BLOCK LOWER TRIANGULAR with square diagonal
+blocks, one per time, at ``edges`` (T + 1 increasing offsets):
+
+* a two-layer spec (:mod:`dmftc.runtime.site_engine`): U = coeff - dF/dq, time-major over the m components of
+  its order parameters (``edges = time_edges(T, m)``; within a time, a constraint reads only scalars declared
+  before it, so the blocks are even triangular);
+* a deep spec (:mod:`dmftc.runtime.causal_solve`): U is the dual x primal block of the action Hessian in causal
+  order (kernels, responses and their conjugates; a block's size grows with its time), K the dual-dual block.
+
+U^-1 is never formed for a few rows E: Y = E U^-1 by block back substitution (:func:`left_solve`, from the last
+time to the first: one LU of a diagonal block and one matrix product per time), O(R n^2) for R rows; for the
+whole propagator (E = I) only the lower triangle of Y = U^-1 is computed.  :func:`right_solve` applies U^-1 to
+vectors (forward substitution by blocks).  Every solve checks each diagonal block and names the time of a
+singular one; the whole propagator also reports U's 1-norm condition number ||U|| ||U^-1|| (exact, from Y) and
+refuses an ill-conditioned U (an unstable linear response: the propagator would be meaningless).
 """
 from __future__ import annotations
 
-import numba
+import warnings
+
 import numpy as np
-import scipy.linalg
+import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
+__all__ = ["time_edges", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION", "MAX_CONDITION"]
 
-def _check_diagonal(U):
-    d = np.abs(np.diag(U))
-    scale = max(1.0, float(np.abs(U).max()))
-    if d.min() <= 1e-13 * scale:
-        i = int(np.argmin(d))
-        raise NumericalError(f"U is singular: zero pivot at flattened row {i} (|U_ii| = {d[i]:.3g}); "
-                             "a constraint coefficient vanishes")
-    return d
+BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
+MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
 
 
-def forward_substitute(U, B):
-    """Solve U X = B for lower-triangular U (LAPACK trsm)."""
-    _check_diagonal(U)
-    return scipy.linalg.solve_triangular(U, B, lower=True, check_finite=False)
+def time_edges(T: int, m: int) -> np.ndarray:
+    """Diagonal blocks of a time-major U with m components per time."""
+    return np.arange(int(T) + 1) * int(m)
 
 
-@numba.njit(cache=True, fastmath=False)
-def forward_substitute_numba(U, B):  # pragma: no cover - compiled
-    n, k = B.shape
-    X = np.empty((n, k))
-    first = np.zeros(n, dtype=np.int64)
-    for i in range(n):
-        j = 0
-        while j < i and U[i, j] == 0.0:
-            j += 1
-        first[i] = j
-    for c in range(k):
-        for i in range(n):
-            acc = B[i, c]
-            for j in range(first[i], i):
-                acc -= U[i, j] * X[j, c]
-            X[i, c] = acc / U[i, i]
+def _diagonal_block(U, edges, b, why: str):
+    """The LU factors of U's diagonal block at time b and its 1-norm condition number (LAPACK getrf + gecon:
+    an estimate, a few times cheaper than the SVD); NumericalError if it is singular or not finite."""
+    lo, hi = edges[b], edges[b + 1]
+    blk = U[lo:hi, lo:hi]
+    if not np.all(np.isfinite(blk)):
+        raise NumericalError(f"non-finite entries in the diagonal block of U at time {b}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sla.LinAlgWarning)
+        lu = sla.lu_factor(blk, check_finite=False)
+    rcond, info = sla.lapack.dgecon(lu[0], float(np.abs(blk).sum(axis=0).max()), norm="1")
+    cond = 1.0 / rcond if info == 0 and rcond > 0 else np.inf
+    if not cond < BLOCK_CONDITION:
+        raise NumericalError(f"U is singular at time {b}: condition number {cond:.3g} of its {hi - lo} x {hi - lo} "
+                             f"diagonal block (the propagator does not exist; {why})")
+    return lu, cond
+
+
+_WHY = "a constraint coefficient vanishes, too few samples, or dynamics at the edge of stability"
+
+
+def left_solve(U, edges, E=None, *, why: str = _WHY):
+    """Y with Y U = E (block back substitution from the last time); ``E=None``: Y = U^-1, of which only the
+    block lower triangle is computed (the rest is zero).  Returns (Y, the largest diagonal-block condition
+    number); a singular block raises NumericalError naming its time."""
+    U = np.asarray(U)
+    edges = np.asarray(edges)
+    n = U.shape[0]
+    inverse = E is None
+    Y = np.zeros((n if inverse else E.shape[0], n))
+    worst = 1.0
+    for b in range(len(edges) - 2, -1, -1):
+        lo, hi = edges[b], edges[b + 1]
+        lu, cond = _diagonal_block(U, edges, b, why)
+        worst = max(worst, cond)
+        if inverse:                               # rows of U^-1 before lo vanish in these columns
+            rhs = -(Y[lo:, hi:] @ U[hi:, lo:hi])
+            rhs[: hi - lo] += np.eye(hi - lo)
+            Y[lo:, lo:hi] = sla.lu_solve(lu, rhs.T, trans=1, check_finite=False).T
+        else:
+            rhs = E[:, lo:hi] - Y[:, hi:] @ U[hi:, lo:hi]
+            Y[:, lo:hi] = sla.lu_solve(lu, rhs.T, trans=1, check_finite=False).T
+    return Y, worst
+
+
+def right_solve(U, edges, B, *, why: str = _WHY):
+    """X with U X = B (forward substitution by blocks); B of shape (n,) or (n, k)."""
+    U, B = np.asarray(U), np.asarray(B, dtype=float)
+    X = np.zeros_like(B)
+    for b in range(len(edges) - 1):
+        lo, hi = edges[b], edges[b + 1]
+        lu, _ = _diagonal_block(U, edges, b, why)
+        X[lo:hi] = sla.lu_solve(lu, B[lo:hi] - U[lo:hi, :lo] @ X[:lo], check_finite=False)
     return X
 
 
-def condition_estimate(U) -> float:
-    """1-norm condition number estimate of lower-triangular U (LAPACK trcon)."""
-    rcond, info = scipy.linalg.lapack.dtrcon(np.asfortranarray(U), norm="1", uplo="L", diag="N")
-    return float("inf") if info != 0 or rcond == 0 else 1.0 / rcond
-
-
-MAX_CONDITION = 1e12
-
-
-def causal_sandwich(U, kappa):
-    """Sigma = U^-1 kappa U^-T by two forward substitutions; reports conditioning problems."""
-    d = _check_diagonal(U)
-    cond = condition_estimate(U)
-    if not cond < MAX_CONDITION:
-        raise NumericalError(f"U is ill-conditioned (condition estimate {cond:.3g} > {MAX_CONDITION:.0e}); "
-                             "the linear response is unstable: the propagator would be meaningless")
-    Y = forward_substitute(U, kappa)          # U^-1 kappa
-    sigma = forward_substitute(U, Y.T)        # U^-1 (U^-1 kappa)^T = U^-1 kappa U^-T
-    scale = max(float(np.abs(sigma).max()), 1e-300)
-    asym = float(np.abs(sigma - sigma.T).max()) / scale
-    if not np.all(np.isfinite(sigma)):
-        raise NumericalError(f"the propagator is not finite; U has diagonal range [{d.min():.3g}, {d.max():.3g}] "
-                             f"and condition estimate {cond:.3g}")
-    if asym > 1e-6:
-        raise NumericalError(f"the propagator is not symmetric (relative asymmetry {asym:.3g}) although kappa is; "
-                             f"U (condition estimate {cond:.3g}) is too ill-conditioned for the solve")
-    return 0.5 * (sigma + sigma.T), cond
+def sandwich(U, K, edges, E=None, *, why: str = _WHY):
+    """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
+    (the largest diagonal-block condition number), 'asymmetry' of K, and for the whole propagator 'cond' (U's
+    1-norm condition number).  NumericalError for a singular block, an ill-conditioned U (whole propagator), or
+    a non-finite result."""
+    Y, worst = left_solve(U, edges, E, why=why)
+    info = {"block_cond": worst}
+    K = np.asarray(K)
+    scale = max(float(np.abs(K).max()), 1e-300)
+    info["asymmetry"] = float(np.abs(K - K.T).max()) / scale
+    if E is None:
+        cond = float(np.abs(U).sum(axis=0).max() * np.abs(Y).sum(axis=0).max())
+        info["cond"] = cond
+        if not cond < MAX_CONDITION:
+            raise NumericalError(f"U is ill-conditioned (condition number {cond:.3g} > {MAX_CONDITION:.0e}); the "
+                                 "linear response is unstable: the propagator would be meaningless")
+    S = Y @ K @ Y.T
+    S = 0.5 * (S + S.T)
+    if not np.all(np.isfinite(S)):
+        whole = "" if E is not None else f", U condition number {info['cond']:.3g}"
+        raise NumericalError(f"the propagator is not finite (largest diagonal-block condition number of U "
+                             f"{worst:.3g}{whole})")
+    return S, info

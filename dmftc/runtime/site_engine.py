@@ -28,7 +28,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
 from dmftc.runtime.geometry import source_factors
-from dmftc.runtime.linalg import causal_sandwich
+from dmftc.runtime.linalg import right_solve, sandwich, time_edges
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
@@ -360,10 +360,9 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     spec's process is the network's exact discrete-time dynamics.  tests/test_site_two_layer.py checks it
     against an independent derivation in the spec's own form (dmftc.reference.two_layer_mean_correction);
     tests/test_mean_correction.py against finite-width networks."""
-    from scipy.linalg import solve_triangular
-
     S = Y.shape[0]
-    V = solve_triangular(U, Y.T, lower=True, check_finite=False).T
+    edges = time_edges(T, U.shape[0] // T)
+    V = right_solve(U, edges, Y.T).T
     W = np.roll(V, 1, axis=0)                   # an independent path's direction
     shapes = {n: v.shape for n, v in q.items()}
     batch, batches = equal_batches(S, batch)
@@ -374,14 +373,21 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
         nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
         wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
         total += np.asarray(fn(nm, pj, q0, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt, avg))
-    return solve_triangular(U, total / S, lower=True, check_finite=False)
+    return right_solve(U, edges, total / S)
+
+
+def propagate(U, kappa, T: int):
+    """(Sigma = U^-1 kappa U^-T, U's condition number) for a time-major U of T steps
+    (:func:`dmftc.runtime.linalg.sandwich`)."""
+    sigma, info = sandwich(U, kappa, time_edges(T, U.shape[0] // T))
+    return sigma, info["cond"]
 
 
 def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False,
                          batch: int | None = None, segments: int | None = None) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
     doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
-    components of ``mod.ORDERS`` (m in all), 'condition': U's condition estimate}; with ``correction`` also
+    components of ``mod.ORDERS`` (m in all), 'condition': U's 1-norm condition number}; with ``correction`` also
     'm1' (T m,): the O(1/N) correction to the mean from these paths.  ``batch``: paths per batch of the tangent
     march (:func:`path_batch`), ``segments`` its causal pieces (:func:`tangent_segments`)."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
@@ -391,7 +397,7 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: b
     U = np.eye(J.shape[0]) - J
     Y = centred(Y, wts)
     kappa = Y.T @ Y / (S - 1)
-    sigma, cond = causal_sandwich(U, kappa)
+    sigma, cond = propagate(U, kappa, T)
     out = {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
     if correction:
         out["m1"] = two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg)
@@ -443,7 +449,7 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
     b, H = (np.asarray(a) for a in stats(pj, q))
     kappa = b @ b.T + 0.5 * np.einsum("aij,bji->ab", H, H)
     U = np.eye(J.shape[0]) - J
-    sigma, cond = causal_sandwich(U, kappa)
+    sigma, cond = propagate(U, kappa, T)
     return {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond,
             "layout": q, "avg": avg}
 

@@ -23,12 +23,11 @@ import numpy as np
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime import kernels as _k
 from dmftc.runtime.geometry import Geometry, source_factors
-from dmftc.runtime.linalg import causal_sandwich
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
 from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, layout_arrays,
-                                       normals_of, pad_rows, path_batch, paths_at, require_program, two_layer_exact,
-                                       two_layer_mean_correction)
+                                       normals_of, pad_rows, path_batch, paths_at, propagate, require_program,
+                                       two_layer_exact, two_layer_mean_correction)
 
 __all__ = ["sample_draws", "solve_two_layer"]
 
@@ -135,12 +134,12 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             U = np.eye(len(J)) - J
             t2 = _time.perf_counter()
             bar.advance(note=f"group {g + 1}/{G}: kappa and D")
-            sigma, cond = causal_sandwich(U, kappa)
+            sigma, cond = propagate(U, kappa, T)
             results.append((q_arr, sigma, coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :], cond))
             if g == 0 and kinks:
                 # kink check: the same group's propagator with the delta functions at half the width
                 Jh = group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2, batch_used)[0]
-                half = causal_sandwich(np.eye(len(Jh)) - Jh, kappa)[0]
+                half = propagate(np.eye(len(Jh)) - Jh, kappa, T)[0]
                 kink = (np.diag(half) - np.diag(sigma), chatter)
             bar.advance(note=f"group {g + 1}/{G}: propagator")
             timings["saddle"] += t1 - t0

@@ -342,7 +342,7 @@ class Solution:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in tm.items()))
         cond = d.get("u_condition")
         if cond is not None:
-            lines.append(f"  U condition estimate: {cond:.3g}")
+            lines.append(f"  U condition number (1-norm): {cond:.3g}")
         kink = d.get("kink")
         if kink and kink.get("exceeds_error_bar"):
             lines.append("  warning: " + kink["approximation"])
