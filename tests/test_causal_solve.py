@@ -88,3 +88,26 @@ def test_theta_jacobian_matches_autodiff(odd):
     np.add.at(H, (i, j), val)
     np.testing.assert_allclose(H, Hr, rtol=0, atol=1e-14)
     assert np.abs(Hr).max() > 0.1
+
+
+@pytest.mark.parametrize("T, points", [(4, 1), (6, 2)])
+def test_dual_positions_of_a_local_vector_are_the_causal_solve_duals(T, points):
+    """The directions along which the linear propagator differentiates each ln Z_l (dmftc.runtime.deep_linear.
+    dual_positions) are exactly the local variables that the causal order calls dual, in every layer (restricted
+    to the entries that are variables there), and they are half of all directions."""
+    from dmftc.runtime.deep_action import _gather_local
+    from dmftc.runtime.deep_linear import dual_positions
+
+    L = 3
+    lay = Layout(L, T)
+    co = causal_order(lay, points)
+    dual = dual_positions(T, points)
+    x = np.zeros(lay.n)
+    for l in (1, 2, 3):
+        _, idx = _gather_local(x, lay, l)
+        var = idx >= 0
+        want = np.flatnonzero(var & ~co.is_primal[np.where(var, idx, 0)])
+        got = dual[var[dual]]
+        np.testing.assert_array_equal(np.sort(got), want)
+        if l == 2:                                  # all but Delta_hat (the last layer's) are variables here
+            assert var[:-T].all() and len(dual) == len(idx) // 2

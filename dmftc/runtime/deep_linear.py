@@ -60,11 +60,12 @@ d/dA of the pairing term is balanced only by anti-causal derivatives of ln Z).  
 physical block of the full inverse; the paper's route (Sigma0 = [[U^-1 kappa U^-T, -U^-1], [-U^-T, 0]],
 then the Schur complement over A, B) gives the same matrix (tests/test_deep_linear.py).
 
-Solve: the Hessian is never formed whole.  Each ln Z_l's Hessian over its local variables (jax.hessian of the
-log-det above) is added into the blocks U (dual x primal) and Kd (dual x dual) with the bilinear part, and the
-propagator comes from the causal solve every propagator uses (:mod:`dmftc.runtime.causal_solve`,
-:func:`dmftc.runtime.linalg.sandwich`); the primal-primal block vanishes exactly (ln Z_l = 0 at zero hats and
-causal couplings).  The mean correction needs the whole inverse, [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]] from U^-1.
+Solve: the Hessian is never formed whole.  The primal-primal block of each ln Z_l's Hessian vanishes at the
+saddle (ln Z_l = 0 at zero hats and causal couplings), so only its rows along the dual directions (hats and
+anti-causal couplings, half of the local variables) are differentiated (forward-over-reverse of the log-det
+above) and added into the blocks U (dual x primal) and Kd (dual x dual) with the bilinear part; the propagator
+comes from the causal solve every propagator uses (:mod:`dmftc.runtime.causal_solve`,
+:func:`dmftc.runtime.linalg.sandwich`).  The mean correction needs the whole inverse, [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]] from U^-1.
 The dense Hessian and its LU are the tests' oracle (:mod:`dmftc.reference.dense_hessian`).
 """
 from __future__ import annotations
@@ -161,6 +162,38 @@ def _local_hessian(T, model):
         lambda v, top, vals: _log_z_local(v, model_of(vals), top, T=T)))
 
 
+_DUAL_CACHE: dict = {}
+
+
+def dual_positions(T: int, points: int = 1) -> np.ndarray:
+    """Positions in the local vector of ln Z_l (:func:`_log_z_local` order) of the DUAL directions of the causal
+    solve (:func:`dmftc.runtime.causal_solve.causal_order`): the hats Phi_hat, G_hat, Delta_hat and the
+    anti-causal couplings, A(t, s) with time(s) >= time(t) and B(t, s) with time(s) > time(t) (time = step //
+    points).  The same for every layer (a boundary layer's constant entries are among them, harmlessly)."""
+    nt = T * (T + 1) // 2
+    time = np.arange(T) // points
+    t_full, s_full = (time[k] for k in np.divmod(np.arange(T * T), T))
+    o_a, o_b, o_hat = 2 * nt, 2 * nt + T * T, 2 * nt + 2 * T * T
+    return np.concatenate([o_a + np.flatnonzero(s_full >= t_full), o_b + np.flatnonzero(s_full > t_full),
+                           np.arange(o_hat, o_hat + 2 * nt), o_hat + 2 * nt + T + np.arange(T)])
+
+
+def _local_dual_rows(T, model, points: int = 1):
+    """(v, top) -> the rows H[dual, :] of ln Z_l's Hessian (forward-over-reverse along the dual directions only,
+    half of all: the primal-primal block, zero at the saddle, is not computed), compiled once per (T, points)
+    and model family."""
+    dual = dual_positions(T, points)
+
+    def build(model_of):
+        def rows(v, top, vals):
+            grad = jax.grad(lambda w: _log_z_local(w, model_of(vals), top, T=T))
+            basis = jnp.zeros((len(dual), v.shape[0])).at[jnp.arange(len(dual)), dual].set(1.0)
+            return jax.vmap(lambda e: jax.jvp(grad, (v,), (e,))[1])(basis)
+        return rows
+
+    return family_jit(_DUAL_CACHE, (T, points), model, build)
+
+
 def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
                        eta: float | None = None):
     """Action S per neuron of ``model`` (default: the standard network with gamma, y, eta) as a differentiable
@@ -183,14 +216,25 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
 # Hessian and propagator
 # ----------------------------------------------------------------------------------------------
 def linear_blocks(x0, lay: Layout, model, points: int = 1) -> CausalBlocks:
-    """U and Kd of the closed-form Gaussian action of ``model`` at x0 (:func:`dmftc.runtime.causal_solve.assemble_blocks`):
-    the bilinear part and jax.hessian of each ln Z_l over its local variables, one layer at a time.
+    """U and Kd of the closed-form Gaussian action of ``model`` at its saddle x0
+    (:func:`dmftc.runtime.causal_solve.assemble_blocks`): the bilinear part and, one layer at a time, the dual rows
+    of each ln Z_l's Hessian over its local variables (:func:`_local_dual_rows`; its primal-primal block is zero
+    at the saddle: ln Z_l = 0 at zero hats and causal couplings).
     ``points``: P of a spec on several training points (``lay.T`` counts its T P steps)."""
-    hess = _local_hessian(lay.T, model)
+    rows = _local_dual_rows(lay.T, model, points)
+    dual = dual_positions(lay.T, points)
     x0 = jnp.asarray(x0)
     L = lay.L
-    return assemble_blocks(x0, lay, ((l, np.asarray(hess(_gather_local(x0, lay, l, model.phi0, model.g_top)[0],
-                                                         float(l == L)))) for l in range(1, L + 1)), points)
+
+    def local_hessians():
+        for l in range(1, L + 1):
+            r = np.asarray(rows(_gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L)))
+            h = np.zeros((r.shape[1], r.shape[1]))
+            h[dual] = r
+            h[:, dual] = r.T
+            yield l, h
+
+    return assemble_blocks(x0, lay, local_hessians(), points)
 
 
 def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
