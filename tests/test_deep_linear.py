@@ -83,7 +83,8 @@ def test_causal_solve_equals_the_dense_inverse_of_the_whole_hessian(L, T, correc
     whole Hessian (every entry, the primal-primal block included) assembled densely: the physical block, the
     observables and m1 agree to round-off."""
     kw = dict(L=L, T=T, gamma=1.3, y=-0.7, eta=0.15)
-    fast, dense = deep_linear_propagator(**kw, correction=correction), dense_linear_propagator(**kw, correction=correction)
+    fast = deep_linear_propagator(**kw, correction=correction)
+    dense = dense_linear_propagator(**kw, correction=correction)
     scale = np.abs(dense.sigma_phys).max()
     np.testing.assert_allclose(fast.sigma_phys, dense.sigma_phys, rtol=0, atol=1e-11 * scale)
     for a in dense.sigma:

@@ -65,7 +65,8 @@ saddle (ln Z_l = 0 at zero hats and causal couplings), so only its rows along th
 anti-causal couplings, half of the local variables) are differentiated (forward-over-reverse of the log-det
 above) and added into the blocks U (dual x primal) and Kd (dual x dual) with the bilinear part; the propagator
 comes from the causal solve every propagator uses (:mod:`dmftc.runtime.causal_solve`,
-:func:`dmftc.runtime.linalg.sandwich`).  The mean correction needs the whole inverse, [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]] from U^-1.
+:func:`dmftc.runtime.linalg.sandwich`).  The mean correction needs the whole inverse,
+[[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]] from U^-1.
 The dense Hessian and its LU are the tests' oracle (:mod:`dmftc.reference.dense_hessian`).
 """
 from __future__ import annotations
