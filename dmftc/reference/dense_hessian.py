@@ -41,8 +41,6 @@ def assemble_hessian(x0, lay: Layout, model, local_hessians) -> np.ndarray:
     return H
 
 
-
-
 def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
     """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
     for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
