@@ -9,7 +9,7 @@ import pytest
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.reference.two_layer_engine import triangular_sandwich
-from dmftc.runtime.linalg import left_solve, right_solve, sandwich, time_edges
+from dmftc.runtime.linalg import factor, left_solve, right_solve, sandwich, time_edges, time_major_edges
 from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
 from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.site_solve import sample_draws
@@ -182,10 +182,14 @@ def test_block_solves_match_dense_triangular_solves(m):
     U = np.tril(rng.normal(size=(n, n))) + 5 * np.eye(n)
     U[10:, :5] = 0.0
     edges = time_edges(T, m)
+    np.testing.assert_array_equal(time_major_edges(n, T), edges)
+    with pytest.raises(ValueError, match="multiple of T"):
+        time_major_edges(n + 1, T)
     B = rng.normal(size=(n, 7))
     X = right_solve(U, edges, B)
     np.testing.assert_allclose(U @ X, B, atol=1e-10)
     np.testing.assert_allclose(right_solve(U, edges, B[:, 0]), X[:, 0], rtol=1e-13)
+    np.testing.assert_array_equal(right_solve(U, edges, B, factors=factor(U, edges)), X)
     Y, worst = left_solve(U, edges)
     np.testing.assert_allclose(Y @ U, np.eye(n), atol=1e-10)
     assert np.all(np.triu(Y, m) == 0.0)

@@ -27,7 +27,8 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["time_edges", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION", "MAX_CONDITION"]
+__all__ = ["time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION",
+           "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
 MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
@@ -36,6 +37,13 @@ MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is i
 def time_edges(T: int, m: int) -> np.ndarray:
     """Diagonal blocks of a time-major U with m components per time."""
     return np.arange(int(T) + 1) * int(m)
+
+
+def time_major_edges(n: int, T: int) -> np.ndarray:
+    """Diagonal blocks of a time-major U of size n over T steps (the same number of components per time)."""
+    if int(T) < 1 or int(n) % int(T):
+        raise ValueError(f"a U of size {n} is not time-major over {T} steps (its size must be a multiple of T)")
+    return time_edges(T, int(n) // int(T))
 
 
 def _diagonal_block(U, edges, b, why: str):
@@ -57,6 +65,13 @@ def _diagonal_block(U, edges, b, why: str):
 
 
 _WHY = "a constraint coefficient vanishes, too few samples, or dynamics at the edge of stability"
+
+
+def factor(U, edges, *, why: str = _WHY) -> list:
+    """The LU factors and condition number of each diagonal block of U, [(lu, cond)] by time, for several
+    :func:`right_solve` calls with the same U (a singular block raises NumericalError naming its time)."""
+    U = np.asarray(U)
+    return [_diagonal_block(U, edges, b, why) for b in range(len(edges) - 1)]
 
 
 def left_solve(U, edges, E=None, *, why: str = _WHY):
@@ -83,13 +98,14 @@ def left_solve(U, edges, E=None, *, why: str = _WHY):
     return Y, worst
 
 
-def right_solve(U, edges, B, *, why: str = _WHY):
-    """X with U X = B (forward substitution by blocks); B of shape (n,) or (n, k)."""
+def right_solve(U, edges, B, *, why: str = _WHY, factors=None):
+    """X with U X = B (forward substitution by blocks); B of shape (n,) or (n, k).  ``factors``: U's diagonal
+    blocks factored by :func:`factor` (else factored here)."""
     U, B = np.asarray(U), np.asarray(B, dtype=float)
     X = np.zeros_like(B)
     for b in range(len(edges) - 1):
         lo, hi = edges[b], edges[b + 1]
-        lu, _ = _diagonal_block(U, edges, b, why)
+        lu, _ = factors[b] if factors is not None else _diagonal_block(U, edges, b, why)
         X[lo:hi] = sla.lu_solve(lu, B[lo:hi] - U[lo:hi, :lo] @ X[:lo], check_finite=False)
     return X
 

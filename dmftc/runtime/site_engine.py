@@ -28,7 +28,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
 from dmftc.runtime.geometry import source_factors
-from dmftc.runtime.linalg import right_solve, sandwich, time_edges
+from dmftc.runtime.linalg import factor, right_solve, sandwich, time_major_edges
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
@@ -361,8 +361,9 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     against an independent derivation in the spec's own form (dmftc.reference.two_layer_mean_correction);
     tests/test_mean_correction.py against finite-width networks."""
     S = Y.shape[0]
-    edges = time_edges(T, U.shape[0] // T)
-    V = right_solve(U, edges, Y.T).T
+    edges = time_major_edges(U.shape[0], T)
+    lus = factor(U, edges)                      # both solves below use the same U
+    V = right_solve(U, edges, Y.T, factors=lus).T
     W = np.roll(V, 1, axis=0)                   # an independent path's direction
     shapes = {n: v.shape for n, v in q.items()}
     batch, batches = equal_batches(S, batch)
@@ -373,13 +374,13 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
         nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
         wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
         total += np.asarray(fn(nm, pj, q0, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt, avg))
-    return right_solve(U, edges, total / S)
+    return right_solve(U, edges, total / S, factors=lus)
 
 
 def propagate(U, kappa, T: int):
     """(Sigma = U^-1 kappa U^-T, U's condition number) for a time-major U of T steps
     (:func:`dmftc.runtime.linalg.sandwich`)."""
-    sigma, info = sandwich(U, kappa, time_edges(T, U.shape[0] // T))
+    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T))
     return sigma, info["cond"]
 
 
