@@ -9,7 +9,7 @@ import pytest
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.reference.two_layer_engine import triangular_sandwich
-from dmftc.runtime.linalg import factor, left_solve, right_solve, sandwich, time_edges, time_major_edges
+from dmftc.runtime.linalg import asymmetry, factor, left_solve, right_solve, sandwich, time_edges, time_major_edges
 from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
 from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.site_solve import sample_draws
@@ -198,6 +198,9 @@ def test_block_solves_match_dense_triangular_solves(m):
     ref, cond = triangular_sandwich(U, K)
     np.testing.assert_allclose(S, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
     assert info["cond"] == pytest.approx(cond, rel=1e-10) and 1 <= worst <= cond
+    A = rng.normal(size=(n, n))                    # the asymmetry check by blocks of rows = its dense formula
+    assert info["asymmetry"] < 1e-15
+    assert asymmetry(A, rows=7) == pytest.approx(np.abs(A - A.T).max() / np.abs(A).max(), rel=1e-15)
     E = rng.normal(size=(3, n))                   # a few observables' rows: E Sigma E^T without U^-1
     np.testing.assert_allclose(sandwich(U, K, edges, E)[0], E @ ref @ E.T, rtol=1e-9)
 

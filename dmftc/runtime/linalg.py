@@ -27,7 +27,7 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION",
+__all__ = ["asymmetry", "time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION",
            "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
@@ -110,6 +110,17 @@ def right_solve(U, edges, B, *, why: str = _WHY, factors=None):
     return X
 
 
+def asymmetry(K, rows: int = 512) -> float:
+    """max |K - K^T| / max |K|, by blocks of rows: no temporary of K's size (K is the largest array of a deep
+    propagator)."""
+    K = np.asarray(K)
+    scale = max(float(K.max(initial=0.0)), -float(K.min(initial=0.0)), 1e-300)
+    worst = 0.0
+    for i0 in range(0, K.shape[0], rows):
+        worst = max(worst, float(np.abs(K[i0:i0 + rows] - K[:, i0:i0 + rows].T).max(initial=0.0)))
+    return worst / scale
+
+
 def sandwich(U, K, edges, E=None, *, why: str = _WHY):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
     (the largest diagonal-block condition number), 'asymmetry' of K, and for the whole propagator 'cond' (U's
@@ -117,9 +128,7 @@ def sandwich(U, K, edges, E=None, *, why: str = _WHY):
     a non-finite result."""
     Y, worst = left_solve(U, edges, E, why=why)
     info = {"block_cond": worst}
-    K = np.asarray(K)
-    scale = max(float(np.abs(K).max()), 1e-300)
-    info["asymmetry"] = float(np.abs(K - K.T).max()) / scale
+    info["asymmetry"] = asymmetry(K)
     if E is None:
         cond = float(np.abs(U).sum(axis=0).max() * np.abs(Y).sum(axis=0).max())
         info["cond"] = cond
