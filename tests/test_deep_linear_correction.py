@@ -36,7 +36,7 @@ def test_cubic_contraction_equals_dense_third_derivative(odd):
     C = rng.standard_normal((n, n))
     C = C + C.T
     x = x0 + 0.05 * rng.standard_normal(n)           # away from the saddle: every term of S3 is exercised
-    S3 = jax.jacfwd(jax.hessian(lambda v: deep_linear_action(v, L=L, T=T, model=model)))(jnp.asarray(x))
+    S3 = jax.jit(jax.jacfwd(jax.hessian(lambda v: deep_linear_action(v, L=L, T=T, model=model))))(jnp.asarray(x))
     ref = np.einsum("bcd,cd->b", np.asarray(S3), C)
     got = cubic_contraction(x, C, L=L, T=T, model=model)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
