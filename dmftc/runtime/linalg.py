@@ -27,8 +27,8 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["asymmetry", "time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich", "BLOCK_CONDITION",
-           "MAX_CONDITION"]
+__all__ = ["asymmetry", "time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich",
+           "BLOCK_CONDITION", "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
 MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
