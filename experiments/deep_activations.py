@@ -16,9 +16,12 @@ and 0.05 on the same paths (dmftc.runtime.deep_propagator); the script reports t
 
     python experiments/deep_activations.py [--quick] [--out DIR] [--paths N] [--E E] [--only sin|softsign]
 
-Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means, 16384 source paths for the propagator in
-8 groups of 2^11, randomised quasi-Monte Carlo (dmftc.runtime.sampling); E = 100000 networks per width, so that
-the extrapolated ensembles' standard error is about 1% of each peak) takes about an hour on 2 cores.
+Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means; randomised quasi-Monte Carlo source paths
+for the propagator (dmftc.runtime.sampling): sin 16384 in 8 groups of 2^11, softsign 65536 in 16 groups of 2^12;
+E = 100000 networks per width, so that the extrapolated ensembles' standard error is about 1% of each peak) takes
+about 75 minutes on 2 cores.  Softsign needs the larger budget: its propagator's per-group values are heavy-tailed
+(the mollified delta function), so that 8 groups of 2^11 under-estimated its standard error at late times
+(2026-11-29: N Var G[1] at t = 27 with se 0.00012 from 16384 paths, 0.00034 from 65536 on the same seed).
 """
 import os
 import re
@@ -37,6 +40,7 @@ from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
 
 L, GAMMA, Y, SEED, REL_MAX = 2, 1.0, 1.0, 1100, 0.05
 ACTIVATIONS = {"sin": "sin(h)", "softsign": "h / (1 + abs(h))"}
+FULL_PATHS = {"sin": (16384, 8), "softsign": (65536, 16)}     # propagator source paths, groups (full mode)
 
 
 def spec_with_activation(name: str, expr: str, out: Path) -> Path:
@@ -57,16 +61,21 @@ def main():
         ap.add_argument("--E", type=int, default=None, help="networks per width (default: by mode)")
 
     args = common.parse_args("deep_activations", __doc__, options)
-    if args.quick:
-        T, eta, samples, paths, groups, N, E = 6, 0.1, 64000, 2048, 8, 128, 3000
-    else:
-        T, eta, samples, paths, groups, N, E = 30, 0.05, 128000, 16384, 8, 256, 100000
-    paths, E = args.paths or paths, args.E or E
     acts = {k: v for k, v in ACTIVATIONS.items() if args.only in (None, k)}
+    if args.quick:
+        T, eta, samples, N, E = 6, 0.1, 64000, 128, 3000
+        budget = {act: (2048, 8) for act in acts}
+    else:
+        T, eta, samples, N, E = 30, 0.05, 128000, 256, 100000
+        budget = {act: FULL_PATHS[act] for act in acts}
+    if args.paths:
+        budget = {act: (args.paths, groups) for act, (_, groups) in budget.items()}
+    E = args.E or E
     agree = common.Agreement("deep_activations", args.quick)
-    agree.meta.update(L=L, gamma=GAMMA, y=Y, T=T, eta=eta, samples=samples, propagator_samples=paths,
-                      propagator_groups=groups, propagator_sampler="sobol", widths=[N, 2 * N], E=E,
-                      activations=acts)
+    agree.meta.update(L=L, gamma=GAMMA, y=Y, T=T, eta=eta, samples=samples,
+                      propagator_samples={act: b[0] for act, b in budget.items()},
+                      propagator_groups={act: b[1] for act, b in budget.items()}, propagator_sampler="sobol",
+                      widths=[N, 2 * N], E=E, activations=acts)
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     times = eta * np.arange(T)
     arrays, curves, flags = {}, {}, {}
@@ -75,6 +84,7 @@ def main():
             continue
         spec = spec_with_activation(act, expr, args.out)
         m = dmftc.load(spec, args.out)
+        paths, groups = budget[act]
         sol = m.solve(L=L, gamma=GAMMA, y=Y, eta=eta, T=T, samples=samples, groups=16, propagator_samples=paths,
                       propagator_groups=groups, seed=SEED + 10 * k)
         sol.var("K")                        # computes the propagator (and its delta-width extrapolation, if any)
