@@ -165,4 +165,7 @@ def kink_note(act, width: float) -> str:
     return (head + f", replaced by a Gaussian of width {width:g} (dirac_width) in the propagator, which is "
             "extrapolated to width 0 from widths w and w/2 on the same paths (info 'dirac_shift': the size of "
             "that correction relative to each curve's peak); the residual bias is not estimated and may exceed "
-            "the Monte Carlo error")
+            "the Monte Carlo error.  The groups' values are heavy-tailed (the mollified delta is large on the few "
+            "paths near the kink), so few groups can under-state the standard error: measured for "
+            "h / (1 + abs(h)), L = 2, T = 30, 16 groups of 4096 paths were needed (8 groups of 2048 gave a "
+            "late-time standard error a third of the one 8 groups of 8192 gave, not twice it)")
