@@ -271,7 +271,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     non-smooth at the kink, as for softsign; measured in experiments/deep_activations.py).  The standard errors
     come from the spread of the extrapolated groups, whose values are heavy-tailed (the mollified delta is large
     on the few paths near the kink): give a kinked activation more groups (softsign at L = 2, T = 30: 16 groups
-    of 4096 paths; 8 of 2048 gave a late-time standard error a third of the one 8 of 8192 gave, not twice it);
+    of 4096 paths sufficed; 8 of 2048 gave a late-time standard error a third of the one 8 of 8192 gave, not twice it);
     ``diagnostics['dirac_shift']`` reports, per observable, max_t |Sigma(w/2) - Sigma(w)| relative to the curve's
     peak, the size of the bias that was removed (the residual bias is not estimated), and ``'dirac_shift_vs_se'``
     the same shift over the standard error.

@@ -167,5 +167,5 @@ def kink_note(act, width: float) -> str:
             "that correction relative to each curve's peak); the residual bias is not estimated and may exceed "
             "the Monte Carlo error.  The groups' values are heavy-tailed (the mollified delta is large on the few "
             "paths near the kink), so few groups can under-state the standard error: measured for "
-            "h / (1 + abs(h)), L = 2, T = 30, 16 groups of 4096 paths were needed (8 groups of 2048 gave a "
-            "late-time standard error a third of the one 8 groups of 8192 gave, not twice it)")
+            "h / (1 + abs(h)), L = 2, T = 30, 16 groups of 4096 paths sufficed where 8 groups of 2048 did not "
+            "(they gave a late-time standard error a third of the one 8 groups of 8192 gave, not twice it)")
