@@ -11,7 +11,7 @@ Each case (dmftc.runtime.deep_propagator.deep_propagator, one training point, ga
 subprocess so that its peak resident memory is its own, and prints the split of the wall time:
 
 * saddle   the Monte Carlo march of every group (O(S L T^3));
-* hessian  per layer, closed-form per-path derivatives summed over paths (dmftc.runtime.site_moments): first and
+* hessian  per layer, per-path derivatives summed over paths (dmftc.runtime.site_moments): first and
            second source derivatives O(S T^4), the Price block of the couplings O(S T^5) (matrix products
            over paths and blocks of times, bounded by causality: about T^5 / 3 multiply-adds per path and
            source block), then the chain rule and the assembly of U and Kd (O(L^2 T^4) per group);

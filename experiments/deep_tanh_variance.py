@@ -3,7 +3,7 @@
 Panels: (a) N Var Delta(t), (b) N Var K(t), (c) N Var Phi[l](t,t), (d) N Var G[l](t,t), l = 1, 2.
 Dashed black with a grey band (+- 2 Monte Carlo standard errors): the propagator of deep NONLINEAR networks
 (dmftc.runtime.deep_propagator: Monte Carlo Hessian of the discrete-time MSR action, response functions and Price
-terms included, closed-form per-path derivatives).  Solid: ensembles of width-N tanh networks trained by
+terms included, per-path derivatives from the spec's program).  Solid: ensembles of width-N tanh networks trained by
 discrete gradient descent (dmftc.validation.deep_ensemble).
 
 Agreement (asserted): pointwise in time, z = |theory - ensemble| / sqrt(se_theory^2 + se_ensemble^2) <= 4,

@@ -19,7 +19,7 @@ def structured(activation, model):
 
 
 def assert_site_moments_equal_autodiff(activation, model, *, L=3, T=3, S=64, seed=5):
-    """Every closed-form per-path sum of dmftc.runtime.site_moments equals the autodiff structured estimator
+    """Every per-path sum of dmftc.runtime.site_moments equals the autodiff structured estimator
     (dmftc.reference.deep_autodiff) on the same paths of the saddle of ``model`` with ``activation``, for every
     layer kind of depth L (r-block varying, both blocks, u-block varying), to 1e-12 of each sum's size; every
     sum is exercised (size > 1e-3)."""

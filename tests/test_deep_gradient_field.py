@@ -1,6 +1,6 @@
 """The gradient field of a deep spec, g = a(h) z + b(h) (gradient descent: a = phi', b = 0; otherwise e.g. a
 surrogate derivative): derived from the spec, printed into its generated module, and used by every numerical
-stage (the site march, the propagator's closed-form per-path derivatives, the finite-width simulator).
+stage (the site march, the propagator's per-path derivatives, the finite-width simulator).
 
 Checked against SymPy (the generated coefficients), against the autodiff reference (the per-path sums on the
 same paths, where JAX differentiates a and b itself), and against networks trained with the same backward
@@ -76,9 +76,9 @@ def test_derive_prints_the_gradient_field(tmp_path):
 
 
 def test_site_moments_equal_autodiff_for_a_nonstandard_gradient_field(tmp_path):
-    """Every closed-form per-path sum of dmftc.runtime.site_moments (first, second and third source derivatives,
-    with the spec's a, a', a'', a''' and b, ..., b''') equals the autodiff reference, which differentiates the
-    generated a and b with JAX, on the same paths of the spec's own saddle, for both layer kinds of L = 2 (the
+    """Every per-path sum of dmftc.runtime.site_moments (first, second and third source derivatives, from JAX
+    derivatives of the spec's program) equals the autodiff reference, which differentiates the generated a and b
+    with JAX inside the whole integrand, on the same paths of the spec's own saddle, for both layer kinds of L = 2 (the
     r-block varying, the u-block varying; the standard network's test covers the middle layer of L = 3)."""
     m = _load(tmp_path, *SURROGATE)
     p, site = _site(m, L=2, T=3, gamma=1.3, y=-0.8, eta=0.4)

@@ -3,8 +3,9 @@ action (dmftc.runtime.deep_propagator).
 
 Chain of checks: (1) the single-site integrand's derivatives from two Newton steps equal finite differences of
 a converged solver, through third order (and one step does not); (2) the structured estimator equals the
-brute-force autodiff Hessian on the same samples (round-off), and the closed-form sums of dmftc.runtime.site_moments (the
-default, fast path) equal the structured estimator on the same samples (round-off); (3) phi = identity: the Monte Carlo ln Z_l, its
+brute-force autodiff Hessian on the same samples (round-off), and the sums of dmftc.runtime.site_moments (the
+default path: the program's local derivatives, implicit-function calculus) equal the structured estimator on the
+same samples (round-off; the closed forms of dmftc.reference.site_moments_closed in tests/test_site_local.py); (3) phi = identity: the Monte Carlo ln Z_l, its
 gradient and Hessian agree with deep_linear's closed form within Monte Carlo error, and the propagator with
 deep_linear_propagator; (4) tanh: exact initial covariances by quadrature; (5) tanh vs Richardson-extrapolated
 finite-width networks.
@@ -234,7 +235,7 @@ def test_structured_estimator_equals_brute_force_autodiff():
 @pytest.mark.parametrize("activation,odd", [("tanh", False), pytest.param("tanh", True, marks=pytest.mark.slow),
                                             pytest.param("erf", False, marks=pytest.mark.slow)])
 def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
-    """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives in closed form, Price block
+    """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives from the program, Price block
     summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
     paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying); for the standard
     network and for a model with other couplings, readout and boundaries."""
@@ -244,8 +245,8 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
 def test_causal_blocking_of_the_price_products_is_exact():
     """The Price-block products are split by output time (o < hi needs only s, j, a, b < hi); on arbitrary
     paths (T = 9, both source blocks varying) the blocked sums equal the single dense product to round-off."""
-    import jax
-
+    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.site_local import local_map
     from dmftc.runtime.site_moments import SiteMoments
 
     T, S = 9, 40
@@ -255,11 +256,10 @@ def test_causal_blocking_of_the_price_products_is_exact():
     tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
     anti = np.concatenate([(tt * T + ss)[ss >= tt], T * T + (tt * T + ss)[ss > tt]])
     t0, t1 = np.tril_indices(T)
-    kw = dict(T=T, activation="tanh", pa=np.concatenate([t0, T + t0]), pb=np.concatenate([t1, T + t1]), anti=anti)
+    kw = dict(T=T, local=local_map(as_activation("tanh")), pa=np.concatenate([t0, T + t0]), pb=np.concatenate([t1, T + t1]), anti=anti)
     blocked, dense = SiteMoments(**kw), SiteMoments(**kw)
     assert len(blocked.s_blocks) > 1
     dense.s_blocks = [(0, T)]
-    dense._fn = jax.jit(dense._chunk_sums)
     a, b = (sm.moments(C, E, W, X, feature=(1.0, -1.0)) for sm in (blocked, dense))
     assert np.abs(b[7]).max() > 1.0
     for x, y in zip(a, b):
@@ -379,7 +379,7 @@ def test_linear_propagator_matches_deep_linear(linear_mc):
                                      pytest.param(3, 6, True, marks=pytest.mark.slow)])
 def test_linear_propagator_is_exact_with_a_degree_5_gaussian_cubature(L, T, odd):
     """For phi = identity every sum behind the Hessian (kernels, fourth moments, responses, Price terms) is a
-    Gaussian moment of degree <= 4.  Running the SAME estimator (march, closed-form site derivatives,
+    Gaussian moment of degree <= 4.  Running the SAME estimator (march, the program's site derivatives,
     assembly, inverse) on the points of a degree-5 cubature rule instead of random paths must therefore give
     the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.runtime.deep_linear)
     to round-off, for every block of Delta, K, Phi[l], G[l] (the issue asks for 1e-6 relative); for the standard

@@ -75,6 +75,24 @@ class _SitePrinter(ExprPrinter):
             return f"_k.step({self.p(e.args[0])}, E.width)"
         return None
 
+    def kink_atom(self, e):
+        """A deep program's non-smooth functions as the kink-aware helpers of :mod:`dmftc.runtime.kernels`: the
+        same values, and derivatives that hold the delta functions mollified with ``E.kink`` (0 in the march:
+        pathwise tangents; the solve's width in the propagator's local derivatives, dmftc.runtime.site_local)."""
+        if isinstance(e, sp.Abs):
+            return f"_k.kabs({self.p(e.args[0])}, E.kink)"
+        if isinstance(e, sp.sign):
+            return f"_k.ksign({self.p(e.args[0])}, E.kink)"
+        if isinstance(e, sp.Heaviside):
+            return f"_k.step({self.p(e.args[0])}, E.kink)"
+        if isinstance(e, (sp.Max, sp.Min)):
+            fn = "_k.kmax" if isinstance(e, sp.Max) else "_k.kmin"
+            out = self.p(e.args[0])
+            for a in e.args[1:]:
+                out = f"{fn}({out}, {self.p(a)}, E.kink)"
+            return out
+        return None
+
     def time(self, a) -> str:
         if a == self.t:
             return "'t'"
@@ -87,6 +105,10 @@ class _SitePrinter(ExprPrinter):
     def atom(self, e):
         if self.layout:
             own = self.index_atom(e)
+            if own is not None:
+                return own
+        else:
+            own = self.kink_atom(e)
             if own is not None:
                 return own
         if self.vec and e in self.terms:                       # a kept path factor at s (inside a sum, a kernel)
@@ -178,7 +200,9 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
         "normals": prog.normals,
         "layer": prog.layer,
     }
-    if prog.axes is not None:
+    if prog.axes is None:
+        site.update(factors=prog.factors)
+    else:
         site.update(axes=prog.axes, stored=prog.stored, drivers=prog.drivers,
                     sums=tuple((n, scope) for n, _, scope, _ in prog.sums))
     w("\n# ---------------------------------------------------------------- the single-site program\n"
@@ -187,7 +211,8 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
       "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,\n"
       "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
       "# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,\n"
-      "# whose values the caller draws; a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as\n"
+      "# whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read\n"
+      "# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as\n"
       "# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order\n"
       "# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)\n")
     w("SITE = {\n")

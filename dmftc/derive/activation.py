@@ -219,6 +219,9 @@ class SiteActivation:
     # gradient descent, a = phi' and b = 0 (a compiled deep spec supplies its generated gradient())
     grad: object = field(default=None, compare=False, hash=False, repr=False)
     standard_gradient: bool = True
+    # (generated module, parameter values) of the compiled deep spec this activation came from: its single-site
+    # program is what the propagator differentiates (dmftc.runtime.site_local); None: the standard network's
+    program: object = field(default=None, compare=False, hash=False, repr=False)
 
     def gradient(self, h):
         """(a, a', a'', a''', b, b', b'', b''') of the gradient field g = a(h) z + b(h) at h."""

@@ -66,6 +66,7 @@ class SiteProgram:
     sums: tuple = ()         # running sums ((name, indices, scope 'sample' | 'order', eta * increment at t), ...)
     tangents: tuple = ()     # ((kind 'field' | 'sum' | 'average', name, its tangent), ...) (two-layer: the Jacobian)
     drivers: tuple = ()      # the one-time order parameters the fields and running sums read (two-layer)
+    factors: tuple = ()      # ((field, (the path factors its causal sums read, ...)), ...) (deep)
 
     @property
     def tangent_sources(self) -> tuple:
@@ -254,10 +255,11 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
                     fixed.append((sym, other, int(next(iter(times)))))
                     break
     s_sym = sp.Symbol("s")
-    terms, node_reads = {}, []
+    terms, node_reads, factors = {}, [], []
     for n, e in fields:
         found, same = path_factors(e, names, tsym, layer, act)
         terms.update(dict.fromkeys(found))
+        factors.append((n, tuple(sp.sstr(f) for f in found)))
         node_reads.append((("field", n), tuple(sorted(set(_reads(e, names, src_names, two, tsym, n))
                                                       | {("term", sp.sstr(f), layer) for f in same}))))
     for f in terms:
@@ -272,4 +274,5 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
         for a in e.atoms(sp.core.function.AppliedUndef)))
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
                        tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
-                       axes, tuple(stored), tuple(sums), tuple(tangents), tuple(drivers))
+                       axes, tuple(stored), tuple(sums), tuple(tangents), tuple(drivers),
+                       tuple(factors) if axes is None else ())

@@ -1,8 +1,9 @@
 """Autodiff references for the deep propagator's per-path sums (used by the tests as independent oracles).
 
 :class:`dmftc.runtime.local_estimator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
-closed-form derivatives of :mod:`dmftc.runtime.site_moments`.  This module computes the same quantities by JAX autodiff
-of the single-site integrand itself, with no closed forms:
+per-path derivatives of :mod:`dmftc.runtime.site_moments` (the implicit-function calculus of the single-site system
+on the local derivatives of the spec's program).  This module computes the same quantities by JAX autodiff of the
+whole single-site integrand of the standard two-field network, with no implicit-function calculus:
 
 * ``local_logf``: ln F = hats . f(x) - ln det(I - J(x)) of one path, x the implicit solution of the single-site
   equations reproduced by two differentiable Newton steps (exact through third order at a causal base point);

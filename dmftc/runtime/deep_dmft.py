@@ -137,7 +137,7 @@ class SpecKernels:
                               kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
                               rewidth=lambda w: self.site_activation(params, w),
                               grad=lambda h: mod.gradient(h, p, float(width)),
-                              standard_gradient=bool(mod.STANDARD_GRADIENT))
+                              standard_gradient=bool(mod.STANDARD_GRADIENT), program=(mod, p))
 
     def _boundary(self, role, layer, T, p, depth):
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""

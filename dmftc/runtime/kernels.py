@@ -79,6 +79,53 @@ def _step_jvp(primals, tangents):
     return step(x, width), dirac(x, width) * dx
 
 
+@jax.custom_jvp
+def kabs(x, width):
+    """|x| whose derivative is :func:`ksign` (and its second 2 ``dirac(x, width)``): what a deep spec's single-site
+    program prints for abs, so that its derivatives are the distributions of the symbolic derivation with the
+    delta functions mollified (``width`` 0: pathwise, the delta functions dropped)."""
+    return jnp.abs(x)
+
+
+@kabs.defjvp
+def _kabs_jvp(primals, tangents):
+    x, width = primals
+    dx, _ = tangents
+    return kabs(x, width), ksign(x, width) * dx
+
+
+@jax.custom_jvp
+def ksign(x, width):
+    """sign(x) whose derivative is 2 ``dirac(x, width)`` (see :func:`kabs`)."""
+    return jnp.sign(x)
+
+
+@ksign.defjvp
+def _ksign_jvp(primals, tangents):
+    x, width = primals
+    dx, _ = tangents
+    return ksign(x, width), 2.0 * dirac(x, width) * dx
+
+
+@jax.custom_jvp
+def kmax(a, b, width):
+    """max(a, b) whose derivative is step(a - b) da + step(b - a) db with :func:`step` (see :func:`kabs`)."""
+    return jnp.maximum(a, b)
+
+
+@kmax.defjvp
+def _kmax_jvp(primals, tangents):
+    a, b, width = primals
+    da, db, _ = tangents
+    up = step(a - b, width)
+    return kmax(a, b, width), up * da + (1.0 - up) * db
+
+
+def kmin(a, b, width):
+    """min(a, b) = -max(-a, -b), with the derivatives of :func:`kmax`."""
+    return -kmax(-a, -b, width)
+
+
 def dirac(x, width, order: int = 0):
     """DiracDelta(x) from the derivative of a non-smooth activation (e.g. phi'' of a ReLU).
 

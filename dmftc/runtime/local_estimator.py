@@ -4,11 +4,12 @@ docstring derives the single-site integrand F = exp(-Q(x*)) / |det(I - J(x*))|).
 
 Estimator
 ---------
-The closed-form per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and
-third source derivatives of the single-site fields; the Price block summed over paths and times in one matrix
-product).  It computes exactly the sums of the autodiff estimator described below, which is kept as the
-reference (:mod:`dmftc.reference.deep_autodiff`: 'struct', and 'full' = brute force); the tests check
-fast = struct = full on the same paths.
+The per-path derivatives of :mod:`dmftc.runtime.site_moments` (first, second and third source derivatives
+of the single-site fields from the local derivatives of the spec's own program, :mod:`dmftc.runtime.site_local`;
+the Price block summed over paths and times in one matrix product).  It computes exactly the sums of the autodiff
+estimator described below, which is kept as the reference (:mod:`dmftc.reference.deep_autodiff`: 'struct', and
+'full' = brute force), and of the standard network's closed forms (:mod:`dmftc.reference.site_moments_closed`);
+the tests check fast = struct = full = closed forms on the same paths.
 
 * Derivatives in the couplings, hats and Delta ("theta"): pathwise.  x* at the saddle (causal C, E) is the
   march's field x0 (exact); off the saddle x*(theta, w) is reproduced by TWO Newton steps from the stopped x0,
@@ -53,6 +54,7 @@ from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.deep_action import _split_local, _sym
 from dmftc.runtime.deep_model import DeepModel
 from dmftc.runtime.price_by_parts import hybrid_price, stein_plan
+from dmftc.runtime.site_local import local_map
 from dmftc.runtime.site_moments import SiteMoments
 
 __all__ = ["LocalEstimator", "estimator"]
@@ -102,8 +104,9 @@ class LocalEstimator:
         directions are needed.
     Price block: d/dtheta d2F/dw_a dw_b = (d2 ell/dw dw dc, d2 f/dw dw).  The map v -> theta is C = a +
     [s<t] eta gamma Delta(s) Phi(t,s) (and E alike): Hess_v = J^T Hess_theta J + sum_k <dF/dtheta_k> d2theta_k/dv2.
-    The per-path sums come from the closed-form derivatives of :class:`dmftc.runtime.site_moments.SiteMoments`; the
-    autodiff estimators they are tested against ('struct', 'full') are in :mod:`dmftc.reference.deep_autodiff`."""
+    The per-path sums come from :class:`dmftc.runtime.site_moments.SiteMoments` on the activation's program
+    (:func:`dmftc.runtime.site_local.local_map`); the autodiff estimators they are tested against ('struct',
+    'full') are in :mod:`dmftc.reference.deep_autodiff`."""
 
     method = "fast"
     # Price blocks: source directions whose eigenvalue is at least price_tol times the block's largest are
@@ -131,8 +134,8 @@ class LocalEstimator:
     def _setup(self, vary_u, vary_r, chunk):
         key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk, self.points)
         if key not in _JIT:
-            _JIT[key] = SiteMoments(T=self.T, activation=self.activation, pa=self.pa, pb=self.pb, anti=self.anti,
-                                    chunk=chunk, points=self.points)
+            _JIT[key] = SiteMoments(T=self.T, local=local_map(self.activation), pa=self.pa, pb=self.pb,
+                                    anti=self.anti, chunk=chunk, points=self.points)
         self._site = _JIT[key]
 
     def moments(self, v, W, X0, *, top, model, weights=None, stein=None):

@@ -33,6 +33,7 @@ class Evaluator:
         self.var, self.depth = layer_names(mod)
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
+        self.kink = 0.0          # the program's kink-aware helpers differentiate pathwise in the march (no deltas)
         self.idx = jnp.arange(T)
         self.mu = t % points
         self._given, self.p = p, point_params(mod, p, self.mu)

@@ -1,23 +1,23 @@
-"""Closed-form derivatives of one layer's single-site integrand at the saddle, summed over Monte Carlo paths.
+"""Per-path derivatives of one deep layer's single-site integrand at the saddle, summed over Monte Carlo paths.
 
-This is the fast path behind :mod:`dmftc.runtime.deep_propagator`: the same sums as its autodiff reference
-(``LocalEstimator`` with method 'struct'), but from explicit first, second and third source derivatives of
-the single-site fields, so that the cost is a handful of batched matrix products per path instead of one
-Hessian-vector product per anti-causal coupling and one reverse pass per source-covariance entry.
+The per-layer part of :mod:`dmftc.runtime.local_estimator`.  The layer's single-site system (one path, T steps)
+is the spec's program (:mod:`dmftc.runtime.site_local`): x-fields x (nx of them, e.g. h and z; each x-field
+carries one source of w = (u, r)) and, at every time, outputs y = Y(x(t)) (the path factors the fields' sums
+read, e.g. g and phi(h)), with
 
-Single-site system of one layer (one path, T steps; x = (h, z), outputs y = (p, g) = (phi(h), a(h) z + b(h)),
-with the gradient field's coefficients a, b from the spec; a = phi', b = 0 for gradient descent):
+    x = w + K y(x),     K: one block K_c per coupling kind c = (x-field i_c, output o_c), causal at the saddle
 
-    x = w + K y(x),     K = [[0, C], [E, 0]]   (h(t) = u(t) + sum_s C(t,s) g(s),  z(t) = r(t) + sum_s E(t,s) p(s))
-
-with causal C (s < t) and E (s <= t) at the saddle.  A coupling c = C(t,s) acts like a source on slot j = u(t)
-carrying the output o = g(s); c = E(t,s) like a source on slot j = r(t) carrying o = p(s).  With
-Y1 = dy/dx (local 2 x 2 blocks per time), Ry = (I - Y1 K)^-1 (finite product: Y1 K is nilpotent) and the
-output responses Xi = dy/dw = Ry Y1, source derivatives of every order follow from
+(deep_tanh: h(t) = u(t) + sum_s C(t, s) g(s), z(t) = r(t) + sum_s E(t, s) phi(h(s))).  The local derivatives
+Y1 = dY/dx, Y2, Y3 (per time; nx x ny tensors) come from JAX applied to the generated program; the rest is the
+implicit-function calculus of that system, the same for every spec.  A coupling c = K_c(t, s) acts like a source
+on slot j = i_c(t) carrying the output o = o_c(s).  With Y1 block-diagonal in time, Ry = (I - Y1 K)^-1 (a finite
+product: Y1 K is nilpotent at the saddle), the output responses Xi = dy/dw = Ry Y1 and dx/dw = X1 = I + K Xi,
+source derivatives of every order follow from
 
     d^2 y = Ry Y2[dx, dx],     d^3 y = Ry (Y3[dx, dx, dx] + 3 sym. Y2[d^2 x, dx]),     dx = dw + K dy.
 
-Per path, with lambda = -ln det(I - J) (zero on the causal subspace) and the features f of the hats:
+Per path, with lambda = -ln det(I - J) (zero on the causal subspace) and the features f of the hats (kernel
+entries -a(t) b(s) of each kernel's two factors, and the readout observable in the last layer):
 
     d lambda / dc          = Xi[o_c, j_c]                       (the response; zero for causal c)
     d2 lambda / dc dc'     = Xi[o_c, j_c'] Xi[o_c', j_c] + y[o_c'] Xi2[o_c; j_c, j_c'] + y[o_c] Xi2[o_c'; j_c, j_c']
@@ -25,21 +25,26 @@ Per path, with lambda = -ln det(I - J) (zero on the causal subspace) and the fea
     d/dc  d2 F/dw_a dw_b   = Xi3[o_c; j_c, a, b]                (Price block of the couplings)
     d/dhat d2 F/dw_a dw_b  = d2 f / dw_a dw_b                   (Price block of the hats)
 
-(derivation in the docstring of :mod:`dmftc.runtime.deep_propagator`; the test suite checks every sum against the
-autodiff reference on the same paths).
+(derivation in the docstring of :mod:`dmftc.runtime.deep_propagator`).  Xi3 is summed over paths and times in one
+matrix product per pair of factors: a separable part sum_s Ry[o, (k, s)] X1[(i, s), j] U_ki[s, (a, b)] for every
+(output k, x-field i) whose local derivatives are not zero, and the rest sum_s X2[(i, s), j, a] P_i[o, s, b].
+Which local derivatives vanish is read off the paths themselves before compiling (a term that is zero on every
+path of the sums contributes nothing), so a spec pays only for the terms its program has: deep_tanh has 3
+separable and 2 other terms, the counts of the closed forms of that network.  The tests check every sum against
+those closed forms (:mod:`dmftc.reference.site_moments_closed`) and against autodiff of the whole integrand
+(:mod:`dmftc.reference.deep_autodiff`) on the same paths.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.derive.activation import as_activation
-
-
 __all__ = ["SiteMoments"]
+
 
 def _nilpotent_inverse(N):
     """(I - N)^-1 = prod_j (I + N^(2^j)) for nilpotent N (N^n = 0)."""
@@ -51,15 +56,69 @@ def _nilpotent_inverse(N):
     return R
 
 
-class SiteMoments:
-    """Sums over paths of the per-path derivatives of one layer kind (T steps, activation (a
-    :class:`dmftc.derive.activation.SiteActivation`), which source blocks
-    carry a varying covariance: ``pairs`` = (pa, pb) indices into w = (u, r), a >= b).
+_SCANS: dict = {}
+_SCAN_POINTS = 8192                 # field values per call of the pattern scan (one compiled shape)
 
-    ``moments(C, E, W, X0, feature=(a, b))`` returns (F, lambda^2, g_lambda, f, f f^T, Jf, Ha, Pc, Pe), the same
+
+@dataclass(frozen=True)
+class _Pattern:
+    """The local derivatives that are not zero on the paths (module doc): the entries (k, i, j) of Y2 and
+    (k, i, j, l) of Y3 (output k, x-fields i, j, l); per kernel whether its two factors coincide (a = b: one
+    product instead of two), which output each factor is (its source derivatives are then rows of Xi and Xi2;
+    -1: none), and the nonzero entries (i, j) of the second derivatives of each factor and of the readout."""
+    y2: tuple
+    y3: tuple
+    same: tuple
+    a_out: tuple
+    b_out: tuple
+    a2: tuple
+    b2: tuple
+    r2: tuple
+
+    @property
+    def sep(self):
+        """(k, i) of the separable Price terms: U_ki = Y3[k, i][X1, X1] + Y2[k, i][X2] not zero."""
+        return tuple(sorted({e[:2] for e in self.y2 + self.y3}))
+
+    @property
+    def ns(self):
+        """The x-fields i of the other Price terms, Y2[:, i, :] not zero."""
+        return tuple(sorted({i for _, i, _ in self.y2}))
+
+    @property
+    def v2(self):
+        """The pairs (i, j) of x-fields with a second derivative Y2[k, i, j] of some output."""
+        return tuple(sorted({(i, j) for _, i, j in self.y2}))
+
+
+def _pattern_scan(local, X):
+    """Largest |.| over the field values X (points, nx) of every entry of Y2 and Y3, of each kernel's two factors'
+    differences (with their derivatives) from each other and from each output, and of the factors' and the
+    readout's second derivatives (:class:`_Pattern`)."""
+    y, Y1, Y2, Y3 = local.output_tensors(X)
+    y2, y3 = jnp.max(jnp.abs(Y2), axis=0), jnp.max(jnp.abs(Y3), axis=0)
+    (a, A1, A2), (b, B1, B2), (_, _, R2) = local.feature_tensors(X)
+
+    def dist(f, F1, F2, g, G1, G2):             # max |f - g| with the first and second derivatives
+        return (jnp.max(jnp.abs(f - g), axis=0) + jnp.max(jnp.abs(F1 - G1), axis=(0, -1))
+                + jnp.max(jnp.abs(F2 - G2), axis=(0, -2, -1)))
+
+    same = dist(a, A1, A2, b, B1, B2)
+    as_out = [dist(f[:, :, None], F1[:, :, None], F2[:, :, None], y[:, None], Y1[:, None], Y2[:, None])
+              for f, F1, F2 in ((a, A1, A2), (b, B1, B2))]                                # (nk, ny) each
+    nz2 = [jnp.max(jnp.abs(F2), axis=0) for F2 in (A2, B2, R2)]
+    return y2, y3, same, as_out[0], as_out[1], *nz2
+
+
+class SiteMoments:
+    """Sums over paths of the per-path derivatives of one layer kind (T steps; ``local``: the program's
+    :class:`dmftc.runtime.site_local.LocalMap`; which source blocks carry a varying covariance: ``pairs`` =
+    (pa, pb) indices into w, a >= b).
+
+    ``moments(C, E, W, X0, feature=(a, b))`` returns (F, resid, g_lambda, f, f f^T, Jf, Ha, Pc, Pe), the same
     tuple (and conventions) as the autodiff reference ``AutodiffEstimator._moments_struct``; the Delta_hat
-    feature of the layer is a z(t) phi(h(t)) + b z(0) phi(h(0)) (0, 0 below the last layer; the readout's
-    coefficients, :meth:`dmftc.runtime.deep_model.DeepModel.features`, in the last):
+    feature of the layer is a r(t) + b r(0) of the readout observable r (z phi for deep_tanh; (0, 0) below the
+    last layer; the readout's coefficients, :meth:`dmftc.runtime.deep_model.DeepModel.features`, in the last):
 
       F        sum_n F_n (= S at the saddle)          resid      sum_n |x - w - K y(x)|^2 (= 0: x0 solves the equations)
       g        sum_n d lambda/dc          (2T^2)       f          sum_n f_n                  (nf)
@@ -68,18 +127,24 @@ class SiteMoments:
       Pc, Pe   sum_n d/dc d2F/dw_a dw_b (npairs, 2T^2) and d/dhat d2F/dw_a dw_b (npairs, nf)
     """
 
-    def __init__(self, *, T, activation, pa, pb, anti, chunk=None, points=1):
-        self.T, self.activation, self.points = T, as_activation(activation), int(points)
+    def __init__(self, *, T, local, pa, pb, anti, chunk=None, points=1):
+        self.T, self.local, self.points = T, local, int(points)
         if T % self.points:
             raise ValueError("the steps must be whole times of every point")
+        if [k[0] for k in local.kinds] != ["C", "E"]:
+            raise ValueError("the layer's couplings must be the kinds C and E")
         self.first = np.arange(T) % self.points          # each step's point at time 0 (its readout's fixed term)
-        n = 2 * T
+        nx, ny = local.nx, local.ny
+        n, m = nx * T, ny * T
+        self.n, self.m = n, m
         self.pa, self.pb = np.asarray(pa, int), np.asarray(pb, int)
         self.anti = np.asarray(anti, int)
         tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-        # c -> (output o in y = (p, g), slot j in w = (u, r)):  C(t,s): (g(s), u(t));  E(t,s): (p(s), r(t))
-        self.oc = np.concatenate([(T + ss).ravel(), ss.ravel()])
-        self.jc = np.concatenate([tt.ravel(), (T + tt).ravel()])
+        # coupling c = K_k(t, s) -> (output o_k(s) in y, slot i_k(t) in w)
+        self.rows = {k: slice(o * T, (o + 1) * T) for k, _, o in local.kinds}     # outputs of kind k
+        self.slots = {k: slice(i * T, (i + 1) * T) for k, i, _ in local.kinds}    # sources of kind k
+        self.oc = np.concatenate([(o * T + ss).ravel() for _, _, o in local.kinds])
+        self.jc = np.concatenate([(i * T + tt).ravel() for _, i, _ in local.kinds])
         self.tril = np.tril_indices(T)
         self.tri0, self.tri1 = self.tril
         # blocks of the time s summed over in the Price products: a block [s0, s1) only involves outputs
@@ -90,117 +155,145 @@ class SiteMoments:
         nb = max(1, min(times, 12))
         edges = sorted({self.points * round(times * i / nb) for i in range(nb + 1)})
         self.s_blocks = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-        # anti-causal couplings by kind, as (t, s): C rows of anti first, then E (the order of ``anti``)
         isC = self.anti < T * T
         self.anti_ts = {"C": np.divmod(self.anti[isC], T), "E": np.divmod(self.anti[~isC] - T * T, T)}
         if not np.all(np.diff(isC.astype(int)) <= 0):
             raise ValueError("anti must list the C couplings before the E couplings")
-        # varying source blocks (u: slots 0..T-1, r: T..2T-1); pairs must be their lower triangles in order
+        # varying source blocks (slots of one x-field's source); pairs must be their lower triangles in order
         self.blocks = []
-        for off in (0, T):
+        for off in range(0, n, T):
             sel = (self.pa >= off) & (self.pa < off + T)
             if sel.any():
                 self.blocks.append(np.arange(off, off + T))
         want = np.concatenate([np.stack([b[self.tri0], b[self.tri1]]) for b in self.blocks], axis=1) \
             if self.blocks else np.zeros((2, 0), int)
         if not (want.shape[1] == len(self.pa) and np.array_equal(want, np.stack([self.pa, self.pb]))):
-            raise ValueError("pairs must be the lower triangles (a >= b) of whole source blocks, u before r")
-        per_path = 8 * 5 * n ** 3                       # bytes of the largest per-path arrays (second order)
+            raise ValueError("pairs must be the lower triangles (a >= b) of whole source blocks, in slot order")
+        per_path = 8 * 5 * max(n, m) * n * n               # bytes of the largest per-path arrays (second order)
         self.chunk = chunk or int(max(4, min(512, 2e9 / per_path)))
-        self._fn = jax.jit(self._chunk_sums)
+        self._fns = {}
+        if local.key not in _SCANS:                          # one compiled scan per program, any T
+            _SCANS[local.key] = jax.jit(lambda X: _pattern_scan(local, X))
+        self._scan = _SCANS[local.key]
+
+    # ------------------------------------------------------------------ which local derivatives vanish
+    def pattern(self, X0) -> _Pattern:
+        """Which local derivatives are nonzero on the paths X0 (each chunk padded to the chunk's shape)."""
+        acc = None
+        pts = np.swapaxes(np.asarray(X0).reshape(X0.shape[0], self.local.nx, self.T), 1, 2).reshape(-1, self.local.nx)
+        for i0 in range(0, pts.shape[0], _SCAN_POINTS):
+            Xc = pts[i0:i0 + _SCAN_POINTS]
+            if Xc.shape[0] < _SCAN_POINTS:            # padded with a point already there (maxima unchanged)
+                Xc = np.concatenate([Xc, np.repeat(Xc[:1], _SCAN_POINTS - Xc.shape[0], axis=0)])
+            out = [np.asarray(o) for o in self._scan(jnp.asarray(Xc))]
+            acc = out if acc is None else [np.maximum(a, o) for a, o in zip(acc, out)]
+        y2, y3, same, a_out, b_out, a2, b2, r2 = acc
+        nz = lambda a: tuple(tuple(int(i) for i in e) for e in zip(*np.nonzero(a)))     # noqa: E731
+        out = lambda d: tuple(int(np.flatnonzero(row == 0)[0]) if np.any(row == 0) else -1 for row in d)  # noqa: E731
+        return _Pattern(y2=nz(y2), y3=nz(y3), same=tuple(bool(v == 0) for v in same), a_out=out(a_out),
+                        b_out=out(b_out), a2=tuple(nz(x) for x in a2), b2=tuple(nz(x) for x in b2), r2=nz(r2))
 
     # ------------------------------------------------------------------ one path
-    def _path(self, C, E, w, x0, fa, fb):
-        T, n = self.T, 2 * self.T
-        h, z = x0[:T], x0[T:]
-        p, p1, p2, p3, _ = self.activation.fn(h)        # phi and its derivatives
-        a, a1, a2, a3, b, b1, b2, b3 = self.activation.gradient(h)
-        # local derivatives of y = (p, g) in x = (h, z), g = a(h) z + b(h):  p_h = p1, p_hh = p2, p_hhh = p3;
-        # g_z = a, g_hz = a1, g_hhz = a2 (g_zz = 0);  g_h = gh, g_hh = ghh, g_hhh = ghhh
-        g = a * z + b
-        gh, ghh, ghhh = a1 * z + b1, a2 * z + b2, a3 * z + b3
-        y = jnp.concatenate([p, g])
-        i = jnp.arange(T)
-        Y1 = jnp.zeros((n, n)).at[i, i].set(p1).at[T + i, i].set(gh).at[T + i, T + i].set(a)
-        zero = jnp.zeros((T, T))
-        K = jnp.block([[zero, C], [E, zero]])
-        Ry = _nilpotent_inverse(Y1 @ K)
-        Xi = Ry @ Y1                                    # dy/dw
-        X1 = jnp.eye(n) + K @ Xi                        # dx/dw
-        Xh, Xz = X1[:T], X1[T:]
+    def _path(self, C, E, w, x0, fa, fb, pat: _Pattern):
+        T, lm = self.T, self.local
+        nx, ny, n, m = lm.nx, lm.ny, self.n, self.m
+        X = x0.reshape(nx, T)
+        y, Y1, Y2, Y3 = lm.output_tensors(X.T)                     # (T, ny), (T, ny, nx), ...
+        (a, A1, A2), (b, B1, B2), (r, R1, R2) = lm.feature_tensors(X.T)
+        yv = y.T.reshape(m)
+        K = jnp.zeros((n, m))
+        for (kind, i, o), Kk in zip(lm.kinds, (C, E)):
+            K = K.at[i * T:(i + 1) * T, o * T:(o + 1) * T].set(Kk)
+        Y1m = jnp.einsum("tki,ts->ktis", Y1, jnp.eye(T)).reshape(m, n)
+        Ry = _nilpotent_inverse(Y1m @ K)
+        Xi = Ry @ Y1m                                   # dy/dw (m, n)
+        X1 = jnp.eye(n) + K @ Xi                        # dx/dw (n, n)
+        X1r = X1.reshape(nx, T, n)
+        # the small x-field and output indices are loops of elementwise products (a multi-operand einsum with
+        # the time as a batch index lowers to tiny batched matrix products, several times slower on the CPU)
+        outer = {}                                       # X1[(i, t), a] X1[(j, t), b]
+        for i, j in pat.v2:
+            outer[i, j] = X1r[i][:, :, None] * X1r[j][:, None, :]
+        zero = jnp.zeros((T, n, n))
+        V2 = jnp.concatenate([sum((Y2[:, k, i, j, None, None] * outer[i, j] for k2, i, j in pat.y2 if k2 == k),
+                                  zero) for k in range(ny)])       # Y2[X1, X1], (m, n, n)
+        Xi2 = jnp.einsum("ok,kab->oab", Ry, V2)         # d2 y / dw dw (dense: a product blocked by causality
+        X2 = jnp.einsum("xk,kab->xab", K, Xi2)          # d2 x / dw dw  was slower on the CPU, measured)
+        X2r = X2.reshape(nx, T, n, n)
 
-        # second order, all pairs of slots: V2[k, i, i'] = Y2_k[X1_i, X1_i']
-        hh = Xh[:, :, None] * Xh[:, None, :]
-        hz = Xh[:, :, None] * Xz[:, None, :]
-        V2 = jnp.concatenate([p2[:, None, None] * hh,
-                              ghh[:, None, None] * hh + a1[:, None, None] * (hz + jnp.swapaxes(hz, 1, 2))])
-        Xi2 = jnp.einsum("ok,kij->oij", Ry, V2)          # d2 y / dw dw
-        X2 = jnp.einsum("xk,kij->xij", K, Xi2)           # d2 x / dw dw
-        X2h, X2z = X2[:T], X2[T:]
-
-        # features f and their source derivatives
+        # features f and their source derivatives: kernels -a(t) b(s) over t >= s, then the readout
         tr0, tr1 = self.tril
-        # a zp(t) + b zp(0) as a (zp(t) - zp(0)) + (a + b) zp(0): exactly 0 at t = 0 when b = -a (network readout);
-        # on P points zp(0) is that of the step's own point at time 0
         first = self.first
-        zp = z * p
-        top_f = fa * (zp - zp[first]) + (fa + fb) * zp[first]
-        f = jnp.concatenate([-(p[tr0] * p[tr1]), -(g[tr0] * g[tr1]), top_f])
-        Dp, Dg = Xi[:T], Xi[T:]
-        Dzp = Xz * p[:, None] + z[:, None] * Dp
-        d0 = Dzp[first]
+        d1 = lambda F1: sum(F1[:, i, None] * X1r[i] for i in range(nx))        # noqa: E731  (T, n)
+        top_f = fa * (r - r[first]) + (fa + fb) * r[first]
+        Dr = d1(R1)
+        d0 = Dr[first]
         fa2, fb2 = fa[:, None], fb[:, None]           # the coefficients are per step (rows)
-        Dtop = fa2 * (Dzp - d0) + (fa2 + fb2) * d0
-        Df = jnp.concatenate([-(Dp[tr0] * p[tr1, None] + p[tr0, None] * Dp[tr1]),
-                              -(Dg[tr0] * g[tr1, None] + g[tr0, None] * Dg[tr1]), Dtop])
+        Dtop = fa2 * (Dr - d0) + (fa2 + fb2) * d0
+        nk = len(lm.kernels)
+        rows_of = lambda o: slice(o * T, (o + 1) * T)                          # noqa: E731
+        Da = [Xi[rows_of(o)] if o >= 0 else d1(A1[:, k]) for k, o in enumerate(pat.a_out)]
+        Db = [Da[k] if pat.same[k] else Xi[rows_of(o)] if o >= 0 else d1(B1[:, k]) for k, o in enumerate(pat.b_out)]
+        f = jnp.concatenate([-(a[tr0, k] * b[tr1, k]) for k in range(nk)] + [top_f])
+        Df = jnp.concatenate([-(Da[k][tr0] * b[tr1, k, None] + a[tr0, k, None] * Db[k][tr1]) for k in range(nk)]
+                             + [Dtop])
 
-        # third order on the varying pairs q = (a, b) (module doc): Xi3[o; j, a, b] for C-type (o = g, j = u)
-        # and E-type (o = p, j = r) as four matrix products per type and varying source block
-        Rp, Rg = Ry[:, :T], Ry[:, T:]                    # columns: p rows / g rows of V3
-        Xi3 = {"C": [], "E": []}
+        # third order on the varying pairs q = (a, b) (module doc): Xi3[o; j, a, b] for each coupling kind as
+        # matrix products per varying source block
+        Rk = Ry.reshape(m, ny, T)                        # columns (output k, time s)
+        Xi3 = {kind: [] for kind, _, _ in lm.kinds}
         D2f = []
         for blk in self.blocks:                          # varying source blocks: slots vb, pair tril inside
             vb = jnp.asarray(blk)
-            Ah, Az = Xh[:, vb], Xz[:, vb]                # (T_s, T_a)
-            Bh, Bz = X2h[:, vb][:, :, vb], X2z[:, vb][:, :, vb]          # (T_s, T_a, T_b)
-            hh = Ah[:, :, None] * Ah[:, None, :]
-            hz = Ah[:, :, None] * Az[:, None, :] + Az[:, :, None] * Ah[:, None, :]
-            U1 = p3[:, None, None] * hh + p2[:, None, None] * Bh                        # with Rp, j-factor Xh
-            U2 = (ghhh[:, None, None] * hh + a2[:, None, None] * hz
-                  + ghh[:, None, None] * Bh + a1[:, None, None] * Bz)                     # with Rg, j-factor Xh
-            U3 = a2[:, None, None] * hh + a1[:, None, None] * Bh                          # with Rg, j-factor Xz
-            P3h = (Rp[:, :, None] * (p2[:, None] * Ah)[None] + Rg[:, :, None] * (ghh[:, None] * Ah
-                                                                                + a1[:, None] * Az)[None])
-            P4 = Rg[:, :, None] * (a1[:, None] * Ah)[None]                                 # (o, s, b)
-            for kind, orows, jslots in (("C", slice(T, n), slice(0, T)), ("E", slice(0, T), slice(T, n))):
-                Ro_p, Ro_g = Rp[orows], Rg[orows]                                         # (T_o, T_s)
-                # separable terms: sum_s R[o,s] X[s,j] U[s,q] -> factors (m, s, o, j) and (m, s, q)
-                lsep = jnp.stack([Ro_p.T[:, :, None] * Xh[:, None, jslots], Ro_g.T[:, :, None] * Xh[:, None, jslots],
-                                  Ro_g.T[:, :, None] * Xz[:, None, jslots]])
-                rsep = jnp.stack([U1[:, self.tri0, self.tri1], U2[:, self.tri0, self.tri1],
-                                  U3[:, self.tri0, self.tri1]])
-                # the rest: sum_s X2[s,j,a] P[o,s,b] (+ a <-> b) -> factors (m, s, j, a) and (m, s, o, b)
-                lns = jnp.stack([X2h[:, jslots][:, :, vb], X2z[:, jslots][:, :, vb]])
-                rns = jnp.stack([jnp.swapaxes(P3h[orows], 0, 1), jnp.swapaxes(P4[orows], 0, 1)])
-                Xi3[kind].append((lsep, rsep, lns, rns))
-            # second source derivatives on this block's pairs, for d2 f / dw_a dw_b (summed in _chunk_sums)
+            Ax = X1r[:, :, vb]                           # (nx, T_s, T_a)
+            Bx = X2r[:, :, vb][:, :, :, vb]              # (nx, T_s, T_a, T_b)
+            AA = {(j, l): Ax[j][:, :, None] * Ax[l][:, None, :] for j in range(nx) for l in range(nx)}
+            U = {(k, i): sum([Y3[:, k, i, j, l, None, None] * AA[j, l] for k3, i3, j, l in pat.y3 if (k3, i3) == (k, i)]
+                             + [Y2[:, k, i, j, None, None] * Bx[j] for k2, i2, j in pat.y2 if (k2, i2) == (k, i)])
+                 for k, i in pat.sep}
+            P = {i: sum(Rk[:, k, :, None] * sum(Y2[:, k, i, j, None] * Ax[j] for k2, i2, j in pat.y2
+                                                   if (k2, i2) == (k, i))[None]
+                        for k in sorted({k2 for k2, i2, _ in pat.y2 if i2 == i})) for i in pat.ns}
+            for kind, ic, oc in lm.kinds:
+                orows, jslots = self.rows[kind], self.slots[kind]
+                # separable terms: sum_s R[o,(k,s)] X[(i,s),j] U_ki[s,q] -> factors (m, s, o, j) and (m, s, q)
+                lsep = [Rk[orows, k].T[:, :, None] * X1r[i][:, None, jslots] for k, i in pat.sep]
+                rsep = [U[(k, i)][:, self.tri0, self.tri1] for k, i in pat.sep]
+                # the rest: sum_s X2[(i,s),j,a] P_i[o,s,b] (+ a <-> b) -> factors (m, s, j, a) and (m, s, o, b)
+                lns = [X2r[i][:, jslots][:, :, vb] for i in pat.ns]
+                rns = [jnp.swapaxes(P[i][orows], 0, 1) for i in pat.ns]
+                stack = lambda xs: jnp.stack(xs) if xs else None          # noqa: E731
+                Xi3[kind].append((stack(lsep), stack(rsep), stack(lns), stack(rns)))
+            # second source derivatives of the features on this block's pairs (summed in _chunk_sums)
             qa, qb = vb[self.tri0], vb[self.tri1]
-            Dp2, Dg2 = Xi2[:T][:, qa, qb], Xi2[T:][:, qa, qb]                             # (T, q)
-            zp2 = X2z[:, qa, qb] * p[:, None] + z[:, None] * Dp2 + Xz[:, qa] * Dp[:, qb] + Xz[:, qb] * Dp[:, qa]
-            D2f.append((Dp2, Dg2, fa2 * (zp2 - zp2[first]) + (fa2 + fb2) * zp2[first]))
-        res = x0 - w - K @ y                             # the path must solve the single-site equations
-        return y, Xi, Xi2, Df, f, Xi3, D2f, res @ res
+            X1a, X1b, X2q = X1r[:, :, qa], X1r[:, :, qb], X2r[:, :, qa, qb]                  # (nx, T, q)
+            pairs = {(i, j): X1a[i] * X1b[j] for i in range(nx) for j in range(nx)}
+
+            def d2(F1, F2, nz, o=-1):                    # second source derivatives on the pairs, (T, q)
+                if o >= 0:
+                    return Xi2[rows_of(o)][:, qa, qb]
+                return sum([F2[:, i, j, None] * pairs[i, j] for i, j in nz] + [F1[:, i, None] * X2q[i]
+                                                                                for i in range(nx)])
+            kern = []
+            for k in range(nk):
+                D2a = d2(A1[:, k], A2[:, k], pat.a2[k], pat.a_out[k])
+                D2b = D2a if pat.same[k] else d2(B1[:, k], B2[:, k], pat.b2[k], pat.b_out[k])
+                kern.append((D2a, D2b, Da[k][:, vb], Db[k][:, vb]))
+            r2 = d2(R1, R2, pat.r2)
+            D2f.append((kern, fa2 * (r2 - r2[first]) + (fa2 + fb2) * r2[first]))
+        res = x0 - w - K @ yv                            # the path must solve the single-site equations
+        return yv, Xi, Xi2, Df, f, Xi3, D2f, res @ res, (a, b)
 
     # ------------------------------------------------------------------ sums over a chunk of paths
-    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Z=None):
-        T, n = self.T, 2 * self.T
-        y, Xi, Xi2, Df, f, Xi3, D2f, res = jax.vmap(lambda w, x: self._path(C, E, w, x, fa, fb))(W, X0)
+    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Z=None, *, pat):
+        T = self.T
+        y, Xi, Xi2, Df, f, Xi3, D2f, res, (ka, kb) = jax.vmap(
+            lambda w, x: self._path(C, E, w, x, fa, fb, pat))(W, X0)
         m = mask
         oc, jc, anti = self.oc, self.jc, self.anti
         lam = Xi[:, oc, jc]                                                   # (S, 2T^2)
         # Ha by (row type, column type): only entries with o, j of the coupling's own kinds are ever needed
-        rows = {"C": slice(T, n), "E": slice(0, T)}                            # outputs: g for C, p for E
-        slots = {"C": slice(0, T), "E": slice(T, n)}                           # sources: u for C, r for E
+        rows, slots = self.rows, self.slots
         ym = y * m[:, None]
         Ha = []
         for k in ("C", "E"):
@@ -233,12 +326,17 @@ class SiteMoments:
             for lsep, rsep, lns, rns in Xi3[kind]:
                 acc = jnp.zeros((nq(T), T, T))
                 for s0, s1 in self.s_blocks:
-                    sep = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, s0:s1, s0:, :s1], rsep[:, :, s0:s1, :nq(s1)] * mm)
-                    ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, s0:s1, :s1, :s1] * mm[..., None],
-                                    rns[:, :, s0:s1, s0:, :s1])
-                    t0, t1 = self.tri0[:nq(s1)], self.tri1[:nq(s1)]
-                    ns = ns[:, :, t0, t1] + ns[:, :, t1, t0]
-                    acc = acc.at[:nq(s1), s0:, :s1].add(sep + jnp.moveaxis(ns, 2, 0))           # (q, o, j)
+                    part = 0.0
+                    if lsep is not None:
+                        part = jnp.einsum("nmsoj,nmsq->qoj", lsep[:, :, s0:s1, s0:, :s1],
+                                          rsep[:, :, s0:s1, :nq(s1)] * mm)
+                    if lns is not None:
+                        ns = jnp.einsum("nmsja,nmsob->ojab", lns[:, :, s0:s1, :s1, :s1] * mm[..., None],
+                                        rns[:, :, s0:s1, s0:, :s1])
+                        t0, t1 = self.tri0[:nq(s1)], self.tri1[:nq(s1)]
+                        ns = ns[:, :, t0, t1] + ns[:, :, t1, t0]
+                        part = part + jnp.moveaxis(ns, 2, 0)
+                    acc = acc.at[:nq(s1), s0:, :s1].add(part)                                   # (q, o, j)
                 cols[kind].append(acc)
         if self.blocks:
             C3, E3 = (jnp.concatenate(cols[k], axis=0) for k in ("C", "E"))
@@ -248,16 +346,17 @@ class SiteMoments:
             Pc = jnp.zeros((0, 2 * T * T))
         # Price block of the hats, d2 f / dw_a dw_b summed over paths: matrix products over the paths
         tr0, tr1 = self.tril
+        qa, qb = self.tri0, self.tri1                                           # pairs inside a block
+        mq = m[:, None, None]
         Pe = []
-        for bi, blk in enumerate(self.blocks):
-            Dp2, Dg2, top2 = D2f[bi]
-            vb = jnp.asarray(blk)
-            qa, qb = self.tri0, self.tri1                                       # pairs inside the block
+        for kern, top2 in D2f:
             parts = []
-            for v2, v, dv in ((Dp2, y[:, :T], Xi[:, :T][:, :, vb]), (Dg2, y[:, T:], Xi[:, T:][:, :, vb])):
-                A1 = jnp.einsum("ntq,ns->tsq", v2 * m[:, None, None], v)          # sum_n v2(t; q) v(s)
-                B1 = jnp.einsum("nta,nsb->tsab", dv * m[:, None, None], dv)       # sum_n dv(t, a) dv(s, b)
-                parts.append(-(A1[tr0, tr1] + A1[tr1, tr0] + B1[tr0, tr1][:, qa, qb] + B1[tr0, tr1][:, qb, qa]))
+            for k, (D2a, D2b, da, db) in enumerate(kern):
+                A1 = jnp.einsum("ntq,ns->tsq", D2a * mq, kb[:, :, k])             # sum_n a''(t; q) b(s)
+                A1b = A1[tr1, tr0] if pat.same[k] else \
+                    jnp.einsum("nt,nsq->tsq", ka[:, :, k] * m[:, None], D2b)[tr0, tr1]   # sum_n a(t) b''(s; q)
+                B1 = jnp.einsum("nta,nsb->tsab", da * mq, db)                     # sum_n a'(t, a) b'(s, b)
+                parts.append(-(A1[tr0, tr1] + A1b + B1[tr0, tr1][:, qa, qb] + B1[tr0, tr1][:, qb, qa]))
             parts.append(jnp.einsum("n,ntq->tq", m, top2))
             Pe.append(jnp.concatenate(parts).T)                                 # (q, nf)
         Pe = jnp.concatenate(Pe) if self.blocks else jnp.zeros((0, f.shape[1]))
@@ -280,6 +379,10 @@ class SiteMoments:
         (Gaussian integration by parts of the Price blocks, :mod:`dmftc.runtime.price_by_parts`)."""
         S, c = W.shape[0], self.chunk
         wts = np.ones(S) if weights is None else np.asarray(weights, float)
+        pat = self.pattern(X0)
+        if pat not in self._fns:
+            self._fns[pat] = jax.jit(lambda *args: self._chunk_sums(*args, pat=pat))
+        fn = self._fns[pat]
         acc = None
         fixed = (jnp.asarray(C), jnp.asarray(E))          # the same for every chunk: converted once
         fa, fb = (jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.T,)) for f in feature)   # one per step
@@ -292,7 +395,7 @@ class SiteMoments:
             if k < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
-            out = self._fn(*fixed, jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask), fa, fb, Z)
+            out = fn(*fixed, jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask), fa, fb, Z)
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:

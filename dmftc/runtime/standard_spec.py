@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dmftc.errors import ParameterError, SpecError
 
-__all__ = ["STANDARD_SPEC", "standard_text", "standard_module", "standard"]
+__all__ = ["STANDARD_SPEC", "standard_text", "standard_module", "standard_program", "standard"]
 
 STANDARD_SPEC = Path(__file__).resolve().parents[2] / "specs" / "deep_tanh.dmft"      # the repository's specs/
 _ACTIVATION = re.compile(r"^activation phi\(h\) = .*$", re.M)
@@ -67,6 +67,14 @@ def standard_module(activation: str):
             raise ParameterError(f"the activation {activation!r} does not compile as phi(h) = {expression} of the "
                                  f"standard deep network ({STANDARD_SPEC.name}): {err}") from None
     return _MODULES[expression]
+
+
+def standard_program():
+    """The generated module of the standard network as the spec file writes it: its single-site program, in which
+    the activation enters through ``E.act`` only, is the program of every activation given without a spec
+    (:func:`dmftc.runtime.site_local.local_map`)."""
+    line = _ACTIVATION.search(STANDARD_SPEC.read_text()).group(0)
+    return standard_module(line.split("=", 1)[1].strip())
 
 
 def standard(activation: str, *, L, T, gamma, y, eta, width):
