@@ -36,7 +36,8 @@ deep_linear's closed form -1/2 ln det [[-Q, M^T], [M, Sw]] (checked in the tests
 Estimator
 ---------
 ln Z_l of each layer kind and its derivatives: :mod:`dmftc.runtime.local_estimator` (derivatives in the
-couplings pathwise, in the source covariances by Price's theorem, per-path sums in closed form).
+couplings pathwise, in the source covariances by Price's theorem, per-path sums from the JAX derivatives of the
+spec's single-site program at each time step, :mod:`dmftc.runtime.site_local` and :mod:`dmftc.runtime.site_moments`).
 
 Saddle point
 ------------
