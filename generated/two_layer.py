@@ -70,9 +70,10 @@ def coefficients(p, sz):
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
 # whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read
-# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as
-# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order
-# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)
+# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices:
+# the arrays are laid out as (paths, one axis per index, time)), 'stored' (the indices of each quantity),
+# 'drivers' (the order parameters the fields and running sums read), 'sums' (the running sums,
+# site_increment_<k>)
 SITE = {
     'fields': ('h', 'h_star', 'z', 'g', 'g_star'),
     'sources': (),

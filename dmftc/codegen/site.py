@@ -212,9 +212,10 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
       "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
       "# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,\n"
       "# whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read\n"
-      "# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices: the arrays are laid out as\n"
-      "# (paths, one axis per index, time)), 'stored' (the indices of each quantity), 'drivers' (the order\n"
-      "# parameters the fields and running sums read), 'sums' (the running sums, site_increment_<k>)\n")
+      "# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices:\n"
+      "# the arrays are laid out as (paths, one axis per index, time)), 'stored' (the indices of each quantity),\n"
+      "# 'drivers' (the order parameters the fields and running sums read), 'sums' (the running sums,\n"
+      "# site_increment_<k>)\n")
     w("SITE = {\n")
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")

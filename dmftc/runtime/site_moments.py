@@ -178,9 +178,10 @@ class SiteMoments:
 
     # ------------------------------------------------------------------ which local derivatives vanish
     def pattern(self, X0) -> _Pattern:
-        """Which local derivatives are nonzero on the paths X0 (each chunk padded to the chunk's shape)."""
-        acc = None
-        pts = np.swapaxes(np.asarray(X0).reshape(X0.shape[0], self.local.nx, self.T), 1, 2).reshape(-1, self.local.nx)
+        """Which local derivatives are nonzero on the paths X0 (rows (nx T,)): scanned at every time of every path,
+        _SCAN_POINTS field values per call."""
+        acc, nx = None, self.local.nx
+        pts = np.swapaxes(np.asarray(X0).reshape(X0.shape[0], nx, self.T), 1, 2).reshape(-1, nx)
         for i0 in range(0, pts.shape[0], _SCAN_POINTS):
             Xc = pts[i0:i0 + _SCAN_POINTS]
             if Xc.shape[0] < _SCAN_POINTS:            # padded with a point already there (maxima unchanged)
