@@ -36,7 +36,9 @@ those closed forms (:mod:`dmftc.reference.site_moments_closed`) and against auto
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 
 import jax
@@ -44,6 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["SiteMoments"]
+
+
+def _total(xs, shape):
+    """The sum of the arrays xs (zeros of ``shape`` if there are none), without a zero array to start from."""
+    return functools.reduce(operator.add, xs) if xs else jnp.zeros(shape)
 
 
 def _nilpotent_inverse(N):
@@ -215,17 +222,18 @@ class SiteMoments:
         outer = {}                                       # X1[(i, t), a] X1[(j, t), b]
         for i, j in pat.v2:
             outer[i, j] = X1r[i][:, :, None] * X1r[j][:, None, :]
-        zero = jnp.zeros((T, n, n))
-        V2 = jnp.concatenate([sum((Y2[:, k, i, j, None, None] * outer[i, j] for k2, i, j in pat.y2 if k2 == k),
-                                  zero) for k in range(ny)])       # Y2[X1, X1], (m, n, n)
-        Xi2 = jnp.einsum("ok,kab->oab", Ry, V2)         # d2 y / dw dw (dense: a product blocked by causality
-        X2 = jnp.einsum("xk,kab->xab", K, Xi2)          # d2 x / dw dw  was slower on the CPU, measured)
-        X2r = X2.reshape(nx, T, n, n)
+        V2 = jnp.concatenate([_total([Y2[:, k, i, j, None, None] * outer[i, j] for k2, i, j in pat.y2 if k2 == k],
+                                     (T, n, n)) for k in range(ny)])       # Y2[X1, X1], (m, n, n)
+        Xi2 = jnp.einsum("ok,kab->oab", Ry, V2)         # d2 y / dw dw (dense: a product blocked by causality,
+        # d2 x / dw dw  was slower on the CPU, measured); X2 = K Xi2 by the blocks of K, one per coupling kind
+        X2r = [_total([jnp.einsum("ts,sab->tab", Kk, Xi2[o * T:(o + 1) * T])
+                       for (_, i2, o), Kk in zip(lm.kinds, (C, E)) if i2 == i], (T, n, n))
+               for i in range(nx)]                      # per x-field (T, n, n): no stacked copy
 
         # features f and their source derivatives: kernels -a(t) b(s) over t >= s, then the readout
         tr0, tr1 = self.tril
         first = self.first
-        d1 = lambda F1: sum(F1[:, i, None] * X1r[i] for i in range(nx))        # noqa: E731  (T, n)
+        d1 = lambda F1: _total([F1[:, i, None] * X1r[i] for i in range(nx)], (T, n))     # noqa: E731
         top_f = fa * (r - r[first]) + (fa + fb) * r[first]
         Dr = d1(R1)
         d0 = Dr[first]
@@ -247,14 +255,15 @@ class SiteMoments:
         for blk in self.blocks:                          # varying source blocks: slots vb, pair tril inside
             vb = jnp.asarray(blk)
             Ax = X1r[:, :, vb]                           # (nx, T_s, T_a)
-            Bx = X2r[:, :, vb][:, :, :, vb]              # (nx, T_s, T_a, T_b)
+            Bx = [X2i[:, vb][:, :, vb] for X2i in X2r]   # nx of (T_s, T_a, T_b)
             AA = {(j, l): Ax[j][:, :, None] * Ax[l][:, None, :] for j in range(nx) for l in range(nx)}
-            U = {(k, i): sum([Y3[:, k, i, j, l, None, None] * AA[j, l] for k3, i3, j, l in pat.y3 if (k3, i3) == (k, i)]
-                             + [Y2[:, k, i, j, None, None] * Bx[j] for k2, i2, j in pat.y2 if (k2, i2) == (k, i)])
-                 for k, i in pat.sep}
-            P = {i: sum(Rk[:, k, :, None] * sum(Y2[:, k, i, j, None] * Ax[j] for k2, i2, j in pat.y2
-                                                   if (k2, i2) == (k, i))[None]
-                        for k in sorted({k2 for k2, i2, _ in pat.y2 if i2 == i})) for i in pat.ns}
+            U = {(k, i): _total([Y3[:, k, i, j, l, None, None] * AA[j, l] for k3, i3, j, l in pat.y3
+                                 if (k3, i3) == (k, i)]
+                                + [Y2[:, k, i, j, None, None] * Bx[j] for k2, i2, j in pat.y2 if (k2, i2) == (k, i)],
+                                None) for k, i in pat.sep}
+            P = {i: _total([Rk[:, k, :, None] * _total([Y2[:, k, i, j, None] * Ax[j] for k2, i2, j in pat.y2
+                                                        if (k2, i2) == (k, i)], None)[None]
+                            for k in sorted({k2 for k2, i2, _ in pat.y2 if i2 == i})], None) for i in pat.ns}
             for kind, ic, oc in lm.kinds:
                 orows, jslots = self.rows[kind], self.slots[kind]
                 # separable terms: sum_s R[o,(k,s)] X[(i,s),j] U_ki[s,q] -> factors (m, s, o, j) and (m, s, q)
@@ -267,14 +276,15 @@ class SiteMoments:
                 Xi3[kind].append((stack(lsep), stack(rsep), stack(lns), stack(rns)))
             # second source derivatives of the features on this block's pairs (summed in _chunk_sums)
             qa, qb = vb[self.tri0], vb[self.tri1]
-            X1a, X1b, X2q = X1r[:, :, qa], X1r[:, :, qb], X2r[:, :, qa, qb]                  # (nx, T, q)
+            X1a, X1b = X1r[:, :, qa], X1r[:, :, qb]                                          # (nx, T, q)
+            X2q = [X2i[:, qa, qb] for X2i in X2r]
             pairs = {(i, j): X1a[i] * X1b[j] for i in range(nx) for j in range(nx)}
 
             def d2(F1, F2, nz, o=-1):                    # second source derivatives on the pairs, (T, q)
                 if o >= 0:
                     return Xi2[rows_of(o)][:, qa, qb]
-                return sum([F2[:, i, j, None] * pairs[i, j] for i, j in nz] + [F1[:, i, None] * X2q[i]
-                                                                                for i in range(nx)])
+                return _total([F2[:, i, j, None] * pairs[i, j] for i, j in nz]
+                              + [F1[:, i, None] * X2q[i] for i in range(nx)], None)
             kern = []
             for k in range(nk):
                 D2a = d2(A1[:, k], A2[:, k], pat.a2[k], pat.a_out[k])
