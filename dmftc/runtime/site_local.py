@@ -149,21 +149,13 @@ class LocalMap:
     # ---------------------------------------------------------------- derivatives, vectorised over (paths, T)
     def output_tensors(self, X):
         """X (..., nx) -> (y, Y1, Y2, Y3): (..., ny), (..., ny, nx), (..., ny, nx, nx), (..., ny, nx, nx, nx)."""
-        f = self.outputs_at
-        d1 = jax.jacfwd(f)
-        d2 = jax.jacfwd(d1)
-        d3 = jax.jacfwd(d2)
-        one = lambda x: (f(x), d1(x), d2(x), d3(x))             # noqa: E731
-        return _vmap_lead(one, X)
+        return _vmap_lead(_derivatives(self.outputs_at, 3), X)
 
     def feature_tensors(self, X):
         """X (..., nx) -> ((a, A1, A2), (b, B1, B2), (r, R1, R2)): the kernels' factors at t and at s (..., nk),
         (..., nk, nx), (..., nk, nx, nx) and the readout observable (...), (..., nx), (..., nx, nx)."""
-        def part(i):
-            f = lambda x: self.features_at(x)[i]                # noqa: E731
-            d1 = jax.jacfwd(f)
-            return lambda x: (f(x), d1(x), jax.jacfwd(d1)(x))   # noqa: E731
-        return tuple(_vmap_lead(part(i), X) for i in range(3))
+        v, d1, d2 = _vmap_lead(_derivatives(self.features_at, 2), X)
+        return tuple((v[i], d1[i], d2[i]) for i in range(3))
 
     # ---------------------------------------------------------------- structure read from SITE
     def _term_index(self, name):
@@ -180,6 +172,25 @@ class LocalMap:
             raise StructureSpecError("the propagator needs one readout average of the last layer at time t, "
                                      f"found {syms}")
         return syms[0]
+
+
+def _derivatives(f, order):
+    """x -> (f(x), f'(x), ..., f^(order)(x)) by nested forward mode, each level traced once (the lower orders
+    ride along as auxiliary outputs instead of being traced again inside every higher one)."""
+    def level(fn):
+        def top(x):
+            t, lower = fn(x)
+            return t, lower + (t,)
+        return lambda x: jax.jacfwd(top, has_aux=True)(x)
+
+    fn = lambda x: (f(x), ())                                  # noqa: E731
+    for _ in range(order):
+        fn = level(fn)
+
+    def all_orders(x):
+        t, lower = fn(x)
+        return lower + (t,)
+    return all_orders
 
 
 def _vmap_lead(fn, X):
