@@ -64,47 +64,33 @@ def heaviside(x):
     return jnp.where(x > 0, 1.0, 0.0)
 
 
-@jax.custom_jvp
-def step(x, width):
-    """Heaviside(x) whose derivative is the mollified delta function ``dirac(x, width)`` (0 at width 0): what a
-    two-layer spec's single-site program prints for Heaviside, so that autodiff of its march differentiates a
-    kink as the two-layer engine's symbolic tangents do (dmftc.runtime.site_engine)."""
-    return jnp.where(x > 0, 1.0, 0.0)
+def _kinked(value, slope, name: str, doc: str):
+    """``name``(x, width) = value(x), a ``jax.custom_jvp`` whose derivative is slope(x, width) dx: a kink's
+    derivative with its delta functions mollified to width ``width`` (:func:`dirac`)."""
+    fn = jax.custom_jvp(lambda x, width: value(x))
+
+    @fn.defjvp
+    def _jvp(primals, tangents):
+        x, width = primals
+        return fn(x, width), slope(x, width) * tangents[0]
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
 
 
-@step.defjvp
-def _step_jvp(primals, tangents):
-    x, width = primals
-    dx, _ = tangents
-    return step(x, width), dirac(x, width) * dx
+step = _kinked(heaviside, lambda x, width: dirac(x, width), "step", """Heaviside(x) whose derivative is the
+    mollified delta function ``dirac(x, width)`` (0 at width 0): what a two-layer spec's single-site program prints
+    for Heaviside, so that autodiff of its march differentiates a kink as the two-layer engine's symbolic tangents
+    do (dmftc.runtime.site_engine).""")
 
+kabs = _kinked(jnp.abs, lambda x, width: ksign(x, width), "kabs", """|x| whose derivative is :func:`ksign` (and
+    its second 2 ``dirac(x, width)``): what a deep spec's single-site program prints for abs, so that its
+    derivatives are the distributions of the symbolic derivation with the delta functions mollified (``width`` 0:
+    pathwise, the delta functions dropped).""")
 
-@jax.custom_jvp
-def kabs(x, width):
-    """|x| whose derivative is :func:`ksign` (and its second 2 ``dirac(x, width)``): what a deep spec's single-site
-    program prints for abs, so that its derivatives are the distributions of the symbolic derivation with the
-    delta functions mollified (``width`` 0: pathwise, the delta functions dropped)."""
-    return jnp.abs(x)
-
-
-@kabs.defjvp
-def _kabs_jvp(primals, tangents):
-    x, width = primals
-    dx, _ = tangents
-    return kabs(x, width), ksign(x, width) * dx
-
-
-@jax.custom_jvp
-def ksign(x, width):
-    """sign(x) whose derivative is 2 ``dirac(x, width)`` (see :func:`kabs`)."""
-    return jnp.sign(x)
-
-
-@ksign.defjvp
-def _ksign_jvp(primals, tangents):
-    x, width = primals
-    dx, _ = tangents
-    return ksign(x, width), 2.0 * dirac(x, width) * dx
+ksign = _kinked(jnp.sign, lambda x, width: 2.0 * dirac(x, width), "ksign",
+                """sign(x) whose derivative is 2 ``dirac(x, width)`` (see :func:`kabs`).""")
 
 
 @jax.custom_jvp
