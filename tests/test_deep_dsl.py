@@ -485,3 +485,32 @@ def test_spec_activation_is_keyed_by_the_parameters_it_reads(tmp_path):
     h = np.linspace(-2, 2, 5)
     np.testing.assert_allclose(np.asarray(spec.site_activation(mod.defaults({"beta": 0.5}), 0.0).fn(h)[0]),
                                np.tanh(0.5 * h), rtol=1e-15)
+
+
+def test_standard_module_disk_cache(tmp_path, monkeypatch):
+    """The standard network's generated module is kept on disk, keyed by the spec text and the compiler's sources:
+    a fresh process (here: an emptied in-process table) imports the kept module, whose code is the one a compile
+    writes; another activation, or an incomplete entry, compiles; DMFTC_JAX_CACHE=0 keeps nothing."""
+    from dmftc.compiler import generate
+    from dmftc.runtime import standard_spec as std
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)   # (the suite's own JAX cache turns it off)
+    monkeypatch.setenv("DMFTC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(std, "_MODULES", {})
+    first = std.standard_module("sin(h)")
+    entries = sorted(tmp_path.glob("standard-*/*.py"))
+    assert len(entries) == 1 and not first.SPEC_FILE.is_relative_to(tmp_path)
+    monkeypatch.setattr(std, "_MODULES", {})
+    again = std.standard_module("sin(h)")
+    assert again.SPEC_FILE.is_relative_to(tmp_path) and again.SPEC_FILE.read_text() == std.standard_text("sin(h)")
+    assert entries[0].read_text() == generate(first.SPEC_FILE)           # the compiler's output, kept as it was
+    assert again.SITE == first.SITE and again.KINK_ORDER == first.KINK_ORDER
+    monkeypatch.setattr(std, "_MODULES", {})
+    std.standard_module("cos(h)")
+    assert len(sorted(tmp_path.glob("standard-*/*.py"))) == 2
+    entries[0].unlink()                                  # an incomplete entry: compiled and kept again
+    monkeypatch.setattr(std, "_MODULES", {})
+    assert not std.standard_module("sin(h)").SPEC_FILE.is_relative_to(tmp_path) and entries[0].exists()
+    monkeypatch.setenv("DMFTC_JAX_CACHE", "0")
+    monkeypatch.setattr(std, "_MODULES", {})
+    assert std._cached("x", "text") is None and not std.standard_module("sin(h)").SPEC_FILE.is_relative_to(tmp_path)
