@@ -126,9 +126,14 @@ def load(spec_path, out_dir=None):
 
     spec_path = Path(spec_path)
     target, _ = compile_spec(spec_path, out_dir) if is_stale(spec_path, out_dir) else (output_path(spec_path, out_dir), False)
-    module = _import(target)
-    module.SPEC_FILE = spec_path.resolve()          # where the runtime reads the spec text for its errors
-    return CompiledModel(module)
+    return CompiledModel(import_generated(target, spec_path))
 
 
-__all__ = ["compile_spec", "load", "generate", "is_stale", "__version__"]
+def import_generated(target: Path, spec_path) -> object:
+    """Import the generated module ``target`` of the spec file ``spec_path`` (without compiling anything)."""
+    module = _import(Path(target))
+    module.SPEC_FILE = Path(spec_path).resolve()    # where the runtime reads the spec text for its errors
+    return module
+
+
+__all__ = ["compile_spec", "load", "import_generated", "generate", "is_stale", "__version__"]

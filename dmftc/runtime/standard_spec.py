@@ -64,7 +64,9 @@ def standard_module(activation: str):
         text = standard_text(expression)
         cached = _cached(name, text)
         if cached is not None and (cached / f"{name}.py").exists():
-            _MODULES[expression] = _import_cached(cached, name)
+            from dmftc.compiler import import_generated
+
+            _MODULES[expression] = import_generated(cached / f"{name}.py", cached / f"{name}.dmft")
             return _MODULES[expression]
         path = _DIR[0] / f"{name}.dmft"
         path.write_text(text)
@@ -111,14 +113,6 @@ def _store(folder: Path, name: str, text: str, code: str) -> None:
         atomic_write(folder / f"{name}.py", code)       # written last: its presence marks a complete entry
     except OSError:
         pass
-
-
-def _import_cached(folder: Path, name: str):
-    from dmftc.compiler import _import
-
-    module = _import(folder / f"{name}.py")
-    module.SPEC_FILE = (folder / f"{name}.dmft").resolve()  # where the runtime reads the spec text for its errors
-    return module
 
 
 def standard_program():
