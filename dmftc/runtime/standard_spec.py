@@ -8,13 +8,14 @@ same propagator as a user's spec: there is one definition of the network (the sp
 (:mod:`dmftc.runtime.site_march`).  Compiling takes about 2 s per activation (L = 2 tanh: 1.8 s); the module is
 kept for the process, and also on disk beside JAX's compilation cache (:func:`dmftc.jax_setup.cache_dir`,
 ``standard-<key>/``), keyed by the spec text and by the compiler's own sources (``dmftc/frontend``, ``ir``,
-``derive``, ``codegen``, ``compiler.py`` and the grammar), so that a fresh process imports what an earlier one
-generated unless the spec or the compiler changed since.  ``DMFTC_JAX_CACHE=0`` turns that off as well.
+``derive``, ``codegen``, ``compiler.py``, the grammar, and the versions of dmftc, SymPy and Lark), so that a
+fresh process imports what an earlier one generated unless the spec or the compiler changed since.  ``DMFTC_JAX_CACHE=0`` turns that off as well.
 """
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import hashlib
 import re
 import shutil
@@ -85,14 +86,16 @@ def standard_module(activation: str):
 _COMPILER_SOURCES = ("frontend", "ir", "derive", "codegen", "compiler.py")
 
 
-def _cached(name: str, text: str) -> Path | None:
-    """The cache folder of the module generated from spec ``text`` by this compiler (None: no cache)."""
-    from dmftc.jax_setup import cache_dir
+@functools.cache
+def _compiler_key() -> bytes:
+    """What the generated text depends on besides the spec: the compiler's sources, the grammar and the versions
+    of dmftc, SymPy (which prints the code) and Lark (computed once per process)."""
+    import lark
+    import sympy
 
-    root = cache_dir()
-    if root is None:
-        return None
-    digest = hashlib.sha256(text.encode())
+    import dmftc
+
+    digest = hashlib.sha256(f"{dmftc.__version__} {sympy.__version__} {lark.__version__}".encode())
     package = Path(__file__).resolve().parents[1]
     files = [package.parent / "grammars" / "dmft.lark"]
     for part in _COMPILER_SOURCES:
@@ -100,7 +103,18 @@ def _cached(name: str, text: str) -> Path | None:
         files += sorted(where.rglob("*.py")) if where.is_dir() else [where]
     for f in files:
         digest.update(str(f.relative_to(package.parent)).encode() + b"\0" + f.read_bytes())
-    return root.parent / f"standard-{digest.hexdigest()[:24]}"
+    return digest.digest()
+
+
+def _cached(name: str, text: str) -> Path | None:
+    """The cache folder of the module generated from spec ``text`` by this compiler (None: no cache)."""
+    from dmftc.jax_setup import cache_dir
+
+    root = cache_dir()
+    if root is None:
+        return None
+    key = hashlib.sha256(_compiler_key() + text.encode()).hexdigest()[:24]
+    return root.parent / f"standard-{key}"
 
 
 def _store(folder: Path, name: str, text: str, code: str) -> None:
