@@ -284,7 +284,7 @@ def test_monte_carlo_propagator_on_points_matches_networks(tmp_path, act, gamma,
     """N Var of Delta_mu, K_{mu nu} and the equal-time Phi[l], G[l] of every point and pair of nonlinear deep
     networks on P = 3 points of a random Gram matrix with targets of both signs (N = 128/256 extrapolated,
     E = 4000), pointwise within 4 combined standard errors; the ensembles resolve each curve to < 8% of its
-    peak, so the comparison can fail (the full-size run is in the README)."""
+    peak, so the comparison can fail (the full-size run is in docs/validation.md)."""
     P, L, T, eta = 3, 2, 5, 0.1
     rng = np.random.default_rng(seed)
     Kx = _gram(P, seed)

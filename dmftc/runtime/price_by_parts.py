@@ -5,8 +5,9 @@ in K as averages of second source derivatives, P(a, b) = E_K[d^2 G / dw_a dw_b] 
 (a hat's feature, or an anti-causal coupling's response), which the pathwise estimator samples directly
 (:mod:`dmftc.runtime.site_moments`).  In the forward source u (K = Phi[l-1]) those second derivatives reach
 phi''' and phi'''' through h, whose samples are large for steep activations: they carried the noise that made
-the propagator of tanh(3 h) wrong by orders of magnitude (README, "When the Monte Carlo propagator is not
-resolved").  Stein's identity E[w G] = K E[dG/dw] moves one derivative onto the Gaussian density; with
+the propagator of tanh(3 h) wrong by orders of magnitude (docs/how-it-works.md, "Steep activations: the Price
+blocks by parts"; the measurements are in docs/validation.md, "Steep activations").  Stein's identity
+E[w G] = K E[dG/dw] moves one derivative onto the Gaussian density; with
 K = V Lambda V^T it needs 1 / lambda, harmless only along the leading directions.  So, with Pg the projector on
 the eigen-directions with lambda >= tol * lambda_max, Z = V_g Lambda_g^-1 V_g^T and
 

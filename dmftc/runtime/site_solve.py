@@ -198,7 +198,7 @@ def kink_report(shift, var_se, var, width, chatter=None) -> dict:
     many paths chatter across the kink: the fraction of paths and components of each kink field (``KINK_FIELDS``,
     fields at whose zero the activation has a kink) that change sign 3 or more times along the trajectory,
     pushed over it by one point and back by another at every step or two.  The sensitivities through them are
-    where the delta-function approximation is least reliable (README, 'What to expect for relu')."""
+    where the delta-function approximation is least reliable (docs/limitations.md, 'Relu in rich training')."""
     se = var_se if var_se is not None else np.zeros_like(var)
     floor = 1e-3 * max(float(np.abs(var).max()), 1e-300)
     ratio = np.abs(shift) / np.maximum(se, floor)
