@@ -254,10 +254,12 @@ def stats_dataset(times, mean: dict, var: dict | None = None, mean_se: dict | No
     return b.dataset(dict(attrs or {}))
 
 
-def zscores(a, b):
+def zscores(a, b, rtol: float = 1e-9):
     """Pointwise z = (a - b) / sqrt(se_a^2 + se_b^2) of every statistic both Datasets have with its error
     (``mean_X`` with ``mean_se_X``, ``var_X`` with ``var_se_X``, ``m1_X`` with ``m1_se_X``), aligned by name and
-    coordinates (inner join); attrs ``max_abs_<stat>``: the largest |z| of each (NaN ignored)."""
+    coordinates (inner join).  The denominator has a floor of ``rtol`` times the statistic's largest |value|, so
+    that where both sides are exact up to rounding (e.g. N Var at t = 0) z is about 0, not rounding / rounding.
+    attrs ``max_abs_<stat>``: the largest |z| of each (NaN ignored)."""
     import xarray as xr
 
     out = {}
@@ -271,13 +273,16 @@ def zscores(a, b):
                 if xa.size == 0 and a[var].size and b[var].size:
                     raise ParameterError(f"{var}: the two datasets share no coordinates (different times or "
                                          "sizes?)")
-                out[var] = (xa - xb) / np.sqrt(sa ** 2 + sb ** 2)
+                scale = max(float(np.nanmax(np.abs(xa.values), initial=0.0)),
+                            float(np.nanmax(np.abs(xb.values), initial=0.0)))
+                out[var] = (xa - xb) / np.sqrt(sa ** 2 + sb ** 2 + (rtol * scale) ** 2)
     if not out:
         raise ParameterError("no statistic with its standard error is in both datasets (names such as mean_Delta "
                              "with mean_se_Delta, var_Delta with var_se_Delta)")
     z = xr.Dataset(out)
     for k, v in z.data_vars.items():
-        z.attrs[f"max_abs_{k}"] = float(np.nanmax(np.abs(v.values))) if v.size else float("nan")
+        finite = np.abs(v.values)[~np.isnan(v.values)]
+        z.attrs[f"max_abs_{k}"] = float(finite.max()) if finite.size else float("nan")
     return z
 
 

@@ -235,6 +235,12 @@ class Solution:
 
         from dmftc import __version__
 
+        blocks, error = self.blocks, self.blocks_error
+        if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
+            try:                           # first: computing the propagator adds its diagnostics to info
+                blocks = blocks.dense()
+            except DmftcError as err:      # e.g. a propagator too large for memory_limit: save the means
+                error = err
         arrays = {"times": self.times}
         meta = {"format": _FORMAT, "model": self.model, "kind": self.kind, "depth": self.depth,
                 "error_signal": self.error_signal, "order": list(self.means),
@@ -246,12 +252,6 @@ class Solution:
                               ("m1_se", self.m1_se)):
             for k, v in (table or {}).items():
                 arrays[f"{prefix}:{k}"] = v
-        blocks, error = self.blocks, self.blocks_error
-        if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
-            try:
-                blocks = blocks.dense()
-            except DmftcError as err:      # e.g. a propagator too large for memory_limit: save the means
-                error = err
         if error is not None:
             meta["blocks_error"] = {"type": type(error).__name__, "message": str(error)}
             blocks = None
