@@ -140,8 +140,9 @@ def _attrs(sol) -> dict:
     if sol.depth is not None:
         attrs["depth"] = int(sol.depth)
     for k in ("spec", "spec_sha256", "seed", "samples", "groups", "propagator_samples", "propagator_groups"):
-        if info.get(k) is not None:
-            attrs[k] = info[k]
+        v = jsonable(info.get(k))
+        if v is not None:
+            attrs[k] = v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else json.dumps(v)
     attrs["backend"] = str(info.get("backend", diag.get("backend", "mc")))
     attrs["params"] = json.dumps({k: jsonable(v) for k, v in sol.params.items()}, sort_keys=True)
     for k, v in sol.params.items():
@@ -312,8 +313,7 @@ def write_netcdf(sol, path: Path) -> Path:
             continue
         prefix, name = key.split(":", 1)
         family, layer = _split(name)
-        layout[key] = [f"{prefix}_{family}" if layer is not None or f"{prefix}_{name}" not in ds
-                       else f"{prefix}_{name}", layer]
+        layout[key] = [f"{prefix}_{family}", layer]
     if "blocks" in meta:
         dense = saved.blocks
         T, m = saved.T, dense.block
