@@ -216,7 +216,7 @@ class Solution:
         info, versions.  A deep solution's propagator is computed first if it has not been (its equal-time blocks
         are saved; two-time blocks are not)."""
         path = Path(path)
-        if path.suffix == ".nc":
+        if path.suffix.lower() == ".nc":
             from dmftc.runtime.labelled import write_netcdf
 
             return write_netcdf(self, path)
