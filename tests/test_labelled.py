@@ -234,3 +234,21 @@ def test_theory_and_networks_line_up_by_name(two_layer):
     assert all(np.isfinite(z[v]).all() for v in z.data_vars)
     with pytest.raises(ParameterError, match="times"):
         truth_dataset(truth)
+
+
+def test_ensembles_of_every_kind_as_datasets():
+    from dmftc.validation.deep_ensemble import simulate_deep
+    from dmftc.validation.ensemble import simulate_two_layer
+
+    two = simulate_two_layer(activation="tanh", Kx_all=np.array([[1.0, 0.5], [0.5, 1.0]]), y=np.array([1.0]),
+                             gamma=1.0, eta=0.1, T=3, N=16, E=4)
+    ds = truth_dataset(two)                                      # its own times
+    assert ds["mean_Delta"].dims == ("mu", "t") and ds["var_K"].dims == ("a", "b", "t")
+    assert (ds.sizes["mu"], ds.sizes["a"]) == (1, 2)
+    np.testing.assert_array_equal(ds["var_se_K"].sel(a=1, b=2).values, two.nvar_se["K"][0, 1])
+    deep = simulate_deep(activation="tanh", L=2, gamma=1.0, y=1.0, eta=0.1, T=3, N=16, E=4)
+    ds = truth_dataset(deep, times=0.1 * np.arange(3))
+    assert ds["mean_Phi"].dims == ("layer", "t", "s") and ds["var_se_G"].dims == ("layer", "t")
+    np.testing.assert_array_equal(ds["mean_se_Phi"].sel(layer=2).values, deep.se_mean["Phi[2]"])
+    with pytest.raises(ParameterError, match="4 times for statistics over \\[3\\] steps"):
+        truth_dataset(deep, times=np.arange(4.0))

@@ -6,15 +6,21 @@ import numpy as np
 
 from dmftc.errors import ParameterError
 from dmftc.runtime.labelled import stats_dataset
+from dmftc.validation.ensemble import EnsembleStats
 
 __all__ = ["truth_dataset"]
+
+# simulate_two_layer's records: Delta over the P training points (mu), the rest over every input, training points
+# then test points (a, b)
+_RECORDS = {"Delta": ["mu"], "f": ["a"], "K": ["a", "b"], "M": ["a"]}
 
 
 def truth_dataset(stats, times=None, *, like=None, index: dict | None = None):
     """``mean_X``, ``mean_se_X``, ``var_X`` (N Var), ``var_se_X`` of an ensemble's statistics: a
     :class:`~dmftc.validation.truth.Truth`, :class:`~dmftc.validation.ensemble.EnsembleStats` or
     :class:`~dmftc.validation.deep_ensemble.DeepEnsembleStats` (deep two-time kernels get dims (t, s) and their
-    layers stack over ``layer``).  ``times``: the time coordinate (default ``like.times`` or ``stats.times``);
+    layers stack over ``layer``).  The records of ``EnsembleStats`` (Delta over the training points ``mu``; f, K,
+    M over every input ``a``, ``b``: training points, then test points) are the network's, not a spec's names.  ``times``: the time coordinate (default ``like.times`` or ``stats.times``);
     ``like``: a Solution whose times and index names to use (the comparison's other side); ``index``: name ->
     index dim names (default the solution's, else mu, nu)."""
     mean = stats.mean
@@ -32,6 +38,8 @@ def truth_dataset(stats, times=None, *, like=None, index: dict | None = None):
         raise ParameterError(f"truth_dataset: {len(times)} times for statistics over {sorted(T)} steps")
     if index is None and like is not None:
         index = like.info.get("index_names")
+    if index is None and isinstance(stats, EnsembleStats):      # the network's records, on all its inputs
+        index = dict(_RECORDS)
     attrs = {"title": "finite-width ensemble", "N": int(stats.N), "E": int(stats.E)}
     if like is not None:
         attrs["model"] = like.model
