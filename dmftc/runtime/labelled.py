@@ -75,7 +75,7 @@ class _Builder:
         self.items = {}          # variable name -> {layer or None: (array, dims)}
         self.sizes = {}
 
-    def add(self, prefix: str, name: str, array, index: list, times: tuple, family_dims=None):
+    def add(self, prefix: str, name: str, array, index: list, times: tuple):
         family, layer = _split(name)
         array = np.asarray(array)
         var = f"{prefix}_{family}"
