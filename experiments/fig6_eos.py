@@ -36,7 +36,7 @@ def main():
     agree.meta.update(eta=ETA, gammas=GAMMAS, T=T, widths=[N, 2 * N], E=E, plotted_width=N)
 
     model = dmftc.load(common.SPECS / "eos.dmft")
-    sols = model.sweep("gamma", GAMMAS, eta=ETA, T=T, y=1.0)
+    sols = [model.solve(gamma=g, eta=ETA, T=T, y=1.0) for g in GAMMAS]
     arrays, raws = {}, {}
     for i, (g, sol) in enumerate(zip(GAMMAS, sols)):
         seed = SEED + 10 * i

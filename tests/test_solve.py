@@ -248,9 +248,9 @@ def test_saved_results_reload_identically(sol2, tmp_path):
 
 
 def test_sweep_reuses_the_model(two_layer):
-    sols = two_layer.sweep("gamma", [0.5, 1.0], samples=300, T=5)
-    assert [s.params["gamma"] for s in sols] == [0.5, 1.0]
-    assert sols[0].mean("K")[-1] != sols[1].mean("K")[-1]
+    ds = two_layer.sweep("gamma", [0.5, 1.0], samples=300, T=5)
+    assert list(ds["gamma"].values) == [0.5, 1.0]
+    assert ds["mean_K"].sel(gamma=0.5)[-1] != ds["mean_K"].sel(gamma=1.0)[-1]
 
 
 def test_relu_solution_reports_its_kink_bias_and_chattering_paths():

@@ -1,6 +1,7 @@
 """A generated module wrapped with the stable user-facing API."""
 from __future__ import annotations
 
+from dmftc.runtime.labelled import index_names
 from dmftc.runtime.options import SolveOptions
 from dmftc.runtime.solve import solve
 
@@ -45,7 +46,9 @@ class CompiledModel:
                                sampler=sampler, progress=progress, correction=correction, batch=batch,
                                propagator_samples=propagator_samples, propagator_groups=propagator_groups,
                                memory_limit=memory_limit)
-        return solve(self.module, options, params)
+        sol = solve(self.module, options, params)
+        sol.info.setdefault("index_names", index_names(self.module))     # the dims of sol.to_xarray()
+        return sol
 
     def saddle_on_draws(self, draws, **params) -> dict:
         """The saddle-point march on given source draws, one (S, n_k) array per source group (``module.SOURCES``,
@@ -69,9 +72,16 @@ class CompiledModel:
         p, sz, T = resolve_params(mod, params, dirac_width=width)
         return two_layer_saddle(mod, draws, p, sz, T)
 
-    def sweep(self, name: str, values, **kwargs) -> list:
-        """Solve for each value of one parameter; compiled kernels are reused across the sweep."""
-        return [self.solve(**{**kwargs, name: v}) for v in values]
+    def sweep(self, name: str, values, client=None, **kwargs):
+        """Solve for each value of one parameter; one ``xarray.Dataset`` (:meth:`Solution.to_xarray` of each
+        solution, concatenated along a new dim ``name`` whose coordinate is ``values``; attrs that differ between
+        the solutions are dropped).  ``kwargs``: the other parameters and options of :meth:`solve`, the same for
+        every value.  Serially in this process (compiled kernels are reused across the sweep), or with
+        ``client`` (a ``dask.distributed.Client`` or a scheduler address) as one Dask task per value: each
+        worker loads this model from its spec file and returns the solution's Dataset."""
+        from dmftc.runtime.sweep import run_sweep
+
+        return run_sweep(self, name, values, client, kwargs)
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.name!r}, spec={self.module.SPEC_PATH!r})"

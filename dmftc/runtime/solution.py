@@ -210,9 +210,23 @@ class Solution:
 
     # ------------------------------------------------------------ persistence
     def save(self, path) -> Path:
-        """Write a self-describing .npz (means and their errors, the propagator's blocks, kappa and U when kept,
-        the mean correction, parameters, info, versions), atomically.  A deep solution's propagator is computed
-        first if it has not been (its equal-time blocks are saved; two-time blocks are not)."""
+        """Write the solution, atomically: a netCDF file (``.nc``: the labelled Dataset of :meth:`to_xarray` and
+        every array the .npz keeps, :mod:`dmftc.runtime.labelled`) or a self-describing .npz (any other suffix):
+        means and their errors, the propagator's blocks, kappa and U when kept, the mean correction, parameters,
+        info, versions.  A deep solution's propagator is computed first if it has not been (its equal-time blocks
+        are saved; two-time blocks are not)."""
+        path = Path(path)
+        if path.suffix.lower() == ".nc":
+            from dmftc.runtime.labelled import write_netcdf
+
+            return write_netcdf(self, path)
+        arrays, meta, _ = self.record()
+        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+        return atomic_savez(path, arrays)
+
+    def record(self) -> tuple[dict, dict, "Solution"]:
+        """What a results file holds: (arrays by key 'times', 'mean:NAME', 'mean_se:NAME', 'm1:NAME',
+        'm1_se:NAME', 'blocks:sigma' ...; the JSON-able meta; this solution with its blocks dense, as saved)."""
         import jax
         import lark
         import numba
@@ -221,10 +235,16 @@ class Solution:
 
         from dmftc import __version__
 
+        blocks, error = self.blocks, self.blocks_error
+        if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
+            try:                           # first: computing the propagator adds its diagnostics to info
+                blocks = blocks.dense()
+            except DmftcError as err:      # e.g. a propagator too large for memory_limit: save the means
+                error = err
         arrays = {"times": self.times}
         meta = {"format": _FORMAT, "model": self.model, "kind": self.kind, "depth": self.depth,
                 "error_signal": self.error_signal, "order": list(self.means),
-                "params": {k: _jsonable(v) for k, v in self.params.items()}, "info": _jsonable(self.info),
+                "params": {k: jsonable(v) for k, v in self.params.items()}, "info": jsonable(self.info),
                 "versions": {"dmftc": __version__, "numpy": np.__version__, "jax": jax.__version__,
                              "scipy": scipy.__version__, "sympy": sympy.__version__, "numba": numba.__version__,
                              "lark": lark.__version__}}
@@ -232,37 +252,47 @@ class Solution:
                               ("m1_se", self.m1_se)):
             for k, v in (table or {}).items():
                 arrays[f"{prefix}:{k}"] = v
-        blocks, error = self.blocks, self.blocks_error
-        if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
-            try:
-                blocks = blocks.dense()
-            except DmftcError as err:      # e.g. a propagator too large for memory_limit: save the means
-                error = err
         if error is not None:
             meta["blocks_error"] = {"type": type(error).__name__, "message": str(error)}
+            blocks = None
         elif blocks is not None:
             b_arrays, meta["blocks"] = blocks.arrays()
             arrays.update({f"blocks:{k}": v for k, v in b_arrays.items()})
-        arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-        return atomic_savez(Path(path), arrays)
+        return arrays, meta, replace(self, blocks=blocks, blocks_error=error)
 
     @classmethod
     def load(cls, path) -> "Solution":
-        """Read a file written by :meth:`save` (two-layer or deep)."""
+        """Read a file written by :meth:`save` (two-layer or deep; netCDF or .npz, told apart by content)."""
         try:
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(str(z["meta"]))
-                tables = {}
-                for k in z.files:
-                    if ":" in k:
-                        prefix, name = k.split(":", 1)
-                        tables.setdefault(prefix, {})[name] = z[k]
-                times = z["times"]
-        except (OSError, KeyError, ValueError) as err:
+            with open(path, "rb") as f:
+                netcdf = f.read(3) == b"CDF"
+        except OSError as err:
             raise DmftcError(f"{path}: not a dmftc results file ({err})") from None
+        if netcdf:
+            from dmftc.runtime.labelled import read_netcdf
+
+            arrays, meta = read_netcdf(path)
+        else:
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    meta = json.loads(str(z["meta"]))
+                    arrays = {k: z[k] for k in z.files if k != "meta"}
+            except (OSError, KeyError, ValueError) as err:
+                raise DmftcError(f"{path}: not a dmftc results file ({err})") from None
+        return cls.from_record(arrays, meta, path)
+
+    @classmethod
+    def from_record(cls, arrays: dict, meta: dict, path="<record>") -> "Solution":
+        """The solution of a results file's (arrays, meta) (see :meth:`record`)."""
         if meta.get("format") != _FORMAT:
             raise DmftcError(f"{path}: results file format {meta.get('format', 1)} is not {_FORMAT}; re-run the "
                              "solve with this dmftc to write it again")
+        tables = {}
+        for k, v in arrays.items():
+            if ":" in k:
+                prefix, name = k.split(":", 1)
+                tables.setdefault(prefix, {})[name] = v
+        times = arrays["times"]
         params = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in meta["params"].items()}
         info = dict(meta["info"], versions=meta["versions"])
         blocks, error = None, None
@@ -273,6 +303,16 @@ class Solution:
         means = {k: tables["mean"][k] for k in meta["order"]}
         return cls(meta["model"], params, times, means, blocks, info, meta["kind"], tables.get("mean_se"),
                    tables.get("m1"), tables.get("m1_se"), meta["error_signal"], error, meta["depth"])
+
+    def to_xarray(self, sigma=None, var: bool = True):
+        """The solution as a labelled ``xarray.Dataset`` (``mean_X``, ``mean_se_X``, ``var_X``, ``var_se_X``,
+        ``m1_X``, ``sigma_A_B`` over dims t, s, mu, nu, layer; see :func:`dmftc.runtime.labelled.solution_dataset`
+        and docs/results.md).  ``sigma``: the propagator blocks to include, pairs of names (default: every
+        same-name block of a two-layer solution, none of a deep one); ``var``: include N Var (computes a deep
+        solution's propagator)."""
+        from dmftc.runtime.labelled import solution_dataset
+
+        return solution_dataset(self, sigma=sigma, var=var)
 
     def renamed(self, names: dict, **changes) -> "Solution":
         """The same solution with ``names`` (new name -> current name) instead of the current names, in the
@@ -386,11 +426,12 @@ def solve_bias_warning(info: dict) -> str | None:
             "samples (the bias falls like 1 / samples per group)")
 
 
-def _jsonable(v):
+def jsonable(v):
+    """``v`` with numpy arrays and scalars as lists and Python numbers (for JSON)."""
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, (np.floating, np.integer)):

@@ -1,2 +1,5 @@
 """Ground truth: ensembles of finite-width networks trained by gradient descent, mapped onto the specs'
-order parameters."""
+order parameters (as labelled Datasets: :func:`truth_dataset`)."""
+from dmftc.validation.datasets import truth_dataset  # noqa: E402
+
+__all__ = ["truth_dataset"]
