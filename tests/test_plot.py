@@ -111,6 +111,10 @@ def test_ensemble_overlay_duck_typed(two_layer, tmp_path):
     for ax in fig.axes:
         (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
         assert bars.get_label() == "networks ±2 s.e."
+    class Attrs(dict):
+        attrs = {"width": 128}
+    assert plot_solution(two_layer, None, ensemble=Attrs(table), return_fig=True).axes[0].containers[0].get_label() \
+        == "networks, N = 128: ±2 s.e."
     x, y = fig.axes[0].containers[0].lines[0].get_data()
     assert np.allclose(x, two_layer.times) and np.allclose(y, two_layer.mean("Delta") + 0.01)
     assert "networks ±2 s.e." in [t.get_text() for t in fig.legends[0].get_texts()]

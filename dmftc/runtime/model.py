@@ -36,9 +36,9 @@ class CompiledModel:
         of the sample groups, 'sobol' (randomised quasi-Monte Carlo) or 'random' (:mod:`dmftc.runtime.sampling`;
         default: 'sobol' for the propagator paths of deep specs, 'random' for two-layer specs).
         Two-layer specs only: ``batch`` (paths per kernel call; default: sized to memory) and ``devices`` (None:
-        one device; 'all' or a number: each group's Monte Carlo paths sharded over that many JAX devices).  Deep specs only:
-        ``propagator_samples``, ``propagator_groups`` (paths and groups of the Monte Carlo propagator; default
-        4000 and 8) and ``memory_limit`` (bytes a dense propagator may take; default 8e9).  The options are
+        one device; 'all' or a number: each group's Monte Carlo paths sharded over that many JAX devices).  Deep
+        specs only: ``propagator_samples``, ``propagator_groups`` (paths and groups of the Monte Carlo propagator;
+        default 4000 and 8) and ``memory_limit`` (bytes a dense propagator may take; default 8e9).  The options are
         checked alike for every spec (:class:`dmftc.runtime.options.SolveOptions`); one that the spec's kind
         does not read is an error, not ignored.
         """

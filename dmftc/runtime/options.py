@@ -62,8 +62,9 @@ class SolveOptions:
     or 'mc'; ``sampler``: the paths' standard normals, 'sobol' or 'random' (None: the engine's default);
     ``progress``: a progress bar on stderr; ``correction``: also the O(1/N) mean correction.  Two-layer specs
     only: ``batch`` (paths per kernel call) and ``devices`` (None: one device; 'all' or a number: each sample
-    group's paths sharded over that many JAX devices, :mod:`dmftc.runtime.devices`).  Deep specs only: ``propagator_samples`` and ``propagator_groups``
-    (paths and groups of the Monte Carlo propagator) and ``memory_limit`` (bytes a dense propagator may take).
+    group's paths sharded over that many JAX devices, :mod:`dmftc.runtime.devices`).  Deep specs only:
+    ``propagator_samples`` and ``propagator_groups`` (paths and groups of the Monte Carlo propagator) and
+    ``memory_limit`` (bytes a dense propagator may take).
     None means "the engine's default" for the options of one kind."""
 
     samples: int = 20000

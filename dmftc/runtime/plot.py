@@ -12,7 +12,7 @@ import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
 
-__all__ = ["plot_solution", "symbol", "MC_BAND", "width_band_label"]
+__all__ = ["plot_solution", "symbol", "MC_BAND", "width_band_label", "ensemble_label"]
 
 MC_BAND = "±2 s.e. (Monte Carlo)"
 _WIDTH_GREY, _WIDTH_DARK = "0.45", "0.2"      # the predicted width-N ensemble: grey beneath the coloured N = inf
@@ -112,6 +112,17 @@ def _ensemble_array(ensemble, key: str, name: str):
     return None
 
 
+def ensemble_label(ensemble) -> str:
+    """The overlay's legend entry, with the networks' width when the ensemble's ``attrs`` give it ('width' or
+    'N')."""
+    attrs = getattr(ensemble, "attrs", None) or {}
+    w = attrs.get("width", attrs.get("N"))
+    try:
+        return f"networks, N = {float(w):g}: ±2 s.e." if w is not None else "networks ±2 s.e."
+    except (TypeError, ValueError):
+        return "networks ±2 s.e."
+
+
 def _ensemble_times(sol, ensemble, n: int) -> np.ndarray:
     """The ensemble's times: its 't' coordinate (integers: steps, mapped to eta * step), else the solution's."""
     try:
@@ -131,6 +142,8 @@ class _Panel:
         self.t = sol.times
         self.missing = self.missing_width = None
         self.members = []            # (label, colour) of the curves, for a legend when there are several
+        # the exact backend has no Monte Carlo error: its (zero-width) bands stay out of the legend
+        self.band_label = "_exact: no Monte Carlo error" if sol.info.get("samples") is None else MC_BAND
 
     def draw(self, name, colour_of):
         sol, t = self.sol, self.t
@@ -160,20 +173,21 @@ class _Panel:
             cm, cs = curves_m[k], curves_se[k]
             if mw is not None:
                 spread = 2 * np.sqrt(np.clip(v.reshape(-1, T)[k], 0, None) / self.width)
-                # beneath, in grey: the spread (light, edged) and the width-N mean (thick, dashed: where it
-                # meets the N = inf curve, drawn thin in colour on top, it shows as a dark edge around it)
+                # beneath, in grey: the spread (light, edged in the curve's colour) and the width-N mean (thick,
+                # dashed: where it meets the N = inf curve, drawn thin in colour on top, it shows as a dark edge)
                 self.ax_m.fill_between(t, mw[k] - spread, mw[k] + spread, facecolor=_WIDTH_GREY, alpha=0.16,
                                        zorder=1, label=width_band_label(self.width))
                 for edge in (mw[k] - spread, mw[k] + spread):
-                    self.ax_m.plot(t, edge, color=_WIDTH_GREY, lw=0.6, alpha=0.6, zorder=1)
+                    self.ax_m.plot(t, edge, color=c, lw=0.7, alpha=0.7, zorder=1)
                 self.ax_m.plot(t, mw[k], color=_WIDTH_DARK, ls=(0, (3, 1.5)), lw=2.4, zorder=2,
                                label=f"mean at N = {self.width:g} (to O(1/N))")
-            self.ax_m.fill_between(t, cm - 2 * cs, cm + 2 * cs, color=c, alpha=0.35, lw=0, zorder=3, label=MC_BAND)
+            self.ax_m.fill_between(t, cm - 2 * cs, cm + 2 * cs, color=c, alpha=0.35, lw=0, zorder=3,
+                                   label=self.band_label)
             self.ax_m.plot(t, cm, color=c, lw=1.2 if mw is not None else 1.6, zorder=4, label="N = ∞")
             if v is not None:
                 cv, cvs = v.reshape(-1, T)[k], np.broadcast_to(vse, v.shape).reshape(-1, T)[k]
                 self.ax_v.fill_between(t, cv - 2 * cvs, cv + 2 * cvs, color=c, alpha=0.35, lw=0, zorder=3,
-                                       label=MC_BAND)
+                                       label=self.band_label)
                 self.ax_v.plot(t, cv, color=c, lw=1.6, zorder=4, label="N = ∞")
             if ens is not None:
                 self._overlay(self.ax_m, ens["mean"], ens["mean_se"], k, n, c)
@@ -189,7 +203,7 @@ class _Panel:
         te = _ensemble_times(self.sol, self.ensemble, val.shape[-1])
         every = max(1, len(te) // 25)
         ax.errorbar(te[::every], val[k][::every], yerr=2 * se[k][::every], fmt="o", ms=3.5, mfc="white", mec=c,
-                    ecolor=c, elinewidth=0.9, capsize=1.5, zorder=5, label="networks ±2 s.e.")
+                    ecolor=c, elinewidth=0.9, capsize=1.5, zorder=5, label=ensemble_label(self.ensemble))
 
     def finish(self, fam_symbol):
         self.ax_m.set_ylabel(f"mean {fam_symbol}")
@@ -247,7 +261,7 @@ def plot_solution(sol, path, width=None, ensemble=None, return_fig: bool = False
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     order = ["N = ∞", MC_BAND] + ([f"mean at N = {width:g} (to O(1/N))", width_band_label(width)] if width else []) \
-        + ["networks ±2 s.e."]
+        + ([ensemble_label(ensemble)] if ensemble is not None else [])
     labels = [lab for lab in order if lab in handles]
     fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center", ncol=len(labels), fontsize=8,
                frameon=False)
