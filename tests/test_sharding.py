@@ -31,6 +31,20 @@ kw = dict(T=8, samples=4096, groups=8, seed=3, correction=True)
 one = m.solve(**kw)
 four = m.solve(devices=4, **kw)
 every = m.solve(devices="all", **dict(kw, samples=4090))    # groups of 511 / 512 paths: padded to 512
+# the march compiled for paths laid out over the devices reduces across them (all-reduce), gathering nothing
+import jax.numpy as jnp
+from dmftc.runtime.devices import path_mesh, place_paths
+from dmftc.runtime.params import resolve_params
+from dmftc.runtime.site_engine import normals_of
+from dmftc.runtime.site_march import site_march
+from dmftc.runtime.site_solve import sample_draws
+mod = m.module
+p, sz, T = resolve_params(mod, {"T": 8}, dirac_width=0.1)
+nm, w = place_paths((normals_of(mod, sample_draws(mod, p, sz, 512, 0)), jnp.full(512, 1 / 512)), path_mesh(4))
+pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
+march = jax.jit(lambda nm, w, pj: site_march(mod, (), 1, T, {}, w, pj, direct=True, width=0.1, normals=nm,
+                                             sizes=dict(sz))[1])
+hlo = march.lower(nm, w, pj).compile().as_text()
 rel = lambda a, b: float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 out = {"mean": max(rel(four.mean(n), one.mean(n)) for n in one.names),
        "var": max(rel(four.var(n), one.var(n)) for n in one.names),
@@ -38,6 +52,7 @@ out = {"mean": max(rel(four.mean(n), one.mean(n)) for n in one.names),
        "m1": max(rel(four.mean_correction(n), one.mean_correction(n)) for n in one.names),
        "devices": four.info["devices"], "devices_all": every.info["devices"],
        "one_has_devices": "devices" in one.info,
+       "all_reduce": hlo.count("all-reduce"), "all_gather": hlo.count("all-gather"),
        "finite_all": bool(all(np.isfinite(every.var(n)).all() for n in every.names))}
 print("RESULT " + json.dumps(out))
 """
@@ -54,6 +69,7 @@ def test_two_layer_paths_sharded_over_four_devices_agree_with_one():
     assert out["devices"]["count"] == 4 and out["devices"]["normals_sharded_over"] == 4, out
     assert out["devices_all"]["normals_sharded_over"] == 4 and out["finite_all"], out
     assert not out["one_has_devices"]
+    assert out["all_reduce"] > 0 and out["all_gather"] == 0, out                 # data-parallel: no gathering
 
 
 def test_devices_option_checked():
