@@ -136,6 +136,21 @@ def test_ensemble_overlay_xarray_layers(deep):
     assert not [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]     # no Delta: skipped
 
 
+def test_exact_and_means_only(two_layer):
+    from dataclasses import replace
+
+    exact = replace(two_layer, info=dict(two_layer.info, samples=None))
+    fig = exact.plot(None, return_fig=True)
+    assert all(_bands(ax) for ax in fig.axes)                                 # zero-width, but there
+    assert MC_BAND not in [t.get_text() for t in fig.legends[0].get_texts()]   # and not called Monte Carlo
+    assert "; exact" in fig._suptitle.get_text()
+    means = replace(two_layer, blocks=None, blocks_error=ParameterError("no propagator"))
+    fig = means.plot(None, return_fig=True)
+    bottom = fig.axes[len(fig.axes) // 2:]
+    assert all(ax.texts[0].get_text() == "N Var not available" and not ax.get_lines() for ax in bottom)
+    assert all(ax.get_lines() for ax in fig.axes[:len(fig.axes) // 2])
+
+
 def test_without_matplotlib_a_clear_error(two_layer, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ParameterError, match=r'--plot needs matplotlib: pip install "dmftc\[plot\]"'):

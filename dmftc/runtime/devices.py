@@ -97,5 +97,5 @@ def describe(mesh, normals: dict) -> dict:
     normals really are laid out."""
     x = next(iter(normals.values()))
     devs = getattr(getattr(x, "sharding", None), "device_set", None)
-    return {"count": device_count(mesh), "platform": jax.devices()[0].platform,
+    return {"count": device_count(mesh), "platform": mesh.devices.flat[0].platform,
             "normals_sharded_over": len(devs) if devs is not None else 1}

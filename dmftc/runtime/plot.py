@@ -148,7 +148,10 @@ class _Panel:
     def draw(self, name, colour_of):
         sol, t = self.sol, self.t
         m = _equal_time(sol, sol.mean(name), name)
-        se = _equal_time(sol, sol.mean_stderr(name), name)
+        try:
+            se = _equal_time(sol, sol.mean_stderr(name), name)
+        except DmftcError:                 # a two-layer mean's error comes from N Var: none without a propagator
+            se = None
         T = m.shape[-1]
         try:
             v, vse = np.asarray(sol.var(name)), np.asarray(sol.var_stderr(name))
@@ -164,13 +167,14 @@ class _Panel:
         ens = None
         if self.ensemble is not None:
             ens = {k: _ensemble_array(self.ensemble, k, name) for k in ("mean", "mean_se", "var", "var_se")}
-        curves_m, curves_se = m.reshape(-1, T), np.broadcast_to(se, m.shape).reshape(-1, T)
+        curves_m = m.reshape(-1, T)
+        curves_se = None if se is None else np.broadcast_to(se, m.shape).reshape(-1, T)
         n = len(curves_m)
         for k in range(n):
             c = colour_of()
             comp = "".join(str(i) for i in np.unravel_index(k, m.shape[:-1])) if n > 1 else ""
             self.members.append((symbol(name, args=None, component=comp), c))
-            cm, cs = curves_m[k], curves_se[k]
+            cm = curves_m[k]
             if mw is not None:
                 spread = 2 * np.sqrt(np.clip(v.reshape(-1, T)[k], 0, None) / self.width)
                 # beneath, in grey: the spread (light, edged in the curve's colour) and the width-N mean (thick,
@@ -181,8 +185,10 @@ class _Panel:
                     self.ax_m.plot(t, edge, color=c, lw=0.7, alpha=0.7, zorder=1)
                 self.ax_m.plot(t, mw[k], color=_WIDTH_DARK, ls=(0, (3, 1.5)), lw=2.4, zorder=2,
                                label=f"mean at N = {self.width:g} (to O(1/N))")
-            self.ax_m.fill_between(t, cm - 2 * cs, cm + 2 * cs, color=c, alpha=0.35, lw=0, zorder=3,
-                                   label=self.band_label)
+            if curves_se is not None:
+                cs = curves_se[k]
+                self.ax_m.fill_between(t, cm - 2 * cs, cm + 2 * cs, color=c, alpha=0.35, lw=0, zorder=3,
+                                       label=self.band_label)
             self.ax_m.plot(t, cm, color=c, lw=1.2 if mw is not None else 1.6, zorder=4, label="N = ∞")
             if v is not None:
                 cv, cvs = v.reshape(-1, T)[k], np.broadcast_to(vse, v.shape).reshape(-1, T)[k]
