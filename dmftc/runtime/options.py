@@ -14,6 +14,7 @@ import numbers
 from dataclasses import dataclass, fields
 
 from dmftc.errors import ParameterError
+from dmftc.runtime.devices import check_devices
 from dmftc.runtime.sampling import SAMPLERS
 
 __all__ = ["SolveOptions", "check_dirac_width", "check_integer", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
@@ -27,6 +28,7 @@ DEEP_ONLY = {
 }
 TWO_LAYER_ONLY = {
     "batch": "deep specs march every path of a group at once (lower samples or raise groups to save memory)",
+    "devices": "the deep engine marches each group of paths on one device (its paths are not sharded yet)",
 }
 
 
@@ -59,8 +61,10 @@ class SolveOptions:
     of a kinked activation's derivatives; ``backend``: 'auto', 'exact' (Gaussian moments, linear processes only)
     or 'mc'; ``sampler``: the paths' standard normals, 'sobol' or 'random' (None: the engine's default);
     ``progress``: a progress bar on stderr; ``correction``: also the O(1/N) mean correction.  Two-layer specs
-    only: ``batch`` (paths per kernel call).  Deep specs only: ``propagator_samples`` and ``propagator_groups``
-    (paths and groups of the Monte Carlo propagator) and ``memory_limit`` (bytes a dense propagator may take).
+    only: ``batch`` (paths per kernel call) and ``devices`` (None: one device; 'all' or a number: each sample
+    group's paths sharded over that many JAX devices, :mod:`dmftc.runtime.devices`).  Deep specs only:
+    ``propagator_samples`` and ``propagator_groups`` (paths and groups of the Monte Carlo propagator) and
+    ``memory_limit`` (bytes a dense propagator may take).
     None means "the engine's default" for the options of one kind."""
 
     samples: int = 20000
@@ -75,6 +79,7 @@ class SolveOptions:
     propagator_samples: int | None = None
     propagator_groups: int | None = None
     memory_limit: float | None = None
+    devices: int | str | None = None
 
     def __post_init__(self):
         check_integer("samples", self.samples, 2)
@@ -93,6 +98,7 @@ class SolveOptions:
             check_integer("propagator_samples", self.propagator_samples, 2)
         if self.propagator_groups is not None:
             check_integer("propagator_groups", self.propagator_groups, 1)
+        check_devices(self.devices)
         m = self.memory_limit
         if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Real) or not math.isfinite(float(m))
                               or m <= 0):

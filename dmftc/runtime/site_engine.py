@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
+from dmftc.runtime.devices import like_paths, mesh_of, place_paths, rows_for
 from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import factor, right_solve, sandwich, time_major_edges
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
@@ -297,13 +298,15 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
     J[:, ~drive] = np.asarray(Jrest)
     if drive.any():
         B, batches = equal_batches(S, path_batch(mod, sz, T, S, batch))
+        B = rows_for(B, mesh_of(wts))         # paths sharded over devices: batches too (one device: B)
         K = tangent_segments(mod, sz, T, B) if segments is None else int(segments)
         run, idx = _driver_core(mod, sz, T, width, shapes, K)
         fn = _compiled(("drivers", B, K), mod, sz, T, S, width, run)
         total = np.zeros((T * F.m, idx.size))
         for k, (a, n) in enumerate(batches):
-            nm = {key: pad_rows(v[a:a + n], B) for key, v in normals.items()}
-            total += np.asarray(fn(nm, pad_rows(wts[a:a + n], B), pj, q, avg, jnp.float64(k == 0)))
+            nm, w = like_paths(({key: pad_rows(v[a:a + n], B) for key, v in normals.items()},
+                                pad_rows(wts[a:a + n], B)), wts)
+            total += np.asarray(fn(nm, w, pj, q, avg, jnp.float64(k == 0)))
         J[:, idx] = total
     return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}
 
@@ -339,7 +342,7 @@ def _correction_batch(mod, sz, T, width, shapes):
     return run
 
 
-def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batch: int = 1024):
+def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batch: int = 1024, mesh=None):
     """m1 (T m,) time-major, the O(1/N) correction to the mean, E[q]_N = q* + m1 / N + O(N^-2), from one group
     of paths at its saddle ``q`` (layout), with U = 1 - dF/dq and the paths' centred solved-form observables Y.
 
@@ -359,7 +362,8 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     (nested jvp), in batches of ``batch`` paths: about four marches per path.  The correction assumes the
     spec's process is the network's exact discrete-time dynamics.  tests/test_site_two_layer.py checks it
     against an independent derivation in the spec's own form (dmftc.reference.two_layer_mean_correction);
-    tests/test_mean_correction.py against finite-width networks."""
+    tests/test_mean_correction.py against finite-width networks.  ``mesh``: the batches' paths sharded over its
+    devices (:mod:`dmftc.runtime.devices`; None: one device)."""
     S = Y.shape[0]
     edges = time_major_edges(U.shape[0], T)
     lus = factor(U, edges)                      # both solves below use the same U
@@ -367,13 +371,15 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     W = np.roll(V, 1, axis=0)                   # an independent path's direction
     shapes = {n: v.shape for n, v in q.items()}
     batch, batches = equal_batches(S, batch)
+    batch = rows_for(batch, mesh)
     fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes))
     q0 = _Flat(mod, shapes, T).flat(q)
     total = np.zeros(V.shape[1])
     for a, n in batches:
         nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
         wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
-        total += np.asarray(fn(nm, pj, q0, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt, avg))
+        nm, Vb, Wb, wt = place_paths((nm, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt), mesh)
+        total += np.asarray(fn(nm, pj, q0, Vb, Wb, wt, avg))
     return right_solve(U, edges, total / S, factors=lus)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime import kernels as _k
+from dmftc.runtime.devices import describe, path_mesh, place_paths, rows_for
 from dmftc.runtime.geometry import Geometry, source_factors
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
@@ -57,20 +58,23 @@ def coefficient_rows(mod, geo: Geometry, p: dict, sz: dict, T: int) -> np.ndarra
     return np.tile(out, T)
 
 
-def _group(mod, draws, a: int, b: int, size: int):
-    """The normals of rows a:b padded with zero rows to ``size`` paths, and their weights (0 on the padding)."""
+def _group(mod, draws, a: int, b: int, size: int, mesh=None):
+    """The normals of rows a:b padded with zero rows to ``size`` paths, and their weights (0 on the padding); the
+    padded ones with their path axis sharded over ``mesh`` (:mod:`dmftc.runtime.devices`; None: one device)."""
     normals = normals_of(mod, [d[a:b] for d in draws])
     wts = jnp.asarray((np.arange(size) < b - a) / (b - a))
-    return normals, {k: pad_rows(v, size) for k, v in normals.items()}, wts
+    padded, wts = place_paths(({k: pad_rows(v, size) for k, v in normals.items()}, wts), mesh)
+    return normals, padded, wts
 
 
 def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_width=0.1, backend="auto",
-                    progress=False, correction=False, sampler=None, **kwargs):
+                    progress=False, correction=False, sampler=None, devices=None, **kwargs):
     """Solve the saddle point and the propagator of a two-layer module; returns a Solution (module doc).
 
     ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (only for processes proven linear) or
     "auto" (exact when proven); ``batch``: paths per batch of the tangent march (default: sized to memory,
-    :func:`dmftc.runtime.site_engine.path_batch`); ``progress``: a progress bar on stderr."""
+    :func:`dmftc.runtime.site_engine.path_batch`); ``progress``: a progress bar on stderr; ``devices``: None (one
+    device), 'all' or a number of JAX devices to shard each group's paths over (:mod:`dmftc.runtime.devices`)."""
     from dmftc.progress import Progress
     from dmftc.runtime.blocks import DenseBlocks
     from dmftc.runtime.solution import Solution
@@ -87,7 +91,9 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     coeff = coefficient_rows(mod, geo, p, sz, T)
     G = max(1, min(groups, samples // 2))
     edges = np.linspace(0, samples, G + 1).astype(int)
-    size = int(np.diff(edges).max())
+    mesh = path_mesh(devices)
+    size = rows_for(int(np.diff(edges).max()), mesh)       # one device: the largest group
+    placed = None
     timings, m1, kink = {}, [], None
     if exact:
         bar = Progress(f"{mod.MODEL} exact", 2, enabled=progress)
@@ -105,9 +111,11 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             t0 = _time.perf_counter()
             draws = sample_draws(mod, p, sz, samples, seed, sampler, edges)
             for a, b in zip(edges[:-1], edges[1:]):
-                normals, padded, wts = _group(mod, draws, a, b, size)
+                normals, padded, wts = _group(mod, draws, a, b, size, mesh)
                 Y = centred(paths_at(mod, padded, wts, pj, ex["layout"], sz, T, width), wts)
-                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, ex["layout"], U, Y, ex["avg"]))
+                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, ex["layout"], U, Y, ex["avg"],
+                                                    mesh=mesh))
+                placed = padded
             timings["mean correction"] = _time.perf_counter() - t0
         n_paths, seed_used, samples, seed = samples, seed, None, None
     else:
@@ -121,7 +129,8 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
         bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
         for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
             t0 = _time.perf_counter()
-            normals, padded, wts = _group(mod, draws, a, b, size)
+            normals, padded, wts = _group(mod, draws, a, b, size, mesh)
+            placed = padded
             q = group_saddle(mod, padded, wts, pj, sz, T, width)
             q_arr = layout_arrays(mod, q, sz, T)
             check_finite(q_arr, "saddle-point march")
@@ -147,7 +156,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             timings["propagator"] += _time.perf_counter() - t2
             if correction:
                 t3 = _time.perf_counter()
-                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg))
+                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, mesh=mesh))
                 timings["mean correction"] += _time.perf_counter() - t3
         bar.close()
         means = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
@@ -172,6 +181,8 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     info = {"samples": samples, "seed": seed, "batch": batch_used, "timings": dict(timings),
             "diagnostics": dict(diagnostics), "spec_sha256": mod.SPEC_SHA256, "dmftc_version": mod.DMFTC_VERSION,
             "singular": mod.SINGULAR, "dirac_width": width}
+    if mesh is not None and placed is not None:
+        info["devices"] = describe(mesh, placed)
     m1_mean = m1_se = None
     if correction:
         m1 = np.asarray(m1)

@@ -397,10 +397,12 @@ class Solution:
             lines.append("  warning: " + warning)
         return "\n".join(lines)
 
-    def plot(self, path, width=None):
-        """Means (top) and N Var (bottom); see :func:`dmftc.runtime.plot.plot_solution`."""
+    def plot(self, path, width=None, ensemble=None, return_fig: bool = False):
+        """Means (top) and N Var (bottom) with their Monte Carlo error bands; with ``width`` the predicted ensemble
+        of width-N networks, with ``ensemble`` measured networks overlaid; see
+        :func:`dmftc.runtime.plot.plot_solution`."""
         from dmftc.runtime.plot import plot_solution
-        return plot_solution(self, path, width=width)
+        return plot_solution(self, path, width=width, ensemble=ensemble, return_fig=return_fig)
 
     def __repr__(self) -> str:
         deep = f", L={self.depth}" if self.kind == "deep" else ""
