@@ -56,7 +56,7 @@ def test_derive_prints_equations():
     r = dmftc("derive", "specs/two_layer.dmft")
     assert r.returncode == 0 and "U[K, Delta](t, s) = - D[K, Delta](t, s)" in r.stdout
     r = dmftc("derive", "specs/two_layer.dmft", "--latex")
-    assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") == 1
+    assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") >= 3 and "Sum(" not in r.stdout
 
 
 def dmftc_module():

@@ -105,3 +105,100 @@ def test_arrays_on_set_work_end_to_end(tmp_path):
     sol = dmftc.Solution.load(out)
     assert sol.mean("Delta").shape == (2, 5) and sol.params["P"] == 2
     assert sol.params["Kx"].tolist() == [[1, 0.3], [0.3, 1]] and sol.mean("Delta")[:, 0].tolist() == [1, -0.5]
+
+
+# ------------------------------------------------------------------------------ dmftc derive: plain and LaTeX
+
+SPECS = sorted((ROOT / "specs").glob("*.dmft"))
+
+
+@pytest.fixture(scope="module")
+def derived():
+    from dmftc.compiler import front_end, front_end_ir
+    from dmftc.derive.report import format_derivation
+    from dmftc.ir.text import format_ir
+
+    out = {}
+    for spec in SPECS:
+        _, d = front_end(spec)
+        out[spec.stem] = {"plain": format_derivation(d), "latex": format_derivation(d, latex=True),
+                          "ir": format_ir(front_end_ir(spec)[1])}
+    return out
+
+
+def latex_structure_errors(text: str) -> list[str]:
+    """Braces, environments and \\left/\\right balanced (comments and escaped braces aside)."""
+    import re
+
+    errors, stack = [], []
+    body = "\n".join(re.sub(r"(?<!\\)%.*", "", line) for line in text.splitlines())
+    depth = 0
+    for m in re.finditer(r"\\[{}]|[{}]|\\begin\{(\w+\*?)\}|\\end\{(\w+\*?)\}", body):
+        tok = m.group(0)
+        if tok in ("{", "}"):
+            depth += 1 if tok == "{" else -1
+            if depth < 0:
+                errors.append("unbalanced }")
+                depth = 0
+        if m.group(1):
+            stack.append(m.group(1))
+        if m.group(2):
+            if not stack or stack.pop() != m.group(2):
+                errors.append(f"\\end{{{m.group(2)}}} does not close its environment")
+    if depth:
+        errors.append(f"{depth} unclosed braces")
+    if stack:
+        errors.append(f"unclosed environments {stack}")
+    if len(re.findall(r"\\left\b", body)) != len(re.findall(r"\\right\b", body)):
+        errors.append("\\left and \\right do not pair")
+    if re.search(r"\\operatorname\{[^}]*[\[/'\]]", body):
+        errors.append("a quantity's name printed as an operator name")
+    return errors
+
+
+@pytest.mark.parametrize("spec", [s.stem for s in SPECS])
+def test_derive_prints_the_spec_notation_and_valid_latex(derived, spec):
+    out = derived[spec]
+    for kind in ("plain", "ir"):
+        for raw in ("Sum(", "**", "Derivative(", "#"):
+            assert raw not in out[kind], (kind, raw, [x for x in out[kind].splitlines() if raw in x][:2])
+    latex = out["latex"]
+    for raw in ("Sum(", "**", "Derivative(", "∫", "#"):
+        assert raw not in latex, (raw, [x for x in latex.splitlines() if raw in x][:2])
+    assert latex_structure_errors(latex) == []
+    assert latex.count(r"\begin{align*}") >= 3
+    for line in latex.splitlines():               # every line is a comment, a heading, an environment or a row
+        assert line.startswith(("%", r"\medskip", r"\begin{", r"\end{", "  ")), line
+
+
+def test_latex_structure_check_can_fail():
+    assert latex_structure_errors(r"\begin{align*} x &= \left( y \end{align*}") == ["\\left and \\right do not pair"]
+    assert latex_structure_errors(r"\begin{align*} {x \end{align}") != []
+    assert latex_structure_errors(r"\operatorname{dh/dDelta'}{\left(t \right)}") != []
+
+
+@pytest.mark.skipif(__import__("shutil").which("pdflatex") is None, reason="pdflatex is not installed")
+def test_latex_compiles(derived, tmp_path):
+    import subprocess
+
+    for spec, out in derived.items():
+        doc = tmp_path / f"{spec}.tex"
+        doc.write_text("\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n" + out["latex"]
+                       + "\n\\end{document}\n")
+        r = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (spec, r.stdout[-2000:])
+
+
+def test_derive_reads_well_for_two_layer_and_deep(derived):
+    two, deep = derived["two_layer"], derived["deep_tanh"]
+    assert "g(t) = (1 - tanh(h(t))^2)*z(t)" in two["plain"]
+    assert r"{h_{\star}\left(t\right)} &= \gamma \mathrm{kx} {I_{1}\left(t\right)} + u_{\star}" in two["latex"]
+    assert r"\frac{\partial h_{\star}\left(t\right)}{\partial \Delta\left(s'\right)}" in two["latex"]
+    assert "K(t) = sum(l = 0..L: G[l+1]*Phi[l])" in deep["plain"]
+    assert "sum(s < t: A[L](t, s)*G[L+1](t, s)) + sum(s <= t: B[L+1](t, s)*Phi[L](t, s))" in deep["plain"]
+    assert r"{K\left(t\right)} &= \sum_{l=0}^{L} {G_{l+1}} {\Phi_{l}}" in deep["latex"]
+    assert "sum(nu: Delta[nu](s)*g[nu](s)*Kx[mu, nu])" in derived["two_layer_multi"]["plain"]
+    assert "sum(mu2: Delta[mu2](t)*dg/dDelta'[mu2,mu'](t)*Kx[mu, mu2])" in derived["two_layer_multi"]["plain"]
+    multi = derived["two_layer_multi"]["latex"]             # index sums over the spec's 1..P
+    assert r"1 \leq \nu \leq P" in multi and r"\sum_{\mu_{2}=1}^{P}" in multi
