@@ -147,6 +147,9 @@ class DslPrinter(_LayerMixin, StrPrinter):
     def _print_Pow(self, expr, rational=False):
         return super()._print_Pow(expr, rational).replace("**", "^")
 
+    def _print_KroneckerDelta(self, expr):
+        return f"delta({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
     def _print_Max(self, expr):
         return f"max({', '.join(self._print(a) for a in expr.args)})"
 
@@ -263,7 +266,7 @@ class TexPrinter(_LayerMixin, LatexPrinter):
 
 def tex(expr) -> str:
     """LaTeX of ``expr`` by SymPy's printer with the spec's names."""
-    return TexPrinter().doprint(clean_dummies(sp.sympify(expr)))
+    return TexPrinter({"mul_symbol": r"\,"}).doprint(clean_dummies(sp.sympify(expr)))   # thin space: kx g(t)
 
 
 def tex_text(text: str) -> str:

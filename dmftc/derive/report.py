@@ -101,7 +101,7 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
             lhs = f"d{t.target.replace('∫', 'I')}{_ix(t.indices[:len(t.indices) - len(d.primed[t.driver])])}(t)" \
                   f"/d{t.driver}{_ix(d.primed[t.driver])}(s')"
             kind = "increment" if t.target.startswith("∫") else "value"
-            w(f"  {lhs} {'+= eta *' if kind == 'increment' else '='} {f(t.expr)}")
+            w(f"  {lhs} += {f(sp.Symbol('eta') * t.expr)}" if kind == "increment" else f"  {lhs} = {f(t.expr)}")
         w("")
     w("Hessian blocks (N Cov(q) -> Sigma = U^-1 kappa U^-T):")
     for s in d.saddles:
@@ -112,12 +112,14 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     for (r, c), b in u_blocks(d).items():
         parts = []
         if b.same != 0:
-            parts.append(f"{_fmt(b.same, False)} delta(t,s)")
+            parts.append("delta(t,s)" if b.same == 1 else f"{_fmt(b.same, False)} delta(t,s)")
         if b.past != 0:
-            parts.append(f"Theta(t-s) {_fmt(b.past, False)}")
+            parts.append(f"Theta(t-s) ({_fmt(b.past, False)})" if isinstance(b.past, sp.Add)
+                         else f"Theta(t-s) {_fmt(b.past, False)}")
+        text = " + ".join(parts)
         if b.has_d:
-            parts.append(f"- D[{r}, {c}](t, s)")
-        w(f"  U[{r}, {c}](t, s) = {' + '.join(parts)}")
+            text += f"{' ' if text else ''}- D[{r}, {c}](t, s)"
+        w(f"  U[{r}, {c}](t, s) = {text}")
     if d.singular:
         w("")
         w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)

@@ -27,7 +27,7 @@ class _Doc:
 
     def heading(self, title: str, remark: str = ""):
         self.flush()
-        self.lines.append(rf"\medskip\noindent\textbf{{{tex_text(title)}}}" + (f" ({tex_text(remark)})" if remark else ""))
+        self.lines += ["", rf"\medskip\noindent\textbf{{{tex_text(title)}}}" + (f" ({tex_text(remark)})" if remark else "")]
 
     def row(self, lhs: str, rel: str, rhs: str, note: str = ""):
         self.rows.append(f"  {lhs} &{rel} {rhs}" + (rf" && \text{{{tex_text(note)}}}" if note else ""))
@@ -89,7 +89,7 @@ def _two_layer(d: Derivation) -> str:
             name = f"d{t.target}/d{t.driver}'" + (f"[{','.join(t.indices)}]" if t.indices else "")
             lhs = tex(_q(name, (), T))
             if t.target.startswith("∫"):
-                doc.row(lhs, r"\mathrel{+}=", tex(ETA * at_time(t.expr, d, "t")), "increment of the running sum")
+                doc.row(lhs, r"\mathrel{+}=", tex(ETA * at_time(t.expr, d, "t")))      # a running sum's increment
             else:
                 doc.row(lhs, "=", f(t.expr))
     doc.heading("Hessian blocks", "the propagator: N Cov(q) tends to Sigma")
@@ -122,7 +122,7 @@ def _deep(d) -> str:
     doc = _Doc()
     doc.comment(f"dmftc derive --latex: model {m.name}, a deep network, layers {lv} = 1..{L}\n"
                 "an amsmath fragment: \\input it in a document with \\usepackage{amsmath}")
-    doc.heading(f"Model {m.name}", f"deep network, layers {lv} = 1..{L}, time {m.time_var} = 0..."
+    doc.heading(f"Model {m.name}", f"deep network, layers {lv} = 1..{L}, time {m.time_var} = 0.."
                 f"{m.spec.time.steps_name}-1, step {m.spec.time.step_name}")
     if m.points is not None:
         doc.comment(f"training points {', '.join(m.points.names)} are folded into time: a time below is a pair "
@@ -144,7 +144,8 @@ def _deep(d) -> str:
     doc.row(tex(F(g)(T)), "=", tex(F("a")(F(h)(T)) * F(z)(T) + F("b")(F(h)(T))),
             "gradient descent" if d.standard_gradient else "not gradient descent")
     doc.row(tex(F("a")(F(h)(T))), "=", rf"{tex(a)}, \quad b\left({tex(F(h)(T))}\right) = {tex(b)}")
-    doc.heading(f"Saddle-point equations ({lv} = 1..{L}) and boundaries")
+    doc.heading(f"Saddle-point equations ({lv} = 1..{L}) and boundaries",
+                f"the last line: the readout by Stein's lemma for {rs}[{L}]")
     for name in m.families + m.responses:
         body = m.definitions[name].body
         lhs = tex(F(f"{name}[{lv}]")(T, S))
@@ -161,14 +162,14 @@ def _deep(d) -> str:
         doc.row(tex(F(sc.name)(T)), "=", tex(sc.expr))
         for sym, when in sc.averages:
             doc.row(tex(sym), "=", tex(readout(sp.Symbol(when) if when != "0" else sp.Integer(0))))
-    doc.row(tex(readout(T)), "=", tex(d.readout_stein), f"Stein's lemma for {rs}[{L}]")
+    doc.row(tex(readout(T)), "=", tex(d.readout_stein))
     if d.site is not None:
         doc.heading("The saddle-point march", f"one step t, layer {lv}")
         stored = dict(getattr(d.site, "stored", ()))
         for name, expr in d.site.fields:
             doc.row(tex(F(f"{name}[{lv}]")(T, *[sp.Symbol(i) for i in stored.get(name, ())])), "=", tex(expr))
         for sym, field, xs, y in d.site.stein:
-            doc.comment(f"{sym} by Stein's lemma in the source {xs}")
+            doc.row(tex(sp.Symbol(str(sym))), "", rf"\text{{by Stein's lemma in the source {tex_text(str(xs))}}}")
         for sym, other, k in d.site.fixed:
             doc.row(tex(sp.Symbol(str(sym))), "=", tex(sp.Symbol(str(other))), f"at t = {k}")
     _deep_blocks(doc, d)
