@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="override a parameter of the spec (repeatable). VALUE is a number or, for an array "
                         "parameter, a nested list in Python syntax with the parameter's shape; quote it for the "
-                        "shell (brackets are glob characters): --set T=50 --set \"y=[1, -1, 0.5]\" --set \"Kx=[[1, 0.5], [0.5, 1]]\"")
+                        "shell (brackets are glob characters): --set T=50 --set \"y=[1, -1, 0.5]\" "
+                        "--set \"Kx=[[1, 0.5], [0.5, 1]]\"")
     r.add_argument("--samples", type=int, default=20000, help="single-site Monte Carlo paths (default 20000)")
     r.add_argument("--propagator-samples", type=int, default=None, metavar="S",
                    help="deep nonlinear specs: source paths of the finite-width propagator (default 4000)")

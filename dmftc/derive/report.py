@@ -13,7 +13,7 @@ import sympy as sp
 
 from dmftc.frontend.ast import to_text
 from dmftc.derive.two_layer import Derivation
-from dmftc.derive.printing import dsl_str, tex
+from dmftc.derive.printing import dsl_str
 from dmftc.ir.text import ix as _ix, timed
 
 
@@ -58,10 +58,6 @@ def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
     return out
 
 
-def _fmt(expr, latex):
-    return tex(expr) if latex else dsl_str(expr)
-
-
 def format_derivation(d: Derivation, latex: bool = False) -> str:
     if latex:
         from dmftc.derive.report_latex import format_latex
@@ -70,7 +66,7 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
         from dmftc.derive.deep_blocks import format_deep_derivation
         return format_deep_derivation(d)
     spec = d.model.spec
-    f = lambda e, when="t": _fmt(at_time(e, d, when), latex)
+    f = lambda e, when="t": dsl_str(at_time(e, d, when))
     running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"
     L: list[str] = []
     w = L.append
@@ -112,10 +108,10 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     for (r, c), b in u_blocks(d).items():
         parts = []
         if b.same != 0:
-            parts.append("delta(t,s)" if b.same == 1 else f"{_fmt(b.same, False)} delta(t,s)")
+            parts.append("delta(t,s)" if b.same == 1 else f"{dsl_str(b.same)} delta(t,s)")
         if b.past != 0:
-            parts.append(f"Theta(t-s) ({_fmt(b.past, False)})" if isinstance(b.past, sp.Add)
-                         else f"Theta(t-s) {_fmt(b.past, False)}")
+            parts.append(f"Theta(t-s) ({dsl_str(b.past)})" if isinstance(b.past, sp.Add)
+                         else f"Theta(t-s) {dsl_str(b.past)}")
         text = " + ".join(parts)
         if b.has_d:
             text += f"{' ' if text else ''}- D[{r}, {c}](t, s)"

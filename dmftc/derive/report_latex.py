@@ -27,7 +27,8 @@ class _Doc:
 
     def heading(self, title: str, remark: str = ""):
         self.flush()
-        self.lines += ["", rf"\medskip\noindent\textbf{{{tex_text(title)}}}" + (f" ({tex_text(remark)})" if remark else "")]
+        head = rf"\medskip\noindent\textbf{{{tex_text(title)}}}"
+        self.lines += ["", head + (f" ({tex_text(remark)})" if remark else "")]
 
     def row(self, lhs: str, rel: str, rhs: str, note: str = ""):
         self.rows.append(f"  {lhs} &{rel} {rhs}" + (rf" && \text{{{tex_text(note)}}}" if note else ""))
@@ -116,7 +117,7 @@ def _deep(d) -> str:
     m, r = d.model, d.roles
     lv, L = m.layer_var, m.depth
     ph, h, z, g, u, rs = m.activation.name, r["h"], r["z"], r["g"], r["u"], r["r"]
-    Phi, G, A, B = r["Phi"], r["G"], r["A"], r["B"]
+    Phi, G = r["Phi"], r["G"]
     F = sp.Function
     x = sp.Symbol("x")
     doc = _Doc()
@@ -129,7 +130,8 @@ def _deep(d) -> str:
                     "(step, point) in causal order")
     for k, e in enumerate(d.phi[:3]):
         doc.row(tex(F(ph + "'" * k)(x)), "=", tex(e.xreplace({d.act_arg: x})))
-    doc.heading(f"Process of layer {lv}", "c: coupling kernels, explicit in the order parameters of the adjacent layers")
+    doc.heading(f"Process of layer {lv}",
+                "c: coupling kernels, explicit in the order parameters of the adjacent layers")
     doc.row(tex(F(f"{u}[{lv}]")(T)), r"\sim", rf"\mathcal{{GP}}\left(0, {tex_name(f'{Phi}[{lv}-1]')}\right)")
     doc.row(tex(F(f"{rs}[{lv}]")(T)), r"\sim", rf"\mathcal{{GP}}\left(0, {tex_name(f'{G}[{lv}+1]')}\right)",
             "independent")
@@ -224,8 +226,8 @@ def _deep_blocks(doc: _Doc, d) -> None:
                 rf"\frac{{\partial \left\langle O_{{{tex_name(obs)}}} \right\rangle}}{{\partial q}}, "
                 rf"\quad q \in \left\{{{drivers}\right\}}")
     doc.heading("Response blocks and Schur complement", f"q1: kernels, K, {Dl} and their duals; q2: responses {A}, {B}")
-    doc.row(r"\Sigma_0", "=", r"-\left[\nabla^2_{q_1} S\right]^{-1} = \begin{pmatrix} U^{-1} \kappa U^{-T} & -U^{-1} \\ "
-            r"-U^{-T} & 0 \end{pmatrix}")
+    doc.row(r"\Sigma_0", "=", r"-\left[\nabla^2_{q_1} S\right]^{-1} = "
+            r"\begin{pmatrix} U^{-1} \kappa U^{-T} & -U^{-1} \\ -U^{-T} & 0 \end{pmatrix}")
     doc.row("M", "=", r"\nabla^2_{q_2} S + \nabla^2_{q_2 q_1} S \, \Sigma_0 \, \nabla^2_{q_1 q_2} S")
     doc.row(r"\Sigma_{11}", "=", r"\Sigma_0 - \Sigma_0 \, \nabla^2_{q_1 q_2} S \, M^{-1} \, \nabla^2_{q_2 q_1} S "
             r"\, \Sigma_0", "the physical block")
