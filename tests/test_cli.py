@@ -23,8 +23,8 @@ def test_bad_spec_exits_1_with_location(tmp_path):
 
 
 def test_missing_spec_file_is_a_clean_error(tmp_path):
-    r = dmftc("derive", str(tmp_path / "nope.dmft"))
-    assert r.returncode == 1 and "cannot read spec" in r.stderr and "Traceback" not in r.stderr
+    r = dmftc("derive", str(tmp_path / "nope.dmft"))        # a bad argument, not an error in a spec
+    assert r.returncode == 2 and "no such spec file" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bad_parameter_exits_2():
@@ -56,7 +56,7 @@ def test_derive_prints_equations():
     r = dmftc("derive", "specs/two_layer.dmft")
     assert r.returncode == 0 and "U[K, Delta](t, s) = - D[K, Delta](t, s)" in r.stdout
     r = dmftc("derive", "specs/two_layer.dmft", "--latex")
-    assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") == 1
+    assert r.returncode == 0 and r.stdout.count(r"\begin{align*}") >= 3 and "Sum(" not in r.stdout
 
 
 def dmftc_module():

@@ -71,7 +71,7 @@ def test_derive_prints_the_gradient_field(tmp_path):
 
     _load(tmp_path, *SURROGATE)
     text = format_deep_derivation(derive_deep(check(parse((tmp_path / "deep_g.dmft").read_text(), "deep_g.dmft"))))
-    assert ("g(t) = a(h(t)) z(t) + b(h(t)),   a = 1/(h(t)**2 + 1),   b = 0.2*sin(h(t))   (not gradient descent"
+    assert ("g(t) = a(h(t)) z(t) + b(h(t)),   a = 1/(h(t)^2 + 1),   b = 0.2*sin(h(t))   (not gradient descent"
             in text), text
 
 

@@ -134,5 +134,5 @@ def test_derive_report_mentions_every_block(two_layer):
                   "kappa[K, *]"):
         assert piece in text
     latex = format_derivation(two_layer, latex=True)
-    assert latex.count(r"\begin{align*}") == latex.count(r"\end{align*}") == 1
+    assert latex.count(r"\begin{align*}") == latex.count(r"\end{align*}") >= 3      # one per section
     assert latex.count("{") == latex.count("}")

@@ -237,7 +237,7 @@ def test_derive_prints_the_program():
     program = text[text.index("single-site program (one layer l"):]
     assert "sources constant in time: u[mu], r;  array axes (paths, mu, nu, time)" in program
     assert "g[l](t, mu) = sqrt(2)*z[l](t)*Heaviside(h[l](t, mu))" in program
-    assert "running sum _I1[mu](t + 1) = _I1[mu](t) + eta*Sum(Delta(t, nu)*g[l](t, nu)*Kx[mu, nu]" in program
+    assert "running sum _I1[mu](t + 1) = _I1[mu](t) + eta*sum(nu: Delta(t, nu)*g[l](t, nu)*Kx[mu, nu])" in program
     assert "readout -E_K + K[mu, nu](t) = 0" in program
 
 

@@ -13,6 +13,7 @@ import sympy as sp
 
 from dmftc.frontend import ast
 from dmftc.derive.deep import DeepDerivation, activation_functions
+from dmftc.derive.printing import dsl_str
 
 # ====================================================================== explicit small-T system
 
@@ -149,17 +150,17 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     w.append("field sensitivities (differentiating the field equations; X' = dX/dq, q at (t', s'); "
              "[..] is 1 if the condition holds):")
     tp, sq = sp.Symbol("t'"), sp.Symbol("s'")
-    w.append(f"  d{h}(t)/d{Dl}(t') = [t' < t] ({sp.sstr(dh_dD.subs(d.s, tp))}) {g}(t') "
+    w.append(f"  d{h}(t)/d{Dl}(t') = [t' < t] ({dsl_str(dh_dD.subs(d.s, tp))}) {g}(t') "
              f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{Dl}(t')")
-    w.append(f"  d{h}(t)/d{Phi}[{lv}-1](t', s') = [t' = t, s' < t] ({sp.sstr(dh_dPhi.subs(d.s, sq))}) {g}(s') "
+    w.append(f"  d{h}(t)/d{Phi}[{lv}-1](t', s') = [t' = t, s' < t] ({dsl_str(dh_dPhi.subs(d.s, sq))}) {g}(s') "
              f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{Phi}[{lv}-1](t', s')   [+ the source {u}: Price term below]")
-    w.append(f"  d{h}(t)/d{A}[{lv}-1](t', s') = [t' = t, s' < t] ({sp.sstr(dh_dA)}) {g}(s') "
+    w.append(f"  d{h}(t)/d{A}[{lv}-1](t', s') = [t' = t, s' < t] ({dsl_str(dh_dA)}) {g}(s') "
              f"+ sum_{{s<t}} c_{h}(t, s) d{g}(s)/d{A}[{lv}-1](t', s')")
-    w.append(f"  d{z}(t)/d{Dl}(t') = [t' < t] ({sp.sstr(dz_dD.subs(d.s, tp))}) {ph}({h}(t')) "
+    w.append(f"  d{z}(t)/d{Dl}(t') = [t' < t] ({dsl_str(dz_dD.subs(d.s, tp))}) {ph}({h}(t')) "
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{Dl}(t')")
-    w.append(f"  d{z}(t)/d{G}[{lv}+1](t', s') = [t' = t, s' < t] ({sp.sstr(dz_dG.subs(d.s, sq))}) {ph}({h}(s')) "
+    w.append(f"  d{z}(t)/d{G}[{lv}+1](t', s') = [t' = t, s' < t] ({dsl_str(dz_dG.subs(d.s, sq))}) {ph}({h}(s')) "
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{G}[{lv}+1](t', s')   [+ the source {rs}: Price term]")
-    w.append(f"  d{z}(t)/d{B}[{lv}+1](t', s') = [t' = t, s' <= t] ({sp.sstr(dz_dB.subs(d.s, sq))}) {ph}({h}(s')) "
+    w.append(f"  d{z}(t)/d{B}[{lv}+1](t', s') = [t' = t, s' <= t] ({dsl_str(dz_dB.subs(d.s, sq))}) {ph}({h}(s')) "
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{B}[{lv}+1](t', s')")
     w.append(f"  d{g}(t)/dq = (a'({h}(t)) {z}(t) + b'({h}(t))) d{h}(t)/dq + a({h}(t)) d{z}(t)/dq")
     w.append("Price-theorem term (a source covariance is an order parameter): for O = O(" + u + ") at fixed "
@@ -189,7 +190,7 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     return w
 
 
-def site_text(site, f=sp.sstr) -> list[str]:
+def site_text(site, f=dsl_str) -> list[str]:
     """What the saddle-point march runs (the single-site program of :mod:`dmftc.derive.site`)."""
     lv = site.layer
     terms = getattr(site, "terms", ())
@@ -217,7 +218,7 @@ def site_text(site, f=sp.sstr) -> list[str]:
 def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     m, r = d.model, d.roles
     lv, tv = m.layer_var, m.time_var
-    f = (lambda e: sp.latex(e)) if latex else sp.sstr
+    f = (lambda e: sp.latex(e)) if latex else dsl_str
     out = []
     w = out.append
     w(f"model {m.name}: deep network, layers {lv} = 1..{m.depth}, time {tv} = 0..{m.spec.time.steps_name}-1, "
@@ -257,7 +258,7 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({r['h']}(s)) + sum_{{s<t}} "
       f"c_{r['z']}(t, s) {m.activation.name}({r['h']}(s)),")
     w(f"      c0_{r['z']}(t, s) = {f(d.couplings.z_upto)},   c_{r['z']}(t, s) = {f(d.couplings.z_past)}")
-    ga, gb = (sp.sstr(e.subs(d.act_arg, sp.Symbol(f"{r['h']}(t)"))) for e in d.grad_abstract)
+    ga, gb = (dsl_str(e.subs(d.act_arg, sp.Symbol(f"{r['h']}(t)"))) for e in d.grad_abstract)
     w(f"  {r['g']}(t) = a({r['h']}(t)) {r['z']}(t) + b({r['h']}(t)),   a = {ga},   b = {gb}"
       + ("   (gradient descent)" if d.standard_gradient else "   (not gradient descent: a != "
                                                               f"{m.activation.name}' or b != 0)"))

@@ -13,10 +13,11 @@ import sympy as sp
 
 from dmftc.frontend.ast import to_text
 from dmftc.derive.two_layer import Derivation
+from dmftc.derive.printing import dsl_str
 from dmftc.ir.text import ix as _ix, timed
 
 
-def _timed(expr, d: Derivation, when: str):
+def at_time(expr, d: Derivation, when: str):
     """Attach a time argument to every quantity: Delta -> Delta(t); h[mu] -> h[mu](t)."""
     names = {n for n, _ in d.orders} | {f.name for f in d.fields} | {s.name for s in d.sample_sums + d.order_sums}
     return timed(expr, names, when)
@@ -42,11 +43,11 @@ def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
             same = d.saddle(r).coeff if r == c else sp.Integer(0)
             if c in d.saddle(r).same_time:                  # a constraint reading c(t) at the same time
                 rest = d.saddle(r).rest
-                same = _timed(sp.diff(rest, next(a for a in rest.free_symbols if a.name == c)), d, "t")
+                same = at_time(sp.diff(rest, next(a for a in rest.free_symbols if a.name == c)), d, "t")
             past = sp.Integer(0)
             for pt in d.past_terms:
                 if pt.row == r and pt.col == c:
-                    term = _timed(pt.at_t, d, "t") * _timed(pt.at_s, d, "s")
+                    term = at_time(pt.at_t, d, "t") * at_time(pt.at_s, d, "s")
                     if pt.dummies:
                         from dmftc.derive.symbolic import index_symbol
                         term = sp.Sum(term, *[(index_symbol(x), 1, sp.Symbol(d.index_size[x])) for x in pt.dummies])
@@ -57,21 +58,18 @@ def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
     return out
 
 
-def _fmt(expr, latex):
-    return sp.latex(expr) if latex else sp.sstr(expr)
-
-
 def format_derivation(d: Derivation, latex: bool = False) -> str:
+    if latex:
+        from dmftc.derive.report_latex import format_latex
+        return format_latex(d)
     if not isinstance(d, Derivation):  # a deep network (dmftc.derive.deep)
         from dmftc.derive.deep_blocks import format_deep_derivation
-        return format_deep_derivation(d, latex=latex)
+        return format_deep_derivation(d)
     spec = d.model.spec
-    f = lambda e, when="t": _fmt(_timed(e, d, when), latex)
+    f = lambda e, when="t": dsl_str(at_time(e, d, when))
     running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"
     L: list[str] = []
     w = L.append
-    if latex:
-        return _format_latex(d)
     w(f"model {spec.model.name}: {spec.model.description}")
     single = [s.name for s in d.saddles if s.observable is not None]
     cons = [s.name for s in d.saddles if s.observable is None]
@@ -99,7 +97,7 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
             lhs = f"d{t.target.replace('∫', 'I')}{_ix(t.indices[:len(t.indices) - len(d.primed[t.driver])])}(t)" \
                   f"/d{t.driver}{_ix(d.primed[t.driver])}(s')"
             kind = "increment" if t.target.startswith("∫") else "value"
-            w(f"  {lhs} {'+= eta *' if kind == 'increment' else '='} {f(t.expr)}")
+            w(f"  {lhs} += {f(sp.Symbol('eta') * t.expr)}" if kind == "increment" else f"  {lhs} = {f(t.expr)}")
         w("")
     w("Hessian blocks (N Cov(q) -> Sigma = U^-1 kappa U^-T):")
     for s in d.saddles:
@@ -110,12 +108,14 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     for (r, c), b in u_blocks(d).items():
         parts = []
         if b.same != 0:
-            parts.append(f"{_fmt(b.same, False)} delta(t,s)")
+            parts.append("delta(t,s)" if b.same == 1 else f"{dsl_str(b.same)} delta(t,s)")
         if b.past != 0:
-            parts.append(f"Theta(t-s) {_fmt(b.past, False)}")
+            parts.append(f"Theta(t-s) ({dsl_str(b.past)})" if isinstance(b.past, sp.Add)
+                         else f"Theta(t-s) {dsl_str(b.past)}")
+        text = " + ".join(parts)
         if b.has_d:
-            parts.append(f"- D[{r}, {c}](t, s)")
-        w(f"  U[{r}, {c}](t, s) = {' + '.join(parts)}")
+            text += f"{' ' if text else ''}- D[{r}, {c}](t, s)"
+        w(f"  U[{r}, {c}](t, s) = {text}")
     if d.singular:
         w("")
         w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
@@ -139,29 +139,10 @@ def site_program_text(site) -> str:
                + (f";  array axes (paths, {', '.join(a for a, _ in site.axes)}, time)" if site.axes else ""))
     out += site_text(site)[1:]
     for n, idx, scope, inc in site.sums:
-        out.append(f"  running sum {n}{_ix(idx)}(t + 1) = {n}{_ix(idx)}(t) + {sp.sstr(inc)}   ({scope}; after the "
+        out.append(f"  running sum {n}{_ix(idx)}(t + 1) = {n}{_ix(idx)}(t) + {dsl_str(inc)}   ({scope}; after the "
                    "readouts of step t)")
     for name, coeff, rest, avgs in site.readouts:
-        means = "; ".join(f"{sym} = <{sp.sstr(e)}>" for sym, e in avgs)
-        lhs = sp.sstr(coeff * sp.Symbol(f"{name}{_ix(ix.get(name, ()))}(t)") + rest)
+        means = "; ".join(f"{sym} = <{dsl_str(e)}>" for sym, e in avgs)
+        lhs = dsl_str(coeff * sp.Symbol(f"{name}{_ix(ix.get(name, ()))}(t)") + rest)
         out.append(f"  readout {lhs} = 0" + (f",  {means}" if means else ""))
     return "\n".join(out)
-
-
-def _format_latex(d: Derivation) -> str:
-    f = lambda e, when="t": sp.latex(_timed(e, d, when))
-    L = ["% generated by dmftc derive --latex", r"\begin{align*}"]
-    rows = []
-    for s in d.sample_sums + d.order_sums:
-        rows.append(rf"{s.name.replace('∫', 'I_{')}}}(t) &= \eta \sum_{{s<t}} {f(s.increment, 's')}")
-    for fd in d.fields:
-        rows.append(rf"{sp.latex(sp.Symbol(fd.name))}(t) &= {f(fd.expr)}")
-    for s in d.saddles:
-        rhs = rf"\left\langle {f(s.observable)} \right\rangle" if s.observable is not None else "0"
-        rows.append(rf"{f(s.coeff * sp.Symbol(s.name) + s.rest)} &= {rhs}")
-    for t in d.observable_tangents:
-        rows.append(rf"D_{{{sp.latex(sp.Symbol(t.target))},{sp.latex(sp.Symbol(t.driver))}}}(t,s') &= "
-                    rf"\left\langle {f(t.expr)} \right\rangle")
-    L.append(" \\\\\n".join(rows))
-    L.append(r"\end{align*}")
-    return "\n".join(L)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from dmftc.derive.printing import dsl_str
 from dmftc.derive.symbolic import ONEHOT
 from dmftc.frontend.ast import to_text
 from dmftc.ir.nodes import ModelIR, OrderParameter
@@ -43,7 +44,7 @@ def format_ir(ir: ModelIR) -> str:
     spec = ir.model.spec
     tv, steps, step = ir.time
     names = {o.name for o in ir.orders} | {f.name for f in ir.fields} | {s.name for s in ir.sample_sums + ir.order_sums}
-    f = (lambda e, when=tv: sp.sstr(timed(e, names, when))) if ir.kind == "two_layer" else sp.sstr
+    f = (lambda e, when=tv: dsl_str(timed(e, names, when))) if ir.kind == "two_layer" else dsl_str
     L: list[str] = []
     w = L.append
     w(f"IR of {spec.model.name} ({ir.kind.replace('_', '-')}): {spec.model.description}")
@@ -57,7 +58,7 @@ def format_ir(ir: ModelIR) -> str:
         if mask is not None:
             w(f"  (update mask {mask}: each coupling at s is multiplied by {mask} of the point of s; 0 on a test point)")
     for name, x, body in ir.activations:
-        w(f"activation {name}({x}) = {sp.sstr(body)}".replace("__x", "x"))
+        w(f"activation {name}({x}) = {dsl_str(body)}".replace("__x", "x"))
     w("")
     w("order parameters:")
     for o in ir.orders:
@@ -95,5 +96,5 @@ def format_ir(ir: ModelIR) -> str:
         w("")
         w("boundaries:")
         for b in ir.boundaries:
-            w(f"  {b.name}[{b.layer}]({tv}, s) = {sp.sstr(b.value)}")
+            w(f"  {b.name}[{b.layer}]({tv}, s) = {dsl_str(b.value)}")
     return "\n".join(L)
