@@ -19,7 +19,7 @@ from dmftc.runtime.sampling import SAMPLERS
 
 __all__ = ["SolveOptions", "check_dirac_width", "check_integer", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
 
-BACKENDS = ("auto", "exact", "mc")
+BACKENDS = ("auto", "exact", "mc", "cubature")
 # options that one kind of engine reads and the other has no use for; given for the other kind they are an error
 DEEP_ONLY = {
     "propagator_samples": "two-layer specs compute the propagator from the same paths as the means (samples)",
@@ -58,8 +58,9 @@ class SolveOptions:
 
     ``samples`` single-site paths in ``groups`` independent groups, seeded by ``seed`` (for the means; a
     two-layer spec's propagator too); ``dirac_width``: the width of the Gaussians that stand for delta functions
-    of a kinked activation's derivatives; ``backend``: 'auto', 'exact' (Gaussian moments, linear processes only)
-    or 'mc'; ``sampler``: the paths' standard normals, 'sobol' or 'random' (None: the engine's default);
+    of a kinked activation's derivatives; ``backend``: 'auto', 'exact' (Gaussian moments, linear processes only),
+    'mc', or 'cubature' (two-layer specs: Gauss-Hermite nodes over the sources, at most ``samples`` of them,
+    :mod:`dmftc.runtime.cubature`); ``sampler``: the paths' standard normals, 'sobol' or 'random' (None: the engine's default);
     ``progress``: a progress bar on stderr; ``correction``: also the O(1/N) mean correction.  Two-layer specs
     only: ``batch`` (paths per kernel call) and ``devices`` (None: one device; 'all' or a number: each sample
     group's paths sharded over that many JAX devices, :mod:`dmftc.runtime.devices`).  Deep specs only:
@@ -112,6 +113,11 @@ class SolveOptions:
         """The keyword options of the engine of ``kind`` ('deep' or 'two-layer'), after checking that no option
         of the other kind was given; options left at None take the engine's default."""
         other = TWO_LAYER_ONLY if kind == "deep" else DEEP_ONLY
+        if kind == "deep" and self.backend == "cubature":
+            raise ParameterError(
+                "the cubature backend integrates over sources that are constant in time (two-layer specs); a deep "
+                "spec's sources are Gaussian processes whose covariances are order parameters: use backend "
+                "'auto' or 'mc'")
         for name, why in other.items():
             if getattr(self, name) is not None:
                 which = "two-layer" if kind == "deep" else "deep"

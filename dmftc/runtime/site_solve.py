@@ -22,6 +22,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime import kernels as _k
+from dmftc.runtime.cubature import two_layer_cubature
 from dmftc.runtime.devices import describe, path_mesh, place_paths, rows_for
 from dmftc.runtime.geometry import Geometry, source_factors
 from dmftc.runtime.params import resolve_params
@@ -84,6 +85,10 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     if backend == "exact" and mod.NONLINEAR is not None:
         raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
     exact = backend == "exact" or (backend == "auto" and mod.NONLINEAR is None)
+    cubature = backend == "cubature"
+    if cubature and correction:
+        raise ParameterError("the cubature backend does not compute the O(1/N) mean correction yet: use "
+                             "backend='mc' (or 'exact' for a linear spec) with correction=True")
     p, sz, T = resolve_params(mod, kwargs, dirac_width=dirac_width)
     geo = Geometry(mod, sz)
     width = float(p.get("dirac width", 0.0))
@@ -118,6 +123,16 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
                 placed = padded
             timings["mean correction"] = _time.perf_counter() - t0
         n_paths, seed_used, samples, seed = samples, seed, None, None
+    elif cubature:
+        bar = Progress(f"{mod.MODEL} cubature", 1, enabled=progress)
+        t0 = _time.perf_counter()
+        cub = two_layer_cubature(mod, p, sz, T, samples)
+        timings["cubature"] = _time.perf_counter() - t0
+        bar.advance(note="two levels")
+        bar.close()
+        sigma, U, kappa, cond = cub["sigma"], cub["U"], cub["kappa"], cub["condition"]
+        means, var_se, batch_used = cub["q"], cub["var_err"], None
+        samples, seed = cub["points"][0], None
     else:
         draws = sample_draws(mod, p, sz, samples, seed, sampler, edges)
         batch_used = path_batch(mod, sz, T, size, batch)
@@ -163,17 +178,32 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
         sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
         cond = max(r[4] for r in results)
         var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
-    if exact:
+    if exact or cubature:
         U, kappa = coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :]
     mean_se = None
-    if not exact and sampler == "sobol" and G > 1:     # randomised QMC: the groups' spread, not sqrt(var / samples)
+    if cubature:                                       # the two levels' difference
+        mean_se = np.zeros((T, geo.m))
+        for k, err in cub["q_err"].items():
+            n = geo.size(k)
+            mean_se[:, geo.offset[k]:geo.offset[k] + n] = err.reshape(n, T).T
+    elif not exact and sampler == "sobol" and G > 1:     # randomised QMC: the groups' spread, not sqrt(var / samples)
         mean_se = np.zeros((T, geo.m))
         for k in means:
             spread = np.std([r[0][k] for r in results], axis=0, ddof=1) / np.sqrt(G)
             n = geo.size(k)
             mean_se[:, geo.offset[k]:geo.offset[k] + n] = spread.reshape(n, T).T
     check_variances(np.diag(sigma), var_se, geo)
-    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "mc", "sampler": None if exact else sampler}
+    diagnostics = {"u_condition": cond, "backend": "exact" if exact else "cubature" if cubature else "mc",
+                   "sampler": None if exact or cubature else sampler}
+    if cubature:
+        diagnostics["cubature"] = {
+            "rule": "tensor-product Gauss-Hermite", "coordinates": cub["dimension"], "nodes": list(cub["nodes"]),
+            "points": list(cub["points"]),
+            "error": "standard errors are the difference between the two levels (a bound for smooth integrands)"}
+        if mod.SINGULAR:
+            diagnostics["cubature"]["approximation"] = (
+                "the activation is not smooth: the rule converges algebraically and the two-level difference may "
+                "understate the error")
     if kink is not None:
         diagnostics["kink"] = kink_report(kink[0], var_se, np.diag(sigma), width, kink[1])
     blocks = DenseBlocks(T, geo.comp_shape, geo.offset, geo.m, sigma, var_se, kappa, U)
