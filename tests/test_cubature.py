@@ -25,7 +25,7 @@ def test_linear_spec_equals_the_exact_backend():
         assert np.max(cu.var_stderr(n)) <= 1e-10 * vs
 
 
-def test_tanh_agrees_with_monte_carlo_and_its_error_is_small():
+def test_tanh_agrees_with_monte_carlo_and_its_error_is_small(tmp_path):
     """tanh in rich training (gamma = 1.5, y = -0.8, T = 12): every N Var and mean within z <= 4 of a Monte Carlo
     solve (its standard errors and the rule's two-level error combined), and the rule's estimated error (24 against
     18 nodes per coordinate) below 1% of each curve's peak and below Monte Carlo's largest standard error."""
@@ -34,6 +34,10 @@ def test_tanh_agrees_with_monte_carlo_and_its_error_is_small():
     cu = m.solve(backend="cubature", samples=14000, **kw)
     assert cu.info["diagnostics"]["cubature"]["nodes"] == [24, 18]
     mc = m.solve(backend="mc", samples=40000, seed=3, **kw)
+    from dmftc.runtime.plot import CUBATURE_BAND, MC_BAND
+    fig = cu.plot(tmp_path / "c.png", return_fig=True)         # the bands say what they are
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert CUBATURE_BAND in legend and MC_BAND not in legend
     for n in mc.observables:
         peak = np.max(np.abs(mc.var(n)))
         err = np.asarray(cu.var_stderr(n))

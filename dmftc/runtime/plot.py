@@ -12,9 +12,10 @@ import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
 
-__all__ = ["plot_solution", "symbol", "MC_BAND", "width_band_label", "ensemble_label"]
+__all__ = ["plot_solution", "symbol", "MC_BAND", "CUBATURE_BAND", "width_band_label", "ensemble_label"]
 
 MC_BAND = "±2 s.e. (Monte Carlo)"
+CUBATURE_BAND = "±2 x estimated cubature error"
 _WIDTH_GREY, _WIDTH_DARK = "0.45", "0.2"      # the predicted width-N ensemble: grey beneath the coloured N = inf
 _GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
           "nu", "xi", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "Gamma", "Delta",
@@ -80,7 +81,8 @@ def _title(sol, width) -> str:
         parts.append(rf"$\eta$ = {float(sol.times[1] - sol.times[0]):.4g}")
     parts.append(f"T = {sol.T}")
     samples = sol.info.get("samples")
-    how = "exact" if samples is None else f"{samples} samples"
+    cub = sol.info.get("diagnostics", {}).get("cubature")
+    how = ("exact" if samples is None else f"cubature, {samples} nodes" if cub else f"{samples} samples")
     if sol.info.get("propagator_samples"):
         how += f" (propagator {sol.info['propagator_samples']})"
     if sol.info.get("singular") and sol.info.get("dirac_width"):
@@ -143,7 +145,9 @@ class _Panel:
         self.missing = self.missing_width = None
         self.members = []            # (label, colour) of the curves, for a legend when there are several
         # the exact backend has no Monte Carlo error: its (zero-width) bands stay out of the legend
-        self.band_label = "_exact: no Monte Carlo error" if sol.info.get("samples") is None else MC_BAND
+        cubature = sol.info.get("diagnostics", {}).get("cubature")
+        self.band_label = ("_exact: no Monte Carlo error" if sol.info.get("samples") is None
+                           else CUBATURE_BAND if cubature else MC_BAND)
 
     def draw(self, name, colour_of):
         sol, t = self.sol, self.t
@@ -266,7 +270,7 @@ def plot_solution(sol, path, width=None, ensemble=None, return_fig: bool = False
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    order = ["N = ∞", MC_BAND] + ([f"mean at N = {width:g} (to O(1/N))", width_band_label(width)] if width else []) \
+    order = ["N = ∞", MC_BAND, CUBATURE_BAND] + ([f"mean at N = {width:g} (to O(1/N))", width_band_label(width)] if width else []) \
         + ([ensemble_label(ensemble)] if ensemble is not None else [])
     labels = [lab for lab in order if lab in handles]
     fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center", ncol=len(labels), fontsize=8,

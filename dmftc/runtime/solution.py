@@ -337,6 +337,10 @@ class Solution:
         backend = d.get("backend", "mc")
         if backend == "exact" or self.info.get("samples") is None:
             how = "exact"
+        elif backend == "cubature":
+            c = d.get("cubature", {})
+            how = (f"cubature = {c.get('nodes', ['?'])[0]}^{c.get('coordinates', '?')} Gauss-Hermite nodes, "
+                   "se = difference to a coarser rule")
         else:
             how = f"samples = {self.info.get('samples')}"
             if d.get("sampler") == "sobol":
