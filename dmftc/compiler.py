@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dmftc import __version__
+from dmftc.version import __version__
 from dmftc.frontend.check import check
 from dmftc.codegen import emit
 from dmftc.derive import derive

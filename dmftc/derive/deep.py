@@ -220,7 +220,7 @@ class _Deriver(DeepLowering):
         positions = [("h", eqs[h].body.pos), ("z", eqs[z].body.pos)]
         positions += [(sc.name, m.definitions[sc.name].pos) for sc in scalars]
         positions += [(f"{name}[{ref.text()}]", eq.pos) for name, bs in m.boundaries.items() for ref, eq in bs]
-        from dmftc.derive.site import site_program
+        from dmftc.derive.site_lowering import site_program
 
         grad = self.gradient_derivatives(grad_abstract, phis, eqs[g])
         return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,

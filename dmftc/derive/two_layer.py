@@ -16,7 +16,7 @@ from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import ONEHOT, chain, diff_indexed, index_symbol, quantity, singular_terms, unsupported
 from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
-from dmftc.frontend.check import Model
+from dmftc.frontend.check_two_layer import Model
 from dmftc.ir.nodes import Field, ModelIR, OrderParameter, RunningSum, Source
 from dmftc.ir.two_layer import _FINITE_HINT, IndexNames, _handle, lower_two_layer
 
@@ -216,7 +216,7 @@ def derive_two_layer(model) -> Derivation:
     """Derive a checked two-layer model or its IR (any kind of spec: :func:`dmftc.derive.derive`)."""
     from dataclasses import replace
 
-    from dmftc.derive.site import site_program
+    from dmftc.derive.site_lowering import site_program
 
     ir = model if isinstance(model, ModelIR) else lower_two_layer(model)
     d = _Deriver(ir).run()

@@ -17,7 +17,7 @@ from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import base_name, contract, diff_indexed, free_indices, index_symbol, quantity
 from dmftc.errors import SpecError, StructureSpecError
 from dmftc.frontend import ast
-from dmftc.frontend.check import Model
+from dmftc.frontend.check_two_layer import Model
 from dmftc.ir.nodes import Axis, Field, ModelIR, OrderParameter, RunningSum, Source
 
 _BUILTINS = BUILTINS

@@ -93,9 +93,9 @@ def _compiler_key() -> bytes:
     import lark
     import sympy
 
-    import dmftc
+    from dmftc.version import __version__
 
-    digest = hashlib.sha256(f"{dmftc.__version__} {sympy.__version__} {lark.__version__}".encode())
+    digest = hashlib.sha256(f"{__version__} {sympy.__version__} {lark.__version__}".encode())
     package = Path(__file__).resolve().parents[1]
     files = [package.parent / "grammars" / "dmft.lark"]
     for part in _COMPILER_SOURCES:
