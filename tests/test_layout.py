@@ -78,10 +78,15 @@ def test_only_tests_use_the_reference_package(tmp_path):
 
 import ast as _ast  # noqa: E402
 
-# Edges that close a cycle through a file being edited elsewhere, listed only until that file changes:
-# runtime/solution.py and runtime/labelled.py read ``from dmftc import __version__`` (inside a function) while
-# dmftc/__init__ imports them; they should read ``from dmftc.version import __version__``.
-KNOWN_EDGES = {("dmftc.runtime.solution", "dmftc"), ("dmftc.runtime.labelled", "dmftc")}
+# Edges that close a cycle through a file being edited elsewhere (runtime/solution.py, runtime/labelled.py), listed
+# only until those files change; test_known_exceptions_are_still_needed fails once one is gone, to shorten the list.
+# * solution.py:236 and labelled.py:134 read ``from dmftc import __version__`` (inside a function) while
+#   dmftc/__init__ imports both: they should read ``from dmftc.version import __version__``.
+# * labelled.py:135 imports ``jsonable`` from solution.py, whose Solution.to_xarray imports labelled.py
+#   (solution_dataset): ``jsonable`` should move to a leaf module (e.g. dmftc/runtime/jsonable.py, no dmftc
+#   imports) that labelled.py, solution.py and runtime/sweep.py import.
+KNOWN_EDGES = {("dmftc.runtime.solution", "dmftc"), ("dmftc.runtime.labelled", "dmftc"),
+               ("dmftc.runtime.labelled", "dmftc.runtime.solution")}
 # Private names imported across modules from within those files (same reason); empty when none.
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
@@ -258,6 +263,13 @@ def private_imports(root: Path) -> list[tuple[str, int, str]]:
 def test_no_import_cycles():
     cycles = import_cycles(PKG, KNOWN_EDGES)
     assert not cycles, "import cycles in dmftc:\n" + "\n".join(cycles)
+
+
+def test_known_exceptions_are_still_needed():
+    graph = import_graph(PKG)
+    gone = [edge for edge in KNOWN_EDGES if edge[1] not in graph.get(edge[0], {})]
+    found = {(m, what) for m, _, what in private_imports(PKG)}
+    assert not gone and KNOWN_PRIVATE <= found, f"drop from the allow-lists: {gone} {KNOWN_PRIVATE - found}"
 
 
 def test_no_private_names_across_modules():

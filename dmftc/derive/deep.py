@@ -28,7 +28,7 @@ import sympy as sp
 
 from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
 from dmftc.frontend.check_deep import DeepModel
-from dmftc.ir.deep import DeepLowering, _ref, activation_functions, lower_deep
+from dmftc.ir.deep import DeepLowering, layer_ref, activation_functions, lower_deep
 from dmftc.ir.nodes import ModelIR
 from dmftc.errors import SpecError, StructureSpecError
 
@@ -181,7 +181,7 @@ class _Deriver(DeepLowering):
         # boundaries
         bounds = {}
         for b in ir.boundaries:
-            bounds.setdefault(b.name, []).append((_ref(b.layer, m), b.value))
+            bounds.setdefault(b.name, []).append((layer_ref(b.layer, m), b.value))
         bounds = {k: tuple(v) for k, v in bounds.items()}
         # scalar order parameters
         scalars = []
