@@ -125,9 +125,9 @@ def import_generated(target: Path, spec_path) -> object:
 def build_module(spec_path, out_dir=None):
     """The generated module of ``spec_path``, imported: compiled first if it is missing or stale."""
     spec_path = Path(spec_path)
-    target, _ = compile_spec(spec_path, out_dir) if is_stale(spec_path, out_dir) else (output_path(spec_path, out_dir), False)
+    target = compile_spec(spec_path, out_dir)[0] if is_stale(spec_path, out_dir) else output_path(spec_path, out_dir)
     return import_generated(target, spec_path)
 
 
-__all__ = ["REPO_ROOT", "DEFAULT_OUT", "atomic_write", "build_module", "compile_spec", "display_path", "front_end", "front_end_ir",
-           "generate", "import_generated", "is_stale", "output_path"]
+__all__ = ["REPO_ROOT", "DEFAULT_OUT", "atomic_write", "build_module", "compile_spec", "display_path", "front_end",
+           "front_end_ir", "generate", "import_generated", "is_stale", "output_path"]

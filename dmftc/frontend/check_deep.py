@@ -198,7 +198,8 @@ class _DeepChecker(DeepExpressionChecks, Checker):
         for name in families + responses:
             if name not in definitions:
                 sym = self.symbols[name]
-                raise self.err(StructureSpecError, f"{kind_phrase(sym)} '{name}' has no definition at layer '{lay.var}'",
+                raise self.err(StructureSpecError,
+                               f"{kind_phrase(sym)} '{name}' has no definition at layer '{lay.var}'",
                                sym.pos, hint=f"add '{name}[{lay.var}]({tm.var}, s) = E[...]'")
         for name in scalars:
             if name not in definitions:
@@ -218,7 +219,8 @@ class _DeepChecker(DeepExpressionChecks, Checker):
         for e in ast.walk(act.body):
             sym = self.symbols.get(e.name) if isinstance(e, ast.Name) and e.name != act.arg else None
             if sym is not None and sym.kind != "param":
-                raise self.err(StructureSpecError, f"an activation cannot depend on {kind_phrase(sym)} '{e.name}'", e.pos,
+                raise self.err(StructureSpecError,
+                               f"an activation cannot depend on {kind_phrase(sym)} '{e.name}'", e.pos,
                                hint="an activation is a function of its argument and parameters only")
         gps = tuple(self.gp_source(src) for src in s.sources)
         for f in fields:
@@ -294,7 +296,8 @@ class _DeepChecker(DeepExpressionChecks, Checker):
         var, off = m.group("var"), int(m.group("off") or 0)
         if var not in (self.layer_var, self.depth) and var not in getattr(self, "_layer_locals", ()):
             sym = self.symbols.get(var)
-            raise self.err(NameSpecError, f"'{var}' is not a layer index" + (f" (it is {kind_phrase(sym)})" if sym else ""),
+            raise self.err(NameSpecError,
+                           f"'{var}' is not a layer index" + (f" (it is {kind_phrase(sym)})" if sym else ""),
                            self.word_pos(var, pos),
                            hint=f"layer indices are '{self.layer_var}', the depth '{self.depth}', numbers, "
                                 f"or shifts such as {self.layer_var}-1")

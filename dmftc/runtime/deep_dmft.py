@@ -167,8 +167,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     ``points``: P of a spec on several training points (T = its (time, point) steps)."""
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    out = compiled_march(L, T, False, spec, direct=True, keep=True, points=points)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts),
-                                                               traced(prm))
+    march = compiled_march(L, T, False, spec, direct=True, keep=True, points=points)
+    out = march(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), traced(prm))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
     out = {k: np.asarray(v) for k, v in out.items()}
     out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out.pop("Cu"))

@@ -144,10 +144,11 @@ _DUAL_CACHE: dict = {}
 
 
 def dual_positions(T: int, points: int = 1) -> np.ndarray:
-    """Positions in the local vector of ln Z_l (:func:`dmftc.runtime.deep_action.log_z_local` order) of the DUAL directions of the causal
-    solve (:func:`dmftc.runtime.causal_solve.causal_order`): the hats Phi_hat, G_hat, Delta_hat and the
-    anti-causal couplings, A(t, s) with time(s) >= time(t) and B(t, s) with time(s) > time(t) (time = step //
-    points).  The same for every layer (a boundary layer's constant entries are among them, harmlessly)."""
+    """Positions in the local vector of ln Z_l (:func:`dmftc.runtime.deep_action.log_z_local` order) of the DUAL
+    directions of the causal solve (:func:`dmftc.runtime.causal_solve.causal_order`): the hats Phi_hat, G_hat,
+    Delta_hat and the anti-causal couplings, A(t, s) with time(s) >= time(t) and B(t, s) with time(s) > time(t)
+    (time = step // points). The same for every layer (a boundary layer's constant entries are among them,
+    harmlessly)."""
     nt = T * (T + 1) // 2
     time = np.arange(T) // points
     t_full, s_full = (time[k] for k in np.divmod(np.arange(T * T), T))

@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields
 from dmftc.errors import ParameterError
 from dmftc.runtime.sampling import SAMPLERS
 
-__all__ = ["SolveOptions", "check_dirac_width", "check_integer", "check_number", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
+__all__ = ["SolveOptions", "check_dirac_width", "check_integer", "check_number", "BACKENDS", "DEEP_ONLY",
+           "TWO_LAYER_ONLY"]
 
 BACKENDS = ("auto", "exact", "mc")
 # options that one kind of engine reads and the other has no use for; given for the other kind they are an error

@@ -1,10 +1,10 @@
 """Parameter sweeps of a compiled model (:meth:`dmftc.runtime.model.CompiledModel.sweep`): one solve per value,
 serially or as Dask tasks, gathered into one ``xarray.Dataset`` with the swept parameter as a dim.
 
-With a ``dask.distributed`` client every value is one task (:func:`dmftc.runtime.model.solve_task`): the worker loads the model from
-its spec file (the generated module in the same folder as in the caller; once per worker process and spec text),
-solves, and returns the solution's Dataset, which pickles as plain arrays.  The seeds are the caller's, so the
-sweep equals the serial one.
+With a ``dask.distributed`` client every value is one task (:func:`dmftc.runtime.model.solve_task`): the worker
+loads the model from its spec file (the generated module in the same folder as in the caller; once per worker
+process and spec text), solves, and returns the solution's Dataset, which pickles as plain arrays. The seeds are the
+caller's, so the sweep equals the serial one.
 """
 from __future__ import annotations
 
