@@ -77,6 +77,7 @@ def test_only_tests_use_the_reference_package(tmp_path):
 # ``from p import name`` where ``name`` is not a submodule is an edge to ``p``.
 
 import ast as _ast  # noqa: E402
+import functools  # noqa: E402
 
 # Edges that close a cycle through a file being edited elsewhere (runtime/solution.py, runtime/labelled.py), listed
 # only until those files change; test_known_exceptions_are_still_needed fails once one is gone, to shorten the list.
@@ -89,6 +90,17 @@ KNOWN_EDGES = {("dmftc.runtime.solution", "dmftc"), ("dmftc.runtime.labelled", "
                ("dmftc.runtime.labelled", "dmftc.runtime.solution")}
 # Private names imported across modules from within those files (same reason); empty when none.
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: str, stamp: tuple) -> _ast.Module:
+    return _ast.parse(Path(path).read_text())
+
+
+def _tree(path: Path) -> _ast.Module:
+    """The file's syntax tree, parsed once per version of the file."""
+    st = path.stat()
+    return _parsed(str(path), (st.st_mtime_ns, st.st_size))
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -111,7 +123,7 @@ def _resolve(mod: str, is_pkg: bool, node: _ast.ImportFrom) -> str:
 
 def _import_nodes(path: Path):
     """(line, imported module, [(name, alias)] or None for ``import m``) of every import in the file."""
-    for node in _ast.walk(_ast.parse(path.read_text())):
+    for node in _ast.walk(_tree(path)):
         if isinstance(node, _ast.Import):
             for a in node.names:
                 yield node.lineno, a.name, None, a.asname
@@ -122,7 +134,7 @@ def _import_nodes(path: Path):
 def _runs_imports(path: Path, top: str) -> bool:
     """Whether running the file imports a module of the package ``top`` (imports in functions and under
     ``if TYPE_CHECKING`` do not run)."""
-    todo = list(_ast.parse(path.read_text()).body)
+    todo = list(_tree(path).body)
     while todo:
         node = todo.pop()
         if isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.Lambda)):
@@ -253,7 +265,7 @@ def private_imports(root: Path) -> list[tuple[str, int, str]]:
                     aliases[a or n] = f"{base}.{n}"
                 if _private(n) and base != mod:
                     found.append((mod, line, f"{base}.{n}"))
-        for node in _ast.walk(_ast.parse(path.read_text())):
+        for node in _ast.walk(_tree(path)):
             if (isinstance(node, _ast.Attribute) and _private(node.attr) and isinstance(node.value, _ast.Name)
                     and aliases.get(node.value.id, mod) != mod):
                 found.append((mod, node.lineno, f"{aliases[node.value.id]}.{node.attr}"))
