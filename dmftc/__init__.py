@@ -4,7 +4,7 @@ Stages: parse -> check -> derive -> lower -> emit (see :mod:`dmftc.compiler`),
 then a runtime (:mod:`dmftc.runtime.solve`) that marches the spec's single-site program to the saddle point
 and forms the propagator Sigma = U^-1 kappa U^-T.
 """
-__version__ = "0.1.0"
+from dmftc.version import __version__  # noqa: F401
 
 # 64-bit floats and JAX's persistent compilation cache (where: jax_cache_dir), set before anything compiles
 from dmftc.jax_setup import CACHE_DIR as jax_cache_dir  # noqa: E402

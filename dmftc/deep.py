@@ -65,7 +65,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     act = as_activation(activation, width)
     params = {"gamma": gamma, "y": y, "eta": eta}
     if act.linear:
-        from dmftc.runtime.deep_model import as_model
+        from dmftc.runtime.standard_spec import as_model
 
         L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
         if model is None and isinstance(activation, str):      # the standard network: its compiled spec

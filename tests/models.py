@@ -26,7 +26,7 @@ def assert_site_moments_equal_autodiff(activation, model, *, L=3, T=3, S=64, see
     import jax.numpy as jnp
     import numpy as np
 
-    from dmftc.runtime.deep_action import Layout, _gather_local, saddle_point_vector
+    from dmftc.runtime.deep_action import Layout, gather_local, saddle_point_vector
     from dmftc.runtime.deep_propagator import mc_saddle
     from dmftc.reference.deep_autodiff import autodiff_estimator
     from dmftc.runtime.local_estimator import estimator
@@ -37,7 +37,7 @@ def assert_site_moments_equal_autodiff(activation, model, *, L=3, T=3, S=64, see
     x0 = saddle_point_vector(sad)
     names = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe")
     for l in range(1, L + 1):
-        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+        v, _ = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
         fast, ref = (est.moments(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
                      for est in (estimator(T, activation, l > 1, l < L),
                                  autodiff_estimator(T, activation, l > 1, l < L, method="struct")))

@@ -95,7 +95,7 @@ def test_dual_positions_of_a_local_vector_are_the_causal_solve_duals(T, points):
     """The directions along which the linear propagator differentiates each ln Z_l (dmftc.runtime.deep_linear.
     dual_positions) are exactly the local variables that the causal order calls dual, in every layer (restricted
     to the entries that are variables there), and they are half of all directions."""
-    from dmftc.runtime.deep_action import _gather_local
+    from dmftc.runtime.deep_action import gather_local
     from dmftc.runtime.deep_linear import dual_positions
 
     L = 3
@@ -104,7 +104,7 @@ def test_dual_positions_of_a_local_vector_are_the_causal_solve_duals(T, points):
     dual = dual_positions(T, points)
     x = np.zeros(lay.n)
     for l in (1, 2, 3):
-        _, idx = _gather_local(x, lay, l)
+        _, idx = gather_local(x, lay, l)
         var = idx >= 0
         want = np.flatnonzero(var & ~co.is_primal[np.where(var, idx, 0)])
         got = dual[var[dual]]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import dmftc
-from dmftc import compiler
+from dmftc import build
 from dmftc.compiler import compile_spec, generate, is_stale, output_path
 
 # A fixed small spec (the shipped eos.dmft), so that edits of the shipped specs do not change these tests.
@@ -128,14 +128,14 @@ def test_load_rebuilds_a_module_generated_from_another_spec_hash(tmp_path, monke
     spec.write_text(EOS.replace("param y = 1.0", "param y = 2.0"))
     assert is_stale(spec, out)
 
-    real_write = compiler.atomic_write
+    real_write = build.atomic_write
 
     def write_within_the_same_second(path, text):  # what a fast edit-and-reload loop produces
         changed = real_write(path, text)
         os.utime(path, ns=(old_mtime, old_mtime))
         return changed
 
-    monkeypatch.setattr(compiler, "atomic_write", write_within_the_same_second)
+    monkeypatch.setattr(build, "atomic_write", write_within_the_same_second)
     m2 = dmftc.load(spec, out)
     new_text = target.read_text()
     assert new_text != old_text and len(new_text) == len(old_text)

@@ -142,7 +142,7 @@ def test_kink_in_phi_prime_gets_means_and_a_refused_propagator(tmp_path):
 def test_default_model_checks_its_parameters(kw, match):
     """as_model without a model builds the standard network from its compiled spec; bad values are refused
     before they key its cache (a ParameterError, not a TypeError)."""
-    from dmftc.runtime.deep_model import as_model
+    from dmftc.runtime.standard_spec import as_model
 
     with pytest.raises(ParameterError, match=match):
         as_model(None, **kw)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_action import Layout, _gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.deep_action import Layout, gather_local, observable_names, saddle_point_vector
 from dmftc.reference.dense_hessian import action_hessian, dense_linear_propagator
 from dmftc.runtime.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
 
@@ -203,11 +203,11 @@ def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compi
         for g in (0.8, 1.7):
             model = make(g)
             x0 = saddle_point_vector(deep_linear_saddle(L=L, T=T, model=model))
-            v, _ = _gather_local(jnp.asarray(x0), Layout(L, T), L, model.phi0, model.g_top)
-            h = np.asarray(deep_linear._local_hessian(T, model)(v, 1.0))
+            v, _ = gather_local(jnp.asarray(x0), Layout(L, T), L, model.phi0, model.g_top)
+            h = np.asarray(deep_linear.local_hessian(T, model)(v, 1.0))
             sizes.append(len(deep_linear._HESS_CACHE))
             alone = dataclasses.replace(model, bind=None, family=None, key=("alone",) + model.key)
-            ref = np.asarray(deep_linear._local_hessian(T, alone)(v, 1.0))
+            ref = np.asarray(deep_linear.local_hessian(T, alone)(v, 1.0))
             np.testing.assert_allclose(h, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
         assert sizes[1] == sizes[0] + 1                  # the second value compiled only the 'alone' reference
 

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_action import Layout, _gather_local, observable_names, saddle_point_vector
-from dmftc.runtime.deep_linear import _local_hessian, _log_z_local, deep_linear_propagator
+from dmftc.runtime.deep_action import Layout, gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.deep_action import log_z_local
+from dmftc.runtime.deep_linear import local_hessian, deep_linear_propagator
 from dmftc.reference.standard_model import standard
 from dmftc.runtime.deep_propagator import deep_propagator, mc_saddle
 from dmftc.reference.deep_autodiff import autodiff_estimator
@@ -218,7 +219,7 @@ def test_structured_estimator_equals_brute_force_autodiff():
     lay = Layout(L, T)
     x0 = saddle_point_vector(sad)
     for l in range(1, L + 1):
-        v, idx = _gather_local(jnp.asarray(x0), lay, l)
+        v, idx = gather_local(jnp.asarray(x0), lay, l)
         res = [autodiff_estimator(T, "tanh", l > 1, l < L, method=m).log_z(
             np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
             model=standard(gamma=1.0, eta=0.3, y=1.0))
@@ -282,7 +283,7 @@ def test_price_blocks_by_parts_are_unbiased_and_less_noisy():
     sad, fields = mc_saddle(activation=act, L=L, T=T, xiu=xi[0], xir=xi[1], model=model)
     x0, lay = saddle_point_vector(sad), Layout(L, T)
     for l in range(2, L + 1):        # layer 1 has no varying forward source: nothing by parts there
-        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+        v, _ = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
         by_parts = LocalEstimator(T=T, activation=act, vary_u=l > 1, vary_r=l < L)
         pathwise = LocalEstimator(T=T, activation=act, vary_u=l > 1, vary_r=l < L)
         pathwise.price_tol = None
@@ -325,7 +326,7 @@ def test_linear_monte_carlo_log_z_matches_closed_form():
     rng = np.random.default_rng(5)
     groups, S = 16, 400
     for l in range(1, L + 1):
-        v, idx = _gather_local(jnp.asarray(x0), lay, l)
+        v, idx = gather_local(jnp.asarray(x0), lay, l)
         zero = np.zeros((T, T))
         Sw = np.block([[ex.phi(l - 1), zero], [zero, ex.g(l + 1)]])
         ev, U = np.linalg.eigh(Sw)
@@ -337,9 +338,9 @@ def test_linear_monte_carlo_log_z_matches_closed_form():
             w = rng.standard_normal((S, 2 * T)) @ root.T
             runs.append(est.log_z(np.asarray(v), w, w @ np.vstack([Hm, Zm]).T, top=float(l == L),
                                   model=model))
-        f = lambda q: _log_z_local(q, model, float(l == L), T=T)  # noqa: E731
+        f = lambda q: log_z_local(q, model, float(l == L), T=T)  # noqa: E731
         value, grad = float(f(v)), np.asarray(jax.jit(jax.grad(f))(v))
-        hess = np.asarray(_local_hessian(T, model)(v, float(l == L)))
+        hess = np.asarray(local_hessian(T, model)(v, float(l == L)))
         assert all(abs(r[0]) < 1e-13 for r in runs) and abs(value) < 1e-13       # ln Z_l = 0 at the saddle
         keep = idx >= 0
         for k, ref in ((1, grad), (2, hess)):

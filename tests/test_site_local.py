@@ -15,12 +15,12 @@ import pytest
 import dmftc
 from dmftc.reference.site_moments_closed import ClosedFormMoments
 from dmftc.runtime import kernels as K
-from dmftc.runtime.deep_action import Layout, _gather_local, _split_local, saddle_point_vector
+from dmftc.runtime.deep_action import Layout, gather_local, split_local, saddle_point_vector
 from dmftc.runtime.deep_dmft import SpecKernels
 from dmftc.runtime.deep_model import from_spec
 from dmftc.runtime.deep_propagator import mc_saddle
 from dmftc.runtime.deep_spec import resolve_deep_params
-from dmftc.runtime.local_estimator import _couplings, estimator
+from dmftc.runtime.local_estimator import local_couplings, estimator
 from dmftc.runtime.price_by_parts import stein_plan
 from dmftc.runtime.site_local import local_map
 
@@ -41,11 +41,11 @@ def _assert_program_sums_equal_closed_forms(act, model, *, L, T, points=1, S=48,
     sad, fields = mc_saddle(activation=act, L=L, T=T, xiu=xi[0], xir=xi[1], model=model, points=points)
     model, lay, x0 = sad.model, Layout(L, T), saddle_point_vector(sad)
     for l in range(1, L + 1):
-        v, _ = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+        v, _ = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
         est = estimator(T, act, l > 1, l < L, None, points)
-        C, E, _ = (np.asarray(a) for a in _couplings(jnp.asarray(v), T, model))
+        C, E, _ = (np.asarray(a) for a in local_couplings(jnp.asarray(v), T, model))
         feature = model.features() if l == L else (0.0, 0.0)
-        Z = stein_plan(_split_local(np.asarray(v), T)[0], T, 1e-2)[0] if l > 1 else None
+        Z = stein_plan(split_local(np.asarray(v), T)[0], T, 1e-2)[0] if l > 1 else None
         args = (C, E, fields.w[l - 1], fields.x[l - 1])
         ours = est._site.moments(*args, feature=feature, stein=Z)
         ref = ClosedFormMoments(T=T, activation=act, pa=est.pa, pb=est.pb, anti=est.anti, points=points).moments(

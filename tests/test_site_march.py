@@ -5,7 +5,7 @@ Both are the exact saddle of the Monte Carlo action of the paths (direct readout
 The march amplifies round-off exponentially once the kernels become nearly singular (a relative change of
 1e-15 in the sources moves the template's own responses by 4e-5 at T = 30, L = 2, 4000 paths), so the
 comparison is at T <= 8 (measured differences 4e-12 to 4e-11 of each peak, asserted 1e-9; single paths 1e-9,
-asserted 1e-8).  The oracle is called explicitly: the solve path's own march (deep_dmft._compiled) is the site
+asserted 1e-8).  The oracle is called explicitly: the solve path's own march (deep_dmft.compiled_march) is the site
 march for every compiled spec."""
 from pathlib import Path
 

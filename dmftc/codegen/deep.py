@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc import __version__
-from dmftc.codegen.two_layer import ExprPrinter, emit_defaults, prune_imports
+from dmftc.version import __version__
+from dmftc.codegen.printer import ExprPrinter, prune_imports
+from dmftc.codegen.two_layer import emit_defaults
 from dmftc.derive.deep import DeepDerivation
 from dmftc.frontend import ast
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.codegen.two_layer import ExprPrinter
+from dmftc.codegen.printer import ExprPrinter
 from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
 from dmftc.derive.site_lowering import TANGENT
 

@@ -22,24 +22,18 @@ from functools import cached_property, lru_cache
 
 import sympy as sp
 
+from dmftc.codegen.printer import ExprPrinter
+from dmftc.frontend.builtins import ARITY, BUILTINS, SHORTHANDS
+
 __all__ = ["Activation", "SiteActivation", "BUILTINS", "ARITY", "SHORTHANDS", "X", "as_activation", "MAX_ORDER"]
 
 X = sp.Symbol("x", real=True)
 MAX_ORDER = 4
 
-# the DSL's elementwise functions (two-layer and deep specs, and expressions given to the Python API)
-BUILTINS = {
-    "tanh": sp.tanh, "erf": sp.erf, "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs,
-    "sin": sp.sin, "cos": sp.cos, "relu": lambda x: sp.Max(0, x), "linear": lambda x: x,
-    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "max": sp.Max, "min": sp.Min,
-}
-ARITY = {name: 2 if name in ("max", "min") else 1 for name in BUILTINS}      # arguments each function takes
 # what the expression parser may see besides BUILTINS: number and name constructors only (no SymPy namespace,
 # where beta, gamma, E, N, S ... would be functions or constants)
 _PARSE_GLOBALS = {"Integer": sp.Integer, "Float": sp.Float, "Rational": sp.Rational, "Symbol": sp.Symbol,
                   "Function": sp.Function}
-# names the Python API accepts for an activation, as the expressions they stand for
-SHORTHANDS = {"tanh": "tanh(h)", "erf": "erf(h)", "linear": "h", "relu": "sqrt(2) * max(0, h)"}
 
 
 def _pieces(expr):
@@ -272,10 +266,7 @@ def _namespace():
 
 
 def _printer():
-    """The expression printer of :mod:`dmftc.codegen.two_layer` with the activation's argument printed as ``x``
-    (imported here: emit imports the derivation stages, which import this module)."""
-    from dmftc.codegen.two_layer import ExprPrinter
-
+    """The expression printer of :mod:`dmftc.codegen.printer` with the activation's argument printed as ``x``."""
     class XPrinter(ExprPrinter):
         def atom(self, e):
             return "x" if e == X else None

@@ -28,7 +28,7 @@ import sympy as sp
 
 from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
 from dmftc.frontend.check_deep import DeepModel
-from dmftc.ir.deep import DeepLowering, _ref, activation_functions, lower_deep
+from dmftc.ir.deep import DeepLowering, layer_ref, activation_functions, lower_deep
 from dmftc.ir.nodes import ModelIR
 from dmftc.errors import SpecError, StructureSpecError
 
@@ -181,7 +181,7 @@ class _Deriver(DeepLowering):
         # boundaries
         bounds = {}
         for b in ir.boundaries:
-            bounds.setdefault(b.name, []).append((_ref(b.layer, m), b.value))
+            bounds.setdefault(b.name, []).append((layer_ref(b.layer, m), b.value))
         bounds = {k: tuple(v) for k, v in bounds.items()}
         # scalar order parameters
         scalars = []
@@ -220,7 +220,7 @@ class _Deriver(DeepLowering):
         positions = [("h", eqs[h].body.pos), ("z", eqs[z].body.pos)]
         positions += [(sc.name, m.definitions[sc.name].pos) for sc in scalars]
         positions += [(f"{name}[{ref.text()}]", eq.pos) for name, bs in m.boundaries.items() for ref, eq in bs]
-        from dmftc.derive.site import site_program
+        from dmftc.derive.site_lowering import site_program
 
         grad = self.gradient_derivatives(grad_abstract, phis, eqs[g])
         return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,

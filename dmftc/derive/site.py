@@ -27,9 +27,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from dmftc.ir.nodes import ModelIR
-
-__all__ = ["SiteProgram", "path_factors", "split_name", "site_program", "split_path"]
+__all__ = ["SiteProgram", "assemble", "merge_sums", "path_factors", "split_name", "split_path"]
 
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\[([^\]]+)\])?$")
 
@@ -209,24 +207,6 @@ def merge_sums(expr, fields: set, tsym):
             groups[path] = groups.get(path, 0) + (coef * PAST if strict and not strict_only else coef)
     body = sp.Add(*[path * sp.factor_terms(coef) for path, coef in groups.items()])
     return sp.Add(*rest) + sp.Sum(body, (s, 0, hi))
-
-
-def site_program(ir: ModelIR) -> SiteProgram:
-    """The single-site program of a deep spec's IR, or of a two-layer spec's (:mod:`dmftc.derive.site_lowering`:
-    one layer, constant-in-time sources, every order parameter a readout)."""
-    if ir.kind != "deep":
-        from dmftc.derive.site_lowering import two_layer_parts
-        return assemble(**two_layer_parts(ir))
-    tsym = sp.Symbol(ir.time[0])
-    names = {f.name for f in ir.fields}
-    fields = tuple((f.name, merge_sums(f.expr, names, tsym)) for f in ir.fields)
-    fams = tuple((o.name, o.observable) for o in ir.orders if o.kind == "average" and o.times == 2)
-    resp = tuple((o.name, o.observable, o.wrt) for o in ir.orders if o.kind == "response")
-    reads = tuple((o.name, o.coeff, o.rest, tuple((a.symbol, a.expr) for a in o.averages))
-                  for o in ir.orders if o.kind == "constraint" and o.averages)
-    srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
-    layer = next(a.name for a in ir.axes if a.kind == "layer")
-    return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer)
 
 
 def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.derive.site import merge_sums
+from dmftc.derive.site import SiteProgram, assemble, merge_sums
 from dmftc.errors import StructureSpecError
 from dmftc.ir.nodes import ModelIR
 
-__all__ = ["LAYER", "TANGENT", "tangent", "two_layer_parts"]
+__all__ = ["LAYER", "TANGENT", "site_program", "tangent", "two_layer_parts"]
 
 LAYER = "l"                 # the layer variable of the lowered program (one layer)
 
@@ -148,3 +148,20 @@ def two_layer_parts(ir: ModelIR) -> dict:
                 layer=LAYER, normals=tuple(sources), axes=axes,
                 stored=tuple((n, stored[n]) for n in fields + sources + orders + [sum_name[k] for k in sums]),
                 sums=running, tangents=tangents, drivers=drivers)
+
+
+def site_program(ir: ModelIR) -> SiteProgram:
+    """The single-site program of a deep spec's IR, or of a two-layer spec's (:func:`two_layer_parts`: one layer,
+    constant-in-time sources, every order parameter a readout)."""
+    if ir.kind != "deep":
+        return assemble(**two_layer_parts(ir))
+    tsym = sp.Symbol(ir.time[0])
+    names = {f.name for f in ir.fields}
+    fields = tuple((f.name, merge_sums(f.expr, names, tsym)) for f in ir.fields)
+    fams = tuple((o.name, o.observable) for o in ir.orders if o.kind == "average" and o.times == 2)
+    resp = tuple((o.name, o.observable, o.wrt) for o in ir.orders if o.kind == "response")
+    reads = tuple((o.name, o.coeff, o.rest, tuple((a.symbol, a.expr) for a in o.averages))
+                  for o in ir.orders if o.kind == "constraint" and o.averages)
+    srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
+    layer = next(a.name for a in ir.axes if a.kind == "layer")
+    return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer)

@@ -16,9 +16,9 @@ from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import ONEHOT, chain, diff_indexed, index_symbol, quantity, singular_terms, unsupported
 from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
-from dmftc.frontend.check import Model
+from dmftc.frontend.check_two_layer import Model
 from dmftc.ir.nodes import Field, ModelIR, OrderParameter, RunningSum, Source
-from dmftc.ir.two_layer import _FINITE_HINT, IndexNames, _handle, lower_two_layer
+from dmftc.ir.two_layer import FINITE_HINT, IndexNames, order_handle, lower_two_layer
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class _Deriver(IndexNames):
         sample_sums, order_sums = ir.sample_sums, ir.order_sums
         order_syms = {n: quantity(n, i) for n, i in orders}
         drivers = tuple(n for n, i in orders
-                        if any(s.increment.has(_handle(order_syms[n])) for s in sample_sums))
+                        if any(s.increment.has(order_handle(order_syms[n])) for s in sample_sums))
         primed = {d: tuple(i + "'" for i in order_idx[d]) for d in drivers}
         for d, ps in primed.items():
             for p, i in zip(ps, order_idx[d]):
@@ -206,7 +206,7 @@ class _Deriver(IndexNames):
                 raise self.err(f"{what} needs a derivative of a delta function ({bad}), which cannot be evaluated",
                                pos, hint=hint)
             if bad in (sp.I, sp.nan, sp.zoo, sp.oo, -sp.oo):
-                raise self.err(f"{what} is undefined or not real (it contains {bad})", pos, hint=_FINITE_HINT)
+                raise self.err(f"{what} is undefined or not real (it contains {bad})", pos, hint=FINITE_HINT)
             raise self.err(f"{what} contains {bad}, which dmftc cannot evaluate", pos,
                            hint="use the built-in functions: " + ", ".join(sorted(_BUILTINS)))
 
@@ -216,7 +216,7 @@ def derive_two_layer(model) -> Derivation:
     """Derive a checked two-layer model or its IR (any kind of spec: :func:`dmftc.derive.derive`)."""
     from dataclasses import replace
 
-    from dmftc.derive.site import site_program
+    from dmftc.derive.site_lowering import site_program
 
     ir = model if isinstance(model, ModelIR) else lower_two_layer(model)
     d = _Deriver(ir).run()

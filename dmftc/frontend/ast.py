@@ -316,3 +316,20 @@ def signed_terms(e: Expr, sign: int = 1):
         yield from signed_terms(e.operand, -sign)
     else:
         yield sign, e
+
+
+def children(e) -> tuple:
+    """The direct subexpressions of an expression (none for a leaf)."""
+    if isinstance(e, (Call, PrimeCall)):
+        return e.args
+    if isinstance(e, BinOp):
+        return (e.left, e.right)
+    if isinstance(e, Neg):
+        return (e.operand,)
+    if isinstance(e, (Integral, IndexSum, Expectation, TimeSum, LayerSum)):
+        return (e.body,)
+    if isinstance(e, Matrix):
+        return e.rows
+    if isinstance(e, Response):
+        return (e.of, e.wrt)
+    return ()

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from dmftc.frontend import ast
 from dmftc.frontend.action_deep import lower_deep_action
-from dmftc.frontend.check import _Checker
+from dmftc.frontend.check_two_layer import Checker
 from dmftc.frontend.names import suggest
-from dmftc.frontend.check_deep_expr import DeepExpressionChecks, LayerRef, _children, _kind
+from dmftc.frontend.check_deep_expr import DeepExpressionChecks, LayerRef, kind_phrase
 from dmftc.frontend.points_deep import fold_points
 from dmftc.errors import CausalitySpecError, NameSpecError, ShapeSpecError, SpecError, StructureSpecError
 
@@ -68,7 +68,7 @@ class DeepModel:
 _REF = re.compile(r"^(?:(?P<var>[A-Za-z_][A-Za-z_0-9]*)(?P<off>[+-][0-9]+)?|(?P<num>[0-9]+))$")
 
 
-class _DeepChecker(DeepExpressionChecks, _Checker):
+class _DeepChecker(DeepExpressionChecks, Checker):
     def run(self) -> DeepModel:  # noqa: C901 - one pass over the statement kinds
         s = self.spec
         if len(s.layers) > 1:
@@ -159,7 +159,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                 fields.append(f)
                 continue
             else:
-                raise self.err(NameSpecError, f"'{f.name}' is {_kind(sym)} and cannot be defined by an equation",
+                raise self.err(NameSpecError, f"'{f.name}' is {kind_phrase(sym)} and cannot be defined by an equation",
                                self.word_pos(f.name, f.pos),
                                hint="equations define fields, order parameters and response functions")
             sym = self.symbols[f.name]
@@ -198,7 +198,8 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         for name in families + responses:
             if name not in definitions:
                 sym = self.symbols[name]
-                raise self.err(StructureSpecError, f"{_kind(sym)} '{name}' has no definition at layer '{lay.var}'",
+                raise self.err(StructureSpecError,
+                               f"{kind_phrase(sym)} '{name}' has no definition at layer '{lay.var}'",
                                sym.pos, hint=f"add '{name}[{lay.var}]({tm.var}, s) = E[...]'")
         for name in scalars:
             if name not in definitions:
@@ -218,7 +219,8 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         for e in ast.walk(act.body):
             sym = self.symbols.get(e.name) if isinstance(e, ast.Name) and e.name != act.arg else None
             if sym is not None and sym.kind != "param":
-                raise self.err(StructureSpecError, f"an activation cannot depend on {_kind(sym)} '{e.name}'", e.pos,
+                raise self.err(StructureSpecError,
+                               f"an activation cannot depend on {kind_phrase(sym)} '{e.name}'", e.pos,
                                hint="an activation is a function of its argument and parameters only")
         gps = tuple(self.gp_source(src) for src in s.sources)
         for f in fields:
@@ -294,7 +296,8 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         var, off = m.group("var"), int(m.group("off") or 0)
         if var not in (self.layer_var, self.depth) and var not in getattr(self, "_layer_locals", ()):
             sym = self.symbols.get(var)
-            raise self.err(NameSpecError, f"'{var}' is not a layer index" + (f" (it is {_kind(sym)})" if sym else ""),
+            raise self.err(NameSpecError,
+                           f"'{var}' is not a layer index" + (f" (it is {kind_phrase(sym)})" if sym else ""),
                            self.word_pos(var, pos),
                            hint=f"layer indices are '{self.layer_var}', the depth '{self.depth}', numbers, "
                                 f"or shifts such as {self.layer_var}-1")
@@ -304,7 +307,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
         """A family used at ``ref``, where layer variables range over ``layers`` (None: 1..depth)."""
         L = self.depth
         bset = {r for r, _ in self.boundaries.get(name, ())}
-        kind = _kind(self.symbols[name])
+        kind = kind_phrase(self.symbols[name])
         if ref.var is not None and ref.var != L:
             lo, hi = layers.get(ref.var) or (LayerRef(None, 1), LayerRef(L, 0))
             need = []  # (value, at which layer value) pairs outside 1..L
@@ -348,7 +351,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                            "parameter of an adjacent layer", cov.pos, hint=hint)
         sym = self.lookup(cov.name, cov.pos)
         if sym.kind != "family":
-            raise self.err(StructureSpecError, f"the covariance of '{name}' is {_kind(sym)} '{cov.name}', not a "
+            raise self.err(StructureSpecError, f"the covariance of '{name}' is {kind_phrase(sym)} '{cov.name}', not a "
                            "two-time order parameter", cov.pos, hint=hint)
         if len(cov.indices) != 1:
             raise self.err(ShapeSpecError, f"'{cov.name}' has one layer index, got {len(cov.indices)}", cov.pos)
@@ -404,7 +407,7 @@ class _DeepChecker(DeepExpressionChecks, _Checker):
                     continue
                 if isinstance(e, ast.Call) and e.name in names and (cmp is None or cmp == "<="):
                     deps[f.name].setdefault(e.name, e.pos)
-                for c in _children(e):
+                for c in ast.children(e):
                     stack.append((c, cmp))
         done, state = [], {}
 

@@ -41,13 +41,13 @@ class DeepExpressionChecks:
             if sym.kind == "param":
                 return
             if sym.kind in ("family", "response", "order", "field", "source"):
-                raise self.err(ShapeSpecError, f"{_kind(sym)} '{e.name}' needs "
+                raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' needs "
                                + ("a layer index and " if sym.indices else "") + "time arguments", e.pos,
                                hint=f"write {self.usage(sym)}")
-            raise self.err(SpecError, f"{_kind(sym)} '{e.name}' cannot be used as a value here", e.pos)
+            raise self.err(SpecError, f"{kind_phrase(sym)} '{e.name}' cannot be used as a value here", e.pos)
         if isinstance(e, ast.Indexed):
             sym = self.lookup(e.name, e.pos)
-            raise self.err(ShapeSpecError, f"{_kind(sym)} '{e.name}' needs time arguments", e.pos,
+            raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' needs time arguments", e.pos,
                            hint=f"write {self.usage(sym)}")
         if isinstance(e, (ast.BinOp,)):
             rec(e.left)
@@ -133,20 +133,20 @@ class DeepExpressionChecks:
             check_function_call(self.err, e, rec)
             return
         if sym.kind in ("param", "time", "layer"):
-            raise self.err(ShapeSpecError, f"'{e.name}' is {_kind(sym)}, not a function", e.pos,
+            raise self.err(ShapeSpecError, f"'{e.name}' is {kind_phrase(sym)}, not a function", e.pos,
                            hint=f"write {e.name} * (...) for a product" if sym.kind == "param" else None)
         if ctx == "boundary":
             raise self.err(StructureSpecError, "boundary values are constants (numbers and parameters)", e.pos)
         # ---- arity: layer index and number of times
         two = sym.kind in ("family", "response")
         if sym.indices and len(e.indices) != 1:
-            raise self.err(ShapeSpecError, f"{_kind(sym)} '{e.name}' needs one layer index, got {len(e.indices)}",
+            raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' needs one layer index, got {len(e.indices)}",
                            e.pos, hint=f"write {self.usage(sym)}")
         if not sym.indices and e.indices:
-            raise self.err(ShapeSpecError, f"{_kind(sym)} '{e.name}' has no layer index", e.pos,
+            raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' has no layer index", e.pos,
                            hint=f"write {self.usage(sym)}")
         if len(e.args) != (2 if two else 1):
-            raise self.err(ShapeSpecError, f"{_kind(sym)} '{e.name}' takes {2 if two else 1} time argument"
+            raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' takes {2 if two else 1} time argument"
                            f"{'s' if two else ''}, got {len(e.args)}", e.pos, hint=f"write {self.usage(sym)}")
         targs = []
         for a in e.args:
@@ -184,7 +184,7 @@ class DeepExpressionChecks:
                                    e.pos, hint=f"write {e.name}[{self.layer_var}]({sum_var})")
                 return
             if sum_var is None:
-                raise self.err(CausalitySpecError, f"{_kind(sym)} '{e.name}' enters field equations only through "
+                raise self.err(CausalitySpecError, f"{kind_phrase(sym)} '{e.name}' enters field equations only through "
                                "causal sums", e.pos, hint=f"write integral(... {self.usage(sym, 's')} ..., s < {tm})")
             if kind == "order" and targs != [sum_var]:
                 raise self.err(CausalitySpecError, f"inside a sum over {sum_var}, '{e.name}' is taken at {sum_var}",
@@ -197,7 +197,7 @@ class DeepExpressionChecks:
             return
         if ctx == "average":
             if kind in ("family", "response", "order"):
-                raise self.err(StructureSpecError, f"{_kind(sym)} '{e.name}' inside an average", e.pos,
+                raise self.err(StructureSpecError, f"{kind_phrase(sym)} '{e.name}' inside an average", e.pos,
                                hint="averages are over fields and sources of the single-site process")
             if same_layer and ref != LayerRef(self.layer_var, 0):
                 raise self.err(StructureSpecError, "the average defining a layer family uses fields of the same "
@@ -210,7 +210,7 @@ class DeepExpressionChecks:
             return
         # ctx == "scalar"
         if kind in ("field", "source"):
-            raise self.err(StructureSpecError, f"{_kind(sym)} '{e.name}' outside an average", e.pos,
+            raise self.err(StructureSpecError, f"{kind_phrase(sym)} '{e.name}' outside an average", e.pos,
                            hint=f"write E[... {e.name}[...]({tm}) ...]")
         if kind == "order":
             if e.name == owner:
@@ -238,12 +238,8 @@ class DeepExpressionChecks:
         return f"{sym.name}({tm})"
 
 
-def _children(e):
-    from dmftc.frontend.check import _children as ch
-    return ch(e)
-
-
-def _kind(sym) -> str:
+def kind_phrase(sym) -> str:
+    """'an order parameter', 'the layer index', ...: what a symbol of a deep spec is, in words."""
     words = {"param": "a parameter", "time": "the time variable", "layer": "the layer index",
              "activation": "an activation", "builtin": "a built-in function", "order": "an order parameter",
              "family": "an order parameter", "response": "a response function", "source": "a source",

@@ -1,15 +1,15 @@
 """The names of a spec: the DSL's built-in functions, the names a spec may not define, and what a name denotes
-(:class:`Symbol`), shared by the checks of two-layer and deep specs (:mod:`dmftc.frontend.check`,
+(:class:`Symbol`), shared by the checks of two-layer and deep specs (:mod:`dmftc.frontend.check_two_layer`,
 :mod:`dmftc.frontend.check_deep`)."""
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
 
-from dmftc.derive.activation import ARITY
+from dmftc.frontend.builtins import ARITY
 from dmftc.errors import Pos, ShapeSpecError
 
-BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (one table: dmftc.derive.activation)
+BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (one table: dmftc.frontend.builtins)
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}

@@ -93,7 +93,7 @@ class DeepLowering:
 
     def layer_value(self, text):
         m = self.m
-        ref = _ref(text, m)
+        ref = layer_ref(text, m)
         base = sp.Symbol(ref.var, integer=True) if ref.var else sp.Integer(0)
         return base + ref.offset
 
@@ -101,7 +101,7 @@ class DeepLowering:
         """Layer-sum bodies: kernels at equal times become Function(name)(layer value)."""
         if isinstance(e, ast.Call) and e.indices and self.m.symbols[e.name].kind in ("family", "response"):
             return sp.Function(e.name)(self.layer_value(e.indices[0]) if not e.indices[0].startswith(var)
-                                       else sp.Symbol(var, integer=True) + _ref(e.indices[0], self.m, var).offset)
+                                       else sp.Symbol(var, integer=True) + layer_ref(e.indices[0], self.m, var).offset)
         if isinstance(e, ast.BinOp):
             a, b = self.layer_conv(e.left, var, tmap), self.layer_conv(e.right, var, tmap)
             return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
@@ -168,7 +168,7 @@ class DeepLowering:
                        tuple(orders), sources, tuple(fields), boundaries=bounds)
 
 
-def _ref(text, m, extra=None) -> LayerRef:
+def layer_ref(text, m, extra=None) -> LayerRef:
     mm = re.match(r"^(?:([A-Za-z_][A-Za-z_0-9]*)([+-][0-9]+)?|([0-9]+))$", text)
     if mm.group(3) is not None:
         return LayerRef(None, int(mm.group(3)))

@@ -17,7 +17,7 @@ from dmftc.derive.activation import BUILTINS
 from dmftc.derive.symbolic import base_name, contract, diff_indexed, free_indices, index_symbol, quantity
 from dmftc.errors import SpecError, StructureSpecError
 from dmftc.frontend import ast
-from dmftc.frontend.check import Model
+from dmftc.frontend.check_two_layer import Model
 from dmftc.ir.nodes import Axis, Field, ModelIR, OrderParameter, RunningSum, Source
 
 _BUILTINS = BUILTINS
@@ -146,7 +146,7 @@ class _Lowering(IndexNames):
             what = "contains a number out of the floating-point range"
         else:
             return value
-        raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError, hint=_FINITE_HINT)
+        raise self.err(f"this expression {what}: {value}", e.pos, cls=SpecError, hint=FINITE_HINT)
 
     def activation(self, name, arg, order):
         if name in self.activations:
@@ -234,7 +234,7 @@ class _Lowering(IndexNames):
 
 
 _BIG = 1e300  # magnitude beyond which a constant is not safely a double
-_FINITE_HINT = ("check for a division by zero, a power of zero, the log of zero or of a negative number, or the "
+FINITE_HINT = ("check for a division by zero, a power of zero, the log of zero or of a negative number, or the "
                 "square root or a fractional power of a negative number")
 
 
@@ -251,7 +251,7 @@ def _out_of_range(a, b) -> bool:
     return not 1 / _BIG < value < _BIG
 
 
-def _handle(x):
+def order_handle(x):
     """What ``expr.has`` needs to find any component of a quantity."""
     return x.base if isinstance(x, sp.Indexed) else x
 

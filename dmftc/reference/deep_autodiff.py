@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.local_estimator import _JIT, LocalEstimator, _couplings
+from dmftc.runtime.local_estimator import JIT_CACHE, LocalEstimator, local_couplings
 from dmftc.errors import ParameterError
-from dmftc.runtime.site_moments import _nilpotent_inverse
+from dmftc.runtime.site_moments import nilpotent_inverse
 from dmftc.derive.activation import as_activation
 
 
@@ -60,7 +60,7 @@ def _solve_site(C, E, w, x0, *, T, activation, newton=2, order=3):
         return R, Jm
 
     J0 = jax.lax.stop_gradient(system(x0)[1])
-    R0 = _nilpotent_inverse(J0)
+    R0 = nilpotent_inverse(J0)
 
     def solve(Jm, r):                     # (I - Jm)^-1 r, Jm = J0 + delta, through O(delta^order)
         M = R0 @ (Jm - J0)
@@ -98,7 +98,7 @@ def _features(x, *, T, activation, feature):
 def local_logf(v, w, x0, *, T, activation, model, feature, newton=2, order=3):
     """ln of the integrand F = exp(-Q(x)) / |det(I - J(x))| of one sample, x = the implicit solution of
     x = w + F(x) reproduced by ``newton`` differentiable Newton steps from x0 (treated as a constant).
-    v: local variables in deep_linear._log_z_local order; w = (u, r), x0 = (h, z), each (2T,).
+    v: local variables in deep_action.log_z_local order; w = (u, r), x0 = (h, z), each (2T,).
 
     Exact through ``order`` (= 3) derivatives at a CAUSAL base point (v, w) with x0 its exact solution, which
     is all the estimator needs: there J0 = J(x0) is nilpotent (strictly lower triangular in the causal order),
@@ -110,7 +110,7 @@ def local_logf(v, w, x0, *, T, activation, model, feature, newton=2, order=3):
     slogdet under vmap deadlocked intermittently in jaxlib 0.10.2 on this machine: gdb showed
     lapack_dtrsm_ffi -> jax::ParallelBatchMap waiting in BlockingCounter::Wait with every pool worker idle).
     Newton: x_{k+1} = x_k - (I - J(x_k))^-1 (x_k - w - F(x_k)); x1 - x* = O(eps^2), x2 - x* = O(eps^4)."""
-    C, E, hats = _couplings(v, T, model)
+    C, E, hats = local_couplings(v, T, model)
     x, logdet = _solve_site(C, E, w, x0, T=T, activation=activation, newton=newton, order=order)
     return hats @ _features(x, T=T, activation=activation, feature=feature) - logdet
 
@@ -137,7 +137,7 @@ def _theta_map(T, model):
     key = (T, model.key)
     if key not in _THETA:
         def fn(v, m):
-            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in _couplings(vv, T, model)])  # noqa: E731
+            theta = lambda vv: jnp.concatenate([q.reshape(-1) for q in local_couplings(vv, T, model)])  # noqa: E731
             return jax.jacfwd(theta)(v), jax.hessian(lambda vv: m @ theta(vv))(v)
         _THETA[key] = jax.jit(fn)
     return _THETA[key]
@@ -188,10 +188,10 @@ class AutodiffEstimator(LocalEstimator):
 
     def _fn(self, model):
         key = self._key + (model.key,)
-        if key not in _JIT:
+        if key not in JIT_CACHE:
             body = self._moments_full if self.method == "full" else self._moments_struct
-            _JIT[key] = jax.jit(lambda *a: body(model, *a))
-        return _JIT[key]
+            JIT_CACHE[key] = jax.jit(lambda *a: body(model, *a))
+        return JIT_CACHE[key]
 
     def moments(self, v, W, X0, *, top, model, weights=None):
         if weights is not None:
@@ -238,7 +238,7 @@ class AutodiffEstimator(LocalEstimator):
     def _moments_struct(self, model, v, W, X0, mask, fa, fb, pa, pb):
         T, act = self.T, self.activation
         T2 = T * T
-        C0, E0, _ = _couplings(v, T, model)
+        C0, E0, _ = local_couplings(v, T, model)
         c0 = jnp.concatenate([C0.reshape(-1), E0.reshape(-1)])
         feats = lambda x: _features(x, T=T, activation=act, feature=(fa, fb))  # noqa: E731
         anti = jnp.asarray(self.anti)
@@ -257,7 +257,7 @@ class AutodiffEstimator(LocalEstimator):
             p, _, g, _, _ = _act_jax(act)(hh, zz)
             # dx/dc at the base point: (I - J0)^-1 dF/dc with dF_h(t)/dC(t,s) = g(s), dF_z(t)/dE(t,s) = phi(h(s))
             J0 = jax.lax.stop_gradient(jax.jacfwd(lambda x: _site_map(x, C0, E0, T, act))(x0))
-            R0 = _nilpotent_inverse(J0)
+            R0 = nilpotent_inverse(J0)
             dx = jnp.concatenate([(R0[:, :T, None] * g[None, None, :]).reshape(2 * T, T2),
                                   (R0[:, T:, None] * p[None, None, :]).reshape(2 * T, T2)], axis=1)
             f0, Df = feats(x0), jax.jacfwd(feats)(x0)

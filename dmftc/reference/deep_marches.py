@@ -17,9 +17,9 @@ import scipy.linalg as sla
 
 from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError
-from dmftc.runtime.deep_action import Saddle, _saddle
-from dmftc.runtime.deep_model import as_model
-from dmftc.runtime.deep_propagator import _Fields
+from dmftc.runtime.deep_action import Saddle, make_saddle
+from dmftc.runtime.standard_spec import as_model
+from dmftc.runtime.deep_propagator import MarchFields
 
 __all__ = ["numpy_mc_saddle", "numpy_linear_saddle"]
 
@@ -41,7 +41,7 @@ def _extend_cholesky(Cf, krow, t):
 def numpy_mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally).  Returns
-    (deep_action.Saddle, _Fields).  All averages are sample means over these S paths, the readout's included:
+    (deep_action.Saddle, MarchFields).  All averages are sample means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta."""
     model = as_model(model, gamma, y, eta, L=L)
     site = as_activation(activation)
@@ -104,8 +104,8 @@ def numpy_mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gam
                                  "parameters); reduce the learning rate or the feature strength")
     K = np.asarray(model.k_of([np.diag(Phi[l]) for l in range(L + 1)], [np.diag(G[l]) for l in range(1, L + 2)]),
                    float)
-    sad = _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi[1:], Rg[1:L + 1])
-    fields = _Fields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
+    sad = make_saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi[1:], Rg[1:L + 1])
+    fields = MarchFields([np.concatenate([u[l], r[l]], axis=1) for l in range(1, L + 1)],
                      [np.concatenate([h[l], z[l]], axis=1) for l in range(1, L + 1)])
     return sad, fields
 
@@ -168,4 +168,4 @@ def numpy_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = Non
                    float)
     Rphi = [np.ascontiguousarray(H[l][:, T:]) for l in range(1, L + 1)]
     Rg = [np.ascontiguousarray(Z[l][:, :T]) for l in range(1, L + 1)]
-    return _saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg, [(H[l], Z[l]) for l in range(1, L + 1)])
+    return make_saddle(model, L, T, Delta, f, K, Phi[1:], G[1:L + 1], Rphi, Rg, [(H[l], Z[l]) for l in range(1, L + 1)])

@@ -17,22 +17,22 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
-from dmftc.runtime.deep_model import as_model
+from dmftc.runtime.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
+from dmftc.runtime.standard_spec import as_model
 
 __all__ = ["assemble_hessian", "action_hessian", "propagator_from_hessian", "dense_linear_propagator"]
 
 
 def assemble_hessian(x0, lay: Layout, model, local_hessians) -> np.ndarray:
     """The action's Hessian at x0: the bilinear part plus, for l = 1..L, ``local_hessians[l - 1]``, the Hessian of
-    ln Z_l over its local variables in :func:`_gather_local` order (boundary entries dropped)."""
+    ln Z_l over its local variables in :func:`gather_local` order (boundary entries dropped)."""
     x0 = jnp.asarray(x0)
     H = np.zeros((lay.n, lay.n))
     ia, ib, val = bilinear_pairs(lay)
     H[ia, ib] += val
     H[ib, ia] += val
     for l in range(1, lay.L + 1):
-        _, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
+        _, idx = gather_local(x0, lay, l, model.phi0, model.g_top)
         h = np.asarray(local_hessians[l - 1], dtype=float)
         if h.shape != (len(idx), len(idx)):
             raise ValueError(f"local Hessian of layer {l}: shape {h.shape}, expected {(len(idx),) * 2}")
@@ -91,7 +91,7 @@ def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method
     """Hessian of the closed-form Gaussian action of ``model`` (default: the standard network with gamma, y,
     eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': the runtime's jax.hessian of each ln Z_l
     over its local variables, assembled densely with the bilinear part."""
-    from dmftc.runtime.deep_linear import _local_hessian, deep_linear_action
+    from dmftc.runtime.deep_linear import local_hessian, deep_linear_action
 
     model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
@@ -101,8 +101,8 @@ def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method
         return np.asarray(fn(x0))
     if method != "blocked":
         raise ValueError(f"unknown method {method!r}")
-    hess = _local_hessian(T, model)
-    return assemble_hessian(x0, lay, model, [hess(_gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L))
+    hess = local_hessian(T, model)
+    return assemble_hessian(x0, lay, model, [hess(gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L))
                                              for l in range(1, L + 1)])
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from dmftc.derive.activation import as_activation
 from dmftc.runtime.site_local import local_map
-from dmftc.runtime.site_moments import SiteMoments, _Pattern, _nilpotent_inverse
+from dmftc.runtime.site_moments import SiteMoments, MomentPattern, nilpotent_inverse
 
 
 __all__ = ["ClosedFormMoments"]
@@ -62,7 +62,7 @@ class ClosedFormMoments(SiteMoments):
 
     def pattern(self, X0):
         """Every term of the formulas (the runtime's sums read only which kernel factors coincide: all do)."""
-        return _Pattern(y2=(), y3=(), same=(True, True), a_out=(0, 1), b_out=(0, 1), a2=((), ()), b2=((), ()),
+        return MomentPattern(y2=(), y3=(), same=(True, True), a_out=(0, 1), b_out=(0, 1), a2=((), ()), b2=((), ()),
                         r2=())
 
     # ------------------------------------------------------------------ one path
@@ -80,7 +80,7 @@ class ClosedFormMoments(SiteMoments):
         Y1 = jnp.zeros((n, n)).at[i, i].set(p1).at[T + i, i].set(gh).at[T + i, T + i].set(a)
         zero = jnp.zeros((T, T))
         K = jnp.block([[zero, C], [E, zero]])
-        Ry = _nilpotent_inverse(Y1 @ K)
+        Ry = nilpotent_inverse(Y1 @ K)
         Xi = Ry @ Y1                                    # dy/dw
         X1 = jnp.eye(n) + K @ Xi                        # dx/dw
         Xh, Xz = X1[:T], X1[T:]

@@ -18,8 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dmftc.runtime.deep_dmft import (_PIVOT_TOL, _PIVOT_TOL_EXACT, SpecKernels, _extend_cholesky, _set_col,
-                                     _traced)
+from dmftc.runtime.march_numerics import PIVOT_TOL, PIVOT_TOL_EXACT, extend_cholesky, set_col, traced
+from dmftc.runtime.spec_kernels import SpecKernels
 
 
 __all__ = ["TemplateKernels", "ModelKernels", "structured_march", "structured_paths"]
@@ -157,7 +157,7 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
     act = spec.activation(prm)
     width = prm["dirac width"]
     S = xiu.shape[1]
-    tol = _PIVOT_TOL_EXACT if exact else _PIVOT_TOL
+    tol = PIVOT_TOL_EXACT if exact else PIVOT_TOL
     St = 1 if exact else S                  # linear fields: phi' = 1, phi'' = 0, tangents equal on all rows
     avg = (lambda X: X[0]) if exact else (lambda X: wts @ X)   # weighted mean of a tangent over the rows
     per_layer = ("h", "ph", "z", "g", "Dgz", "Pz", "Dgh", "Ph", "Cu", "Cr", "Phi", "G", "Rphi", "Rg")
@@ -177,7 +177,7 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
             rows = spec.forward_rows(c, l, t, T, prm)                # the layer below (a boundary at l = 0)
             krow = rows["Phi"] * upto
             M = jnp.where(past, spec.h_coupling(rows, Dm, prm), 0.0)
-            c["Cu"][l] = Cu = _extend_cholesky(c["Cu"][l], krow, t, tol)
+            c["Cu"][l] = Cu = extend_cholesky(c["Cu"][l], krow, t, tol)
             h = xiu[l] @ Cu[t] + c["g"][l] @ M
             dhz = (c["Dgz"][l] @ M).reshape(St, T)                   # d h(t) / d z(s)
             dhh = (c["Dgh"][l] @ M).reshape(St, T) + onehot          # d h(t) / d h(s)
@@ -185,8 +185,8 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
             if exact:
                 p1, p2 = jnp.ones(1), jnp.zeros(1)
             Pzt, Pht = p1[:, None] * dhz, p1[:, None] * dhh
-            c["h"][l], c["ph"][l] = _set_col(c["h"][l], h, t), _set_col(c["ph"][l], p0, t)
-            c["Pz"][l], c["Ph"][l] = _set_col(c["Pz"][l], Pzt, t), _set_col(c["Ph"][l], Pht, t)
+            c["h"][l], c["ph"][l] = set_col(c["h"][l], h, t), set_col(c["ph"][l], p0, t)
+            c["Pz"][l], c["Ph"][l] = set_col(c["Pz"][l], Pzt, t), set_col(c["Ph"][l], Pht, t)
             c["Phi"][l] = c["Phi"][l].at[t].set(((wts * p0) @ c["ph"][l]) * upto)
             c["Rphi"][l] = c["Rphi"][l].at[t].set(jnp.where(past, avg(Pzt), 0.0))
             local.append((dhz, dhh, p1, p2))
@@ -201,7 +201,7 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
             krow = rows["G"] * upto
             c0, c1 = spec.z_coupling(rows, Dm, prm)
             N = upto * c0 + jnp.where(past, c1, 0.0)
-            c["Cr"][l] = Cr = _extend_cholesky(c["Cr"][l], krow, t, tol)
+            c["Cr"][l] = Cr = extend_cholesky(c["Cr"][l], krow, t, tol)
             z = xir[l] @ Cr[t] + c["ph"][l] @ N                      # includes Rg[l+1](t,t) phi(h(t))
             dzz = (c["Pz"][l] @ N).reshape(St, T) + onehot
             dzh = (c["Ph"][l] @ N).reshape(St, T)
@@ -210,8 +210,8 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
             p2z = p2 if exact else p2 * z
             dgz = p2z[:, None] * dhz + p1[:, None] * dzz
             dgh = p2z[:, None] * dhh + p1[:, None] * dzh
-            c["z"][l], c["g"][l] = _set_col(c["z"][l], z, t), _set_col(c["g"][l], g, t)
-            c["Dgz"][l], c["Dgh"][l] = _set_col(c["Dgz"][l], dgz, t), _set_col(c["Dgh"][l], dgh, t)
+            c["z"][l], c["g"][l] = set_col(c["z"][l], z, t), set_col(c["g"][l], g, t)
+            c["Dgz"][l], c["Dgh"][l] = set_col(c["Dgz"][l], dgz, t), set_col(c["Dgh"][l], dgh, t)
             c["G"][l] = c["G"][l].at[t].set(((wts * g) @ c["g"][l]) * upto)
             c["Rg"][l] = c["Rg"][l].at[t].set(avg(dgh) * upto)
         zphi = (wts * c["z"][L - 1][:, t]) @ c["ph"][L - 1][:, t]
@@ -240,5 +240,5 @@ def structured_paths(spec, prm: dict, xiu, xir, weights=None, *, direct=True):
     if key not in _JIT:
         _JIT[key] = jax.jit(lambda a, b, w, p: structured_march(a, b, w, p, L=L, T=T, exact=False, spec=spec,
                                                                 direct=direct, keep=True))
-    out = _JIT[key](jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), _traced(prm))
+    out = _JIT[key](jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), traced(prm))
     return {k: np.asarray(v) for k, v in out.items()}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import Layout, Propagator, Saddle, _gather_local, bilinear_pairs, observable_map
+from dmftc.runtime.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
 from dmftc.errors import NumericalError
 from dmftc.runtime.linalg import left_solve, sandwich
 
@@ -94,7 +94,7 @@ class CausalBlocks:
 
 def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalBlocks:
     """U and Kd from the bilinear part and the local Hessians of ln Z_l.  ``local_hessians``: an iterable of
-    (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_linear._log_z_local order); each
+    (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_action.log_z_local order); each
     is added and can be freed before the next is produced.  ``points``: see :func:`causal_order`."""
     co = causal_order(lay, points)
     n = len(co.primal)
@@ -108,7 +108,7 @@ def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalB
         np.add.at(U, (co.pos[a[sel]], co.pos[b[sel]]), val[sel])
     pp_max = 0.0
     for l, h in local_hessians:
-        _, idx = _gather_local(np.asarray(x0), lay, l)
+        _, idx = gather_local(np.asarray(x0), lay, l)
         keep = np.flatnonzero(idx >= 0)
         gi = idx[keep]
         d_loc, p_loc = keep[~co.is_primal[gi]], keep[co.is_primal[gi]]

@@ -8,7 +8,7 @@ docstring of :mod:`dmftc.runtime.deep_linear`) is
         - sum_{l=1}^{L-1} Tr(A^l B^l) + sum_{l=1}^{L} ln Z_l,
 
 a bilinear part written here once, and one single-site log-partition function per layer, which depends only on
-that layer's LOCAL variables (:func:`_gather_local`).  ln Z_l has two backends: the closed-form Gaussian integral
+that layer's LOCAL variables (:func:`gather_local`).  ln Z_l has two backends: the closed-form Gaussian integral
 of linear networks (:mod:`dmftc.runtime.deep_linear`, exact) and the Monte Carlo estimate of any other
 activation (:mod:`dmftc.runtime.deep_propagator`).  Both give the Hessian of ln Z_l over its local variables;
 this module lays out all variables (:class:`Layout`) and the bilinear part (:func:`bilinear_pairs`), and maps
@@ -62,9 +62,9 @@ class Saddle:
 def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
     """The Saddle of ``model``'s action from the deep march's arrays (kernels as causal rows, symmetrised here;
     f = y0 - Delta; K from the model's K of the kernels' time diagonals and the boundary kernels)."""
-    from dmftc.runtime.deep_dmft import _symmetric
+    from dmftc.runtime.march_numerics import symmetric
 
-    Phi, G = list(_symmetric(out["Phi"])), list(_symmetric(out["G"]))
+    Phi, G = list(symmetric(out["Phi"])), list(symmetric(out["G"]))
     Delta = np.asarray(out["Delta"])
     if model.readout_fn is not None:     # another loss: the error signal's tangent at this march's averages
         model = model.linearised(out["e_used"])
@@ -74,11 +74,11 @@ def saddle_of_march(model, out: dict, L: int, T: int) -> Saddle:
         K = np.asarray(model.k_of([model.phi0 * np.ones(T)] + [np.diag(a) for a in Phi],
                                   [np.diag(a) for a in G] + [model.g_top * np.ones(T)]), float)
         f = model.y0 - Delta
-    return _saddle(model, L, T, Delta, f, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
+    return make_saddle(model, L, T, Delta, f, K, Phi, G, [np.asarray(a) for a in out["Rphi"]],
                    [np.asarray(a) for a in out["Rg"]])
 
 
-def _saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:
+def make_saddle(model, L, T, Delta, f, K, Phi, G, Rphi, Rg, maps=None) -> Saddle:
     """A Saddle of ``model``'s action (gamma, y, eta recorded: the standard network's, else gamma = -1 / c_t of
     the readout and eta = nan; the numerics read ``model``)."""
     ct = model.readout[1]
@@ -161,12 +161,12 @@ class Layout:
         return np.arange(o, o + s)
 
 
-def _sym(low):
+def sym_from_tril(low):
     """symmetric matrix from its lower triangle (diagonal once)."""
     return low + low.T - jnp.diag(jnp.diag(low))
 
 
-def _split_local(v, T):
+def split_local(v, T):
     nt = T * (T + 1) // 2
     sizes = [nt, nt, T * T, T * T, nt, nt, T, T]
     out, o = [], 0
@@ -177,7 +177,7 @@ def _split_local(v, T):
 
 
 def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
-    """(names or constants) of the local variables of layer l, in _log_z_local order (boundary kernels
+    """(names or constants) of the local variables of layer l, in log_z_local order (boundary kernels
     Phi[0] = phi0, G[L+1] = g_top)."""
     L, T = lay.L, lay.T
     return [f"Phi[{l - 1}]" if l > 1 else ("const", boundary_tril(phi0, lay)),
@@ -198,7 +198,31 @@ def boundary_tril(value, lay: "Layout"):
     return value * np.ones(lay.nt)
 
 
-def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
+def log_z_local(v, model, top, *, T):
+    """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] of ``model``'s action from the layer's local variables
+    v = [Phi[l-1] (tril), G[l+1] (tril), A[l-1] (T*T), B[l] (T*T), Phi_hat[l] (tril), G_hat[l] (tril),
+    Delta, Delta_hat].  The first layer passes Phi[0] = phi0 1 1^T and A[0] = 0, the last G[L+1] = g_top 1 1^T,
+    B[L] = 0 and top = 1 (the Delta_hat source term belongs to the last layer only): with the readout's feature
+    coefficients (a, b) (:meth:`DeepModel.features`) it adds sum_t Delta_hat(t) (a h(t) z(t) + b h(0) z(0)) to
+    -x^T Q x / 2."""
+    tril = np.tril_indices(T)
+    low = lambda w: jnp.zeros((T, T), dtype=w.dtype).at[tril].set(w)
+    pp, gn, a, b, ph, gh, Delta, dh = split_local(v, T)
+    phi_prev, g_next = sym_from_tril(low(pp)), sym_from_tril(low(gn))
+    ph, gh = low(ph), low(gh)
+    C, E = model.couplings(phi_prev, g_next, a.reshape(T, T), b.reshape(T, T), Delta)
+    eye, zero = jnp.eye(T), jnp.zeros((T, T))
+    M = jnp.block([[eye, -C], [-E, eye]])
+    fa, fb = model.features()
+    P = model.points                   # the fixed-time feature h(0) z(0) of each point (its step at time 0)
+    Qhz = -top * (jnp.diag(fa * dh) + zero.at[jnp.arange(P), jnp.arange(P)].add((fb * dh).reshape(-1, P).sum(0)))
+    Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
+    Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
+    big = jnp.block([[-Q, M.T], [M, Sw]])
+    return -0.5 * jnp.linalg.slogdet(big)[1]
+
+
+def gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
     """local vector of layer l and, per entry, its index in the flat layout (-1 for constants)."""
     vals, idx = [], []
     for part in _local_parts(lay, l, phi0, g_top):
@@ -211,7 +235,7 @@ def _gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
     return jnp.concatenate(vals), np.concatenate(idx)
 
 
-def _bilinear(q, *, L, T, y):
+def bilinear_part(q, *, L, T, y):
     """The bilinear part: Delta_hat (Delta - y0), the kernel-hat pairings and -Tr(A B)."""
     if jnp.ndim(y):                                               # (P,) on several points: every step's
         y = jnp.tile(y, T // jnp.shape(y)[0])

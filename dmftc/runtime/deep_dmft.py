@@ -28,7 +28,7 @@ the generated module), and :mod:`dmftc.runtime.site_march` marches it: every com
 network above, which the Python API (:func:`dmftc.deep.solve_deep`) compiles from ``specs/deep_tanh.dmft``
 (:mod:`dmftc.runtime.standard_spec`).  :func:`solve_deep` (means), :func:`march_exact` (the exact basis) and
 :func:`march_paths` (each Monte Carlo propagator group's saddle with its paths kept,
-:func:`dmftc.runtime.deep_propagator.mc_saddle`) run it through :func:`_compiled`.  A model given as a
+:func:`dmftc.runtime.deep_propagator.mc_saddle`) run it through :func:`compiled_march`.  A model given as a
 :class:`dmftc.runtime.deep_model.DeepModel` without a spec runs the structured march of
 :mod:`dmftc.reference.structured_march` (the fixed h / z / g template above, kept as the oracle the site march is
 checked against).
@@ -63,111 +63,17 @@ average is an exact Gaussian covariance: no sampling, stderr = 0.
 from __future__ import annotations
 
 import math
-import re
-import numbers
 import time as _time
 from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import solve_triangular
 
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.options import check_integer
-
-
-# Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
-# to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
-_PIVOT_TOL = 1e-10
-# On the exact backend the kernels carry no sampling noise: only round-off (~1e-16 K(t,t)) counts as zero there.
-# (Linear L = 2, T = 6: with 1e-10 a true residual of ~1e-10 K(t,t) was dropped and the saddle's stationarity
-# fell to 5e-10; with 1e-14 it equals the numpy coefficient-row march to 1e-14.)
-_PIVOT_TOL_EXACT = 1e-14
-_MEMORY_BUDGET = 2.5e8     # floats of tangent storage per group (2 GB in float64)
-
-
-def _extend_cholesky(C, krow, t, tol=_PIVOT_TOL):
-    """Row t of the causal Cholesky factor of a kernel whose row t (entries s <= t) is ``krow``; residual
-    variances below ``tol`` K(t,t) are zero pivots."""
-    T = C.shape[0]
-    idx = jnp.arange(T)
-    live = (idx < t) & (jnp.diagonal(C) > 0)
-    A = jnp.where(live[:, None], C, 0.0) + jnp.diag(jnp.where(live, 0.0, 1.0))
-    x = jnp.where(live, solve_triangular(A, jnp.where(live, krow, 0.0), lower=True), 0.0)
-    kt = krow[t]
-    d = kt - x @ x
-    piv = jnp.where(d > tol * jnp.maximum(kt, 0.0), jnp.sqrt(jnp.maximum(d, 0.0)), 0.0)
-    return C.at[t].set(x + piv * (idx == t))
-
-
-def _set_col(X, v, t):
-    """X[:, t] = v as an in-place dynamic update (column t = time t of a history buffer)."""
-    return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
-
-
-class SpecKernels:
-    """The numerics a compiled deep spec determines (its generated module), in the march's terms.
-
-    The march's internal names are the roles: kernels Phi (forward, covariance of u) and G (backward,
-    covariance of r), responses Rphi (spec role A) and Rg (role B).  Boundary layers 0 and L+1 are
-    constant rows from the spec's boundary values.
-    """
-
-    def __init__(self, module):
-        self.module = module
-        self.key = ("spec", module.SPEC_SHA256, module.SPEC_PATH)
-        r = module.ROLES
-        self.names = {"Phi": r["Phi"], "A": r["A"], "G": r["G"], "B": r["B"]}
-        self.scalars = tuple(module.SCALARS)
-
-    def site_activation(self, params: dict, width: float):
-        """The spec's activation with its four derivatives and its gradient field's coefficients (generated
-        functions) at fixed parameter values."""
-        from dmftc.derive.activation import SiteActivation
-
-        mod = self.module
-        p = {k: float(v) for k, v in params.items() if np.ndim(v) == 0}     # (arrays: point parameters, which
-        # the activation cannot read);  keyed by the parameters the activation and the gradient field read (a sweep of the others reuses
-        # every program compiled for them, e.g. the per-path sums of dmftc.runtime.site_moments)
-        used = tuple((k, p[k]) for k in mod.ACTIVATION_PARAMS)
-        return SiteActivation(key=self.key + (used, float(width)),
-                              label=f"{mod.ACTIVATION} of {mod.SPEC_PATH}",
-                              fn=lambda h: mod.activation(h, p, float(width)),
-                              kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
-                              rewidth=lambda w: self.site_activation(params, w),
-                              grad=lambda h: mod.gradient(h, p, float(width)),
-                              standard_gradient=bool(mod.STANDARD_GRADIENT), program=(mod, p))
-
-    def _boundary(self, role, layer, T, p, depth):
-        """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""
-        mod, name = self.module, self.names[role]
-        for (fam, ref), value in mod.boundaries(p).items():
-            if fam == name and layer_number(ref, 0, depth, mod.LAYER, mod.DEPTH) == layer:
-                return jnp.full((T,), value, dtype=jnp.float64)
-        raise ParameterError(f"no boundary value {name}[{layer}] in {mod.SPEC_PATH}")  # pragma: no cover
-
-    @property
-    def linear(self) -> bool:
-        return bool(self.module.LINEAR)
-
-    def scalar_values(self, diag, p):
-        """The spec's scalar order parameters from the time diagonals ``diag(name, layer)`` of the kernels."""
-        return {name: getattr(self.module, f"scalar_{name}")(diag, p) for name in self.scalars}
-
-    def report_f(self, e, p):
-        """What the solution reports as 'f': the readout average E_t itself."""
-        return e
-
-
-def layer_number(ref: str, l: int, L: int, var: str, depth: str) -> int:
-    """The layer of a reference such as 'l-1', 'L+1', '0' or '' (this layer) seen from layer l of L (``var``:
-    the spec's layer variable, ``depth``: its depth parameter)."""
-    if not ref:
-        return l
-    m = re.match(r"^([A-Za-z_][A-Za-z_0-9]*)?([+-]?[0-9]+)?$", ref.replace(" ", ""))
-    base = {var: l, depth: L}[m.group(1)] if m.group(1) else 0
-    return base + int(m.group(2) or 0)
+from dmftc.runtime.march_numerics import MEMORY_BUDGET, PIVOT_TOL, PIVOT_TOL_EXACT, symmetric, traced
+from dmftc.runtime.options import check_integer, check_number
+from dmftc.runtime.spec_kernels import SpecKernels
 
 
 _JIT: dict = {}
@@ -201,7 +107,7 @@ def march_kernels(activation, model, L: int):
     return kern, kern.params(L)
 
 
-def _compiled(L, T, exact, spec, direct=False, keep=False, points=1):
+def compiled_march(L, T, exact, spec, direct=False, keep=False, points=1):
     """The jitted march: a compiled spec's own single-site program (:mod:`dmftc.runtime.site_march`) when its
     generated module carries one, else the march of the kernels a hand-built model brings (``spec.march``)."""
     key = (spec.key, L, T, exact, direct, keep, points)
@@ -224,7 +130,7 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact, points=1):
     act = [lambda x, k=k: mod.activation(x, prm, width)[k] for k in range(3)]
     (u, _, _), (r, _, _) = sorted(mod.SITE["sources"], key=lambda src: src[2])       # offsets -1 (u), +1 (r)
     rows, q1, hist, avg, chol = site_march(mod, act, L, T, {u: xiu, r: xir}, wts, prm, width=width, direct=direct,
-                                           pivot_tol=_PIVOT_TOL_EXACT if exact else _PIVOT_TOL,
+                                           pivot_tol=PIVOT_TOL_EXACT if exact else PIVOT_TOL,
                                            tangent_wts=jnp.full(xiu.shape[1], 1.0 / xiu.shape[1]) if exact else None,
                                            points=points)
     R, layers = mod.ROLES, range(1, L + 1)
@@ -241,25 +147,13 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact, points=1):
     return out
 
 
-def _traced(prm: dict) -> dict:
-    """Parameter values as the march's traced float64 scalars (arrays: the parameters with point indices of a
-    spec on several training points)."""
-    return {k: jnp.asarray(v if np.ndim(v) else float(v), dtype=jnp.float64) for k, v in prm.items()}
-
-
-def _symmetric(rows):
-    """Symmetric kernel(s) from causal rows (lower triangle, diagonal once)."""
-    rows = np.asarray(rows)
-    return np.tril(rows) + np.swapaxes(np.tril(rows, -1), -1, -2)
-
-
 def march_exact(spec, prm: dict, L: int, T: int, points: int = 1) -> dict:
     """The march on the exact Gaussian backend (linear fields): the rows are the 2 L T basis vectors of the
     sources, so every average is an exact quadratic form.  ``prm``: the march's parameter values.  Returns
     numpy arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, f, fdir (T,)}."""
     n = 2 * L * T
     basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
-    out = _compiled(L, T, True, spec, points=points)(basis[0], basis[1], jnp.ones(n), _traced(prm))
+    out = compiled_march(L, T, True, spec, points=points)(basis[0], basis[1], jnp.ones(n), traced(prm))
     _check_finite(out, L, T, "exact backend")
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -273,8 +167,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     ``points``: P of a spec on several training points (T = its (time, point) steps)."""
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    out = _compiled(L, T, False, spec, direct=True, keep=True, points=points)(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts),
-                                                               _traced(prm))
+    march = compiled_march(L, T, False, spec, direct=True, keep=True, points=points)
+    out = march(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), traced(prm))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
     out = {k: np.asarray(v) for k, v in out.items()}
     out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out.pop("Cu"))
@@ -289,8 +183,8 @@ def _assemble(out, L, T, spec, p, report_f=None):
     arr = {"Delta": np.asarray(out["Delta"]), "f": np.asarray(report_f(np.asarray(out["f"]), p)),
            "f_direct": np.asarray(report_f(np.asarray(out["fdir"]), p))}
     for l in range(1, L + 1):
-        arr[f"Phi[{l}]"] = _symmetric(out["Phi"][l - 1])
-        arr[f"G[{l}]"] = _symmetric(out["G"][l - 1])
+        arr[f"Phi[{l}]"] = symmetric(out["Phi"][l - 1])
+        arr[f"G[{l}]"] = symmetric(out["G"][l - 1])
         arr[f"Rphi[{l}]"] = np.asarray(out["Rphi"][l - 1])
         arr[f"Rg[{l}]"] = np.asarray(out["Rg"][l - 1])
     roles = {spec.names["Phi"]: "Phi", spec.names["G"]: "G"}   # scalars from the kernels' time diagonals
@@ -348,14 +242,6 @@ class DeepSaddle:
         return self.arrays.keys()
 
 
-def _number(name, v, *, low=None, strict=False):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-        raise ParameterError(f"{name} must be a finite real number, got {v!r}")
-    if low is not None and (float(v) <= low if strict else float(v) < low):
-        raise ParameterError(f"{name} must be {'>' if strict else '>='} {low}, got {v!r}")
-    return float(v)
-
-
 def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T: int,
                samples: int = 20000, seed: int = 0, backend: str = "auto", groups: int = 8,
                dirac_width: float = 0.1, spec=None, spec_params: dict | None = None, model=None) -> DeepSaddle:
@@ -371,14 +257,14 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     gamma, y and eta are recorded but the spec's own parameters are used).  Without a spec, ``model`` (a
     :class:`dmftc.runtime.deep_model.DeepModel`, default the standard network with gamma, y, eta) is marched.
     """
-    dirac_width = _number("dirac_width", dirac_width, low=0.0)
+    dirac_width = check_number("dirac_width", dirac_width, low=0.0)
     L, T = check_integer("L (number of hidden layers)", L, 1), check_integer("T (number of steps)", T, 1)
-    gamma = _number("gamma", gamma, low=0.0, strict=True)
-    y, eta = _number("y", y), _number("eta", eta, low=0.0)
+    gamma = check_number("gamma", gamma, low=0.0, strict=True)
+    y, eta = check_number("y", y), check_number("eta", eta, low=0.0)
     label = activation if spec is not None else None
     report_f = None
     if spec is None:                      # a DeepModel (default: the standard network's compiled spec)
-        from dmftc.runtime.deep_model import model_and_activation
+        from dmftc.runtime.standard_spec import model_and_activation
 
         model, site = model_and_activation(model, activation, gamma, y, eta, L=L, width=dirac_width)
         spec, spec_params = march_kernels(site, model, L)
@@ -397,11 +283,11 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     seed = check_integer("seed", seed, 0)
     groups = check_integer("groups", groups, 2)
     samples = check_integer("samples", samples, 2 * groups)
-    if not exact and 4 * L * (samples // groups) * T * T > _MEMORY_BUDGET:
+    if not exact and 4 * L * (samples // groups) * T * T > MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) T^2 = "
-                             f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
+                             f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
-    prm = _traced((spec_params or {}) | {"dirac width": dirac_width})
+    prm = traced((spec_params or {}) | {"dirac width": dirac_width})
     host = {k: float(v) for k, v in (spec_params or {}).items()}
     params = dict(activation=label, L=L, gamma=gamma, y=y, eta=eta, T=T, backend="exact" if exact else "mc",
                   dirac_width=dirac_width)
@@ -412,7 +298,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
         diag = dict(backend="exact", basis_size=2 * L * T)
     else:
         per = samples // groups
-        march = _compiled(L, T, False, spec)
+        march = compiled_march(L, T, False, spec)
         key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):

@@ -78,10 +78,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.runtime.causal_solve import CausalBlocks, assemble_blocks, causal_propagator, covariance_of_all
-from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, _bilinear, _gather_local, _split_local, _sym,
+from dmftc.runtime.deep_action import (Layout, Propagator, Saddle, bilinear_part, gather_local, log_z_local,
                                        saddle_of_march, saddle_point_vector)
 from dmftc.errors import ParameterError
-from dmftc.runtime.deep_model import as_model, family_jit
+from dmftc.runtime.deep_model import family_jit
+from dmftc.runtime.standard_spec import as_model
 
 
 __all__ = ["deep_linear_saddle", "deep_linear_action", "deep_linear_propagator", "linear_blocks", "stationarity",
@@ -129,48 +130,25 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
 # ----------------------------------------------------------------------------------------------
 # the action
 # ----------------------------------------------------------------------------------------------
-def _log_z_local(v, model, top, *, T):
-    """ln Z_l = -1/2 ln det [[-Q, M^T], [M, Sw]] of ``model``'s action from the layer's local variables
-    v = [Phi[l-1] (tril), G[l+1] (tril), A[l-1] (T*T), B[l] (T*T), Phi_hat[l] (tril), G_hat[l] (tril),
-    Delta, Delta_hat].  The first layer passes Phi[0] = phi0 1 1^T and A[0] = 0, the last G[L+1] = g_top 1 1^T,
-    B[L] = 0 and top = 1 (the Delta_hat source term belongs to the last layer only): with the readout's feature
-    coefficients (a, b) (:meth:`DeepModel.features`) it adds sum_t Delta_hat(t) (a h(t) z(t) + b h(0) z(0)) to
-    -x^T Q x / 2."""
-    tril = np.tril_indices(T)
-    low = lambda w: jnp.zeros((T, T), dtype=w.dtype).at[tril].set(w)
-    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
-    phi_prev, g_next = _sym(low(pp)), _sym(low(gn))
-    ph, gh = low(ph), low(gh)
-    C, E = model.couplings(phi_prev, g_next, a.reshape(T, T), b.reshape(T, T), Delta)
-    eye, zero = jnp.eye(T), jnp.zeros((T, T))
-    M = jnp.block([[eye, -C], [-E, eye]])
-    fa, fb = model.features()
-    P = model.points                   # the fixed-time feature h(0) z(0) of each point (its step at time 0)
-    Qhz = -top * (jnp.diag(fa * dh) + zero.at[jnp.arange(P), jnp.arange(P)].add((fb * dh).reshape(-1, P).sum(0)))
-    Q = jnp.block([[ph + ph.T, Qhz], [Qhz.T, gh + gh.T]])
-    Sw = jnp.block([[phi_prev, zero], [zero, g_next]])
-    big = jnp.block([[-Q, M.T], [M, Sw]])
-    return -0.5 * jnp.linalg.slogdet(big)[1]
-
-
 _HESS_CACHE: dict = {}
 
 
-def _local_hessian(T, model):
+def local_hessian(T, model):
     """(v, top) -> Hessian of ln Z_l of ``model``'s action, compiled once per T and model family (the model's
     numeric values are traced: a sweep over gamma or a spec's parameters reuses it)."""
     return family_jit(_HESS_CACHE, (T,), model, lambda model_of: jax.hessian(
-        lambda v, top, vals: _log_z_local(v, model_of(vals), top, T=T)))
+        lambda v, top, vals: log_z_local(v, model_of(vals), top, T=T)))
 
 
 _DUAL_CACHE: dict = {}
 
 
 def dual_positions(T: int, points: int = 1) -> np.ndarray:
-    """Positions in the local vector of ln Z_l (:func:`_log_z_local` order) of the DUAL directions of the causal
-    solve (:func:`dmftc.runtime.causal_solve.causal_order`): the hats Phi_hat, G_hat, Delta_hat and the
-    anti-causal couplings, A(t, s) with time(s) >= time(t) and B(t, s) with time(s) > time(t) (time = step //
-    points).  The same for every layer (a boundary layer's constant entries are among them, harmlessly)."""
+    """Positions in the local vector of ln Z_l (:func:`dmftc.runtime.deep_action.log_z_local` order) of the DUAL
+    directions of the causal solve (:func:`dmftc.runtime.causal_solve.causal_order`): the hats Phi_hat, G_hat,
+    Delta_hat and the anti-causal couplings, A(t, s) with time(s) >= time(t) and B(t, s) with time(s) > time(t)
+    (time = step // points). The same for every layer (a boundary layer's constant entries are among them,
+    harmlessly)."""
     nt = T * (T + 1) // 2
     time = np.arange(T) // points
     t_full, s_full = (time[k] for k in np.divmod(np.arange(T * T), T))
@@ -187,7 +165,7 @@ def _local_dual_rows(T, model, points: int = 1):
 
     def build(model_of):
         def rows(v, top, vals):
-            grad = jax.grad(lambda w: _log_z_local(w, model_of(vals), top, T=T))
+            grad = jax.grad(lambda w: log_z_local(w, model_of(vals), top, T=T))
             basis = jnp.zeros((len(dual), v.shape[0])).at[jnp.arange(len(dual)), dual].set(1.0)
             return jax.vmap(lambda e: jax.jvp(grad, (v,), (e,))[1])(basis)
         return rows
@@ -205,11 +183,11 @@ def deep_linear_action(x, *, L: int, T: int, model=None, gamma: float | None = N
     if isinstance(x, dict):
         x = lay.pack(x)
     q = lay.unpack(jnp.asarray(x))
-    s = _bilinear(q, L=L, T=T, y=model.readout[0])   # (traceable: a family jit traces the values)
+    s = bilinear_part(q, L=L, T=T, y=model.readout[0])   # (traceable: a family jit traces the values)
     x = jnp.asarray(x)
     for l in range(1, L + 1):
-        v, _ = _gather_local(x, lay, l, model.phi0, model.g_top)
-        s = s + _log_z_local(v, model, float(l == L), T=T)
+        v, _ = gather_local(x, lay, l, model.phi0, model.g_top)
+        s = s + log_z_local(v, model, float(l == L), T=T)
     return s
 
 
@@ -229,7 +207,7 @@ def linear_blocks(x0, lay: Layout, model, points: int = 1) -> CausalBlocks:
 
     def local_hessians():
         for l in range(1, L + 1):
-            r = np.asarray(rows(_gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L)))
+            r = np.asarray(rows(gather_local(x0, lay, l, model.phi0, model.g_top)[0], float(l == L)))
             h = np.zeros((r.shape[1], r.shape[1]))
             h[dual] = r
             h[:, dual] = r.T

@@ -25,9 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.deep_action import Layout, _gather_local
-from dmftc.runtime.deep_linear import _log_z_local
-from dmftc.runtime.deep_model import as_model, family_jit
+from dmftc.runtime.deep_action import Layout, gather_local
+from dmftc.runtime.deep_action import log_z_local
+from dmftc.runtime.deep_model import family_jit
+from dmftc.runtime.standard_spec import as_model
 
 
 __all__ = ["cubic_contraction", "mean_correction_from_inverse"]
@@ -40,7 +41,7 @@ def _third_directional(T, model):
     action (compiled once per T and model family: the model's values are traced)."""
     def build(model_of):
         def one(v, u, top, vals):
-            f = lambda z: _log_z_local(z, model_of(vals), top, T=T)  # noqa: E731
+            f = lambda z: log_z_local(z, model_of(vals), top, T=T)  # noqa: E731
 
             def quad(w):
                 hv = jax.jvp(jax.grad(f), (w,), (u,))[1]
@@ -62,7 +63,7 @@ def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, 
     fn = _third_directional(T, model)
     out = np.zeros(lay.n)
     for l in range(1, L + 1):
-        v, idx = _gather_local(x0, lay, l, model.phi0, model.g_top)
+        v, idx = gather_local(x0, lay, l, model.phi0, model.g_top)
         keep = np.flatnonzero(idx >= 0)
         Cl = np.zeros((len(idx), len(idx)))
         Cl[np.ix_(keep, keep)] = C[np.ix_(idx[keep], idx[keep])]

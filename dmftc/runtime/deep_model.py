@@ -49,7 +49,7 @@ import numpy as np
 from dmftc.errors import Pos, StructureSpecError
 
 
-__all__ = ["DeepModel", "from_spec", "as_model", "model_and_activation", "trained_mask"]
+__all__ = ["DeepModel", "from_spec", "trained_mask"]
 
 
 @dataclass(frozen=True)
@@ -237,63 +237,11 @@ def family_jit(cache: dict, key: tuple, model: DeepModel, build: Callable) -> Ca
     return lambda *args: fn(*args, vals)
 
 
-def as_model(model=None, gamma=None, y=None, eta=None, *, L=None) -> DeepModel:
-    """The model of an action: ``model`` when given, else the standard network with (gamma, y, eta) at depth L,
-    read from its compiled spec (``specs/deep_tanh.dmft``, :mod:`dmftc.runtime.standard_spec`; its activation
-    does not enter the model); the network written out by hand is an oracle of the tests
-    (:mod:`dmftc.reference.standard_model`)."""
-    if model is not None:
-        if not isinstance(model, DeepModel):
-            from dmftc.errors import ParameterError
-
-            raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
-        return model
-    return _standard("linear", gamma, y, eta, L, 0.0)[0]
-
-
-def model_and_activation(model, activation, gamma=None, y=None, eta=None, *, L=None, width: float = 0.1):
-    """(model, site activation) as the march, the estimators and the propagator take them.  Without ``model`` and
-    with ``activation`` given as text (an expression in h or a shorthand), the standard network of that activation
-    compiled from its spec (:mod:`dmftc.runtime.standard_spec`) with the spec's own activation, so that the
-    runtime marches the spec's program; otherwise :func:`as_model` and the activation as given (a hand-built
-    model brings its own march, ``DeepModel.march``)."""
-    from dmftc.derive.activation import as_activation
-
-    if model is not None or not isinstance(activation, str):
-        return as_model(model, gamma, y, eta, L=L), as_activation(activation, width)
-    as_activation(activation, width)                 # the API's own messages for a bad expression, before compiling
-    return _standard(activation, gamma, y, eta, L, width)
-
-
-def _standard(activation: str, gamma, y, eta, L, width):
-    """(DeepModel, site activation) of the standard network compiled with ``activation``, cached per values."""
-    from dmftc.errors import ParameterError
-
-    if gamma is None or y is None or eta is None or L is None:
-        raise ParameterError("give either model= or the standard network's gamma, y, eta and L")
-    from dmftc.runtime.deep_dmft import _number
-    from dmftc.runtime.options import check_integer
-
-    key = (activation, check_integer("L (number of hidden layers)", L, 1), _number("gamma", gamma, low=0.0,
-           strict=True), _number("y", y), _number("eta", eta, low=0.0), _number("dirac_width", width, low=0.0))
-    if key not in _STANDARD:                          # (checked before they key the cache)
-        from dmftc.runtime.standard_spec import standard
-
-        with jax.ensure_compile_time_eval():         # also when called inside a traced function
-            _, _, model, site = standard(activation, L=key[1], T=1, gamma=key[2], y=key[3], eta=key[4],
-                                         width=key[5])
-        _STANDARD[key] = model, site
-    return _STANDARD[key]
-
-
-_STANDARD: dict = {}
-
-
 def _spec_error(mod, why, where=None, hint=None):
     """A StructureSpecError at the spec text the generated part ``where`` came from (mod.SOURCE_POS: 'h', 'z',
     a scalar's name, or a boundary 'A[0]'; a key ending in '[' matches any layer), with the line and a caret
     when the spec file (mod.SPEC_FILE, set by dmftc.load, else the recorded path) still has the compiled text."""
-    from dmftc.compiler import REPO_ROOT               # generated modules record spec paths relative to it
+    from dmftc.build import REPO_ROOT                  # generated modules record spec paths relative to it
 
     table = getattr(mod, "SOURCE_POS", {})
     key = next((k for k in table if k == where or (where and where.endswith("[") and k.startswith(where))), None)

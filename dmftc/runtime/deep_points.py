@@ -64,7 +64,7 @@ def _assemble(mod, out, L, T, P, p):
         """The same-time (T, P, P) blocks of a kernel of layer ``layer`` (hidden or boundary)."""
         if 1 <= layer <= L:
             return np.einsum("mntt->tmn", arr[f"{name}[{layer}]"])
-        from dmftc.runtime.site_march import layer_number
+        from dmftc.runtime.spec_kernels import layer_number
 
         for (fam, ref), v in bounds.items():
             if fam == name and layer_number(ref, 0, L, mod.LAYER, mod.DEPTH) == layer:
@@ -177,7 +177,8 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact').  The Monte Carlo propagator of
     a nonlinear spec (``propagator_samples`` paths in ``propagator_groups`` groups, ``sampler``'s normals) is
     computed on first use of ``var`` or ``sigma`` (:func:`mc_propagator`)."""
-    from dmftc.runtime.deep_dmft import _MEMORY_BUDGET, SpecKernels, _compiled, _traced, march_exact
+    from dmftc.runtime.deep_dmft import SpecKernels, compiled_march, march_exact
+    from dmftc.runtime.march_numerics import MEMORY_BUDGET, traced
     from dmftc.runtime.options import check_integer
 
     p, L, T, P = resolve_point_params(mod, given)
@@ -195,9 +196,9 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
         propagator_groups = check_integer("propagator_groups", propagator_groups, 2)
         propagator_samples = check_integer("propagator_samples", propagator_samples, 2 * propagator_groups)
     TP = T * P
-    if not exact and 4 * L * (samples // groups) * TP * TP > _MEMORY_BUDGET:
+    if not exact and 4 * L * (samples // groups) * TP * TP > MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "
-                             f"{4 * L * (samples // groups) * TP * TP:.3g} floats (budget {_MEMORY_BUDGET:.0e}); "
+                             f"{4 * L * (samples // groups) * TP * TP:.3g} floats (budget {MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
     prm = dict(p) | {"dirac width": dirac_width}
     t0 = _time.perf_counter()
@@ -207,12 +208,12 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
         diag = dict(backend="exact", basis_size=2 * L * TP)
     else:
         per = samples // groups
-        march = _compiled(L, TP, False, spec, points=P)
+        march = compiled_march(L, TP, False, spec, points=P)
         key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):               # the standard normals of the one-point solve (deep_dmft.solve_deep)
             xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, TP), dtype=jnp.float64)
-            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), _traced(prm))
+            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), traced(prm))
             runs.append(_assemble(mod, out, L, T, P, p))
         diag = dict(backend="mc", samples_per_group=per)
     means = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}

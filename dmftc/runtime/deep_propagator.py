@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import Layout, _gather_local, saddle_of_march, saddle_point_vector
+from dmftc.runtime.deep_action import Layout, gather_local, saddle_of_march, saddle_point_vector
 from dmftc.runtime.deep_dmft import march_kernels, march_paths, runs_site
 from dmftc.runtime.options import check_integer
 from dmftc.errors import NumericalError, ParameterError
@@ -72,7 +72,8 @@ from dmftc.progress import Progress
 from dmftc.runtime.local_estimator import estimator
 from dmftc.runtime.solve_bias import Pool, bias_report
 from dmftc.jax_setup import make_room
-from dmftc.runtime.deep_model import DeepModel, model_and_activation
+from dmftc.runtime.deep_model import DeepModel
+from dmftc.runtime.standard_spec import model_and_activation
 from dmftc.runtime.sampling import check_sampler, source_normals
 
 
@@ -82,7 +83,7 @@ __all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator"]
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.deep_dmft) with the direct readout, paths kept
 # ----------------------------------------------------------------------------------------------
 @dataclass
-class _Fields:
+class MarchFields:
     """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
     w: list
     x: list
@@ -92,7 +93,7 @@ class _Fields:
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None, points=1):
     """Discrete-time DMFT march of the model's single-site processes on given standard normals xiu, xir
     (L, S, T) (sources u^l = chol(Phi[l-1]) xi, r^l = chol(G[l+1]) xi, extended causally): the march of
-    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_action.Saddle, _Fields).  ``points``: P of a
+    :func:`dmftc.runtime.deep_dmft.march_paths`.  Returns (deep_action.Saddle, MarchFields).  ``points``: P of a
     spec on several training points (T its (time, point) steps; the spec's own program only).
     All averages are (weighted) means over these S paths, the readout's included:
     Delta(t) = y0 + c_t <z^L phi(h^L)>(t) + c_0 <z^L phi(h^L)>(0) (module deep_model), f = y0 - Delta.
@@ -104,7 +105,7 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
         raise ParameterError("several training points need a compiled spec's own single-site program")
     out = march_paths(kern, prm, xiu, xir, weights, points=points)
     sad = saddle_of_march(model, out, L, T)
-    fields = _Fields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
+    fields = MarchFields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
                      "site program" if runs_site(kern) else "structured")
     return sad, fields
@@ -184,7 +185,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
 
     def local_hessians():
         for l in range(1, L + 1):
-            v, idx = _gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+            v, idx = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             est = estimator(T, activation, l > 1, l < L, chunk, points)
             ta = _time.perf_counter()
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),

@@ -23,19 +23,12 @@ from dataclasses import replace
 import numpy as np
 
 from dmftc.errors import ParameterError, PropagatorTooLarge, StructureSpecError
-from dmftc.runtime.params import resolve_params
+from dmftc.runtime.params import resolve_deep_params  # noqa: F401  (also read from here)
 from dmftc.runtime.solution import Solution
 
 # Stationarity required of the closed-form action read from the spec at the saddle of the spec's own program
 # before that action's propagator is attached (round-off when they agree).
 _LINEAR_MATCH = 1e-8
-
-
-def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
-    """The spec's defaults overridden by ``given``, validated (:func:`dmftc.runtime.params.resolve_params`):
-    (params, L, T)."""
-    p, sz, T = resolve_params(mod, given)
-    return p, sz[mod.DEPTH], T
 
 
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
@@ -45,7 +38,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
     ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
     from dmftc.runtime import deep_solution as deep
-    from dmftc.runtime.deep_dmft import SpecKernels
+    from dmftc.runtime.spec_kernels import SpecKernels
     from dmftc.runtime.deep_dmft import solve_deep as march
 
     p, L, T = resolve_deep_params(mod, given)

@@ -51,7 +51,7 @@ from scipy import sparse
 
 from dmftc.derive.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.deep_action import _split_local, _sym
+from dmftc.runtime.deep_action import split_local, sym_from_tril
 from dmftc.runtime.deep_model import DeepModel
 from dmftc.runtime.price_by_parts import hybrid_price, stein_plan
 from dmftc.runtime.site_local import local_map
@@ -60,13 +60,13 @@ from dmftc.runtime.site_moments import SiteMoments
 __all__ = ["LocalEstimator", "estimator"]
 
 
-def _couplings(v, T, model: DeepModel):
-    """(C, E, hats) of the local vector v (deep_linear._log_z_local order) under the model's couplings; hats =
+def local_couplings(v, T, model: DeepModel):
+    """(C, E, hats) of the local vector v (deep_action.log_z_local order) under the model's couplings; hats =
     (Phi_hat, G_hat, Delta_hat) = (ph (nt), gh (nt), dh (T)), the coefficients of the features."""
     tril = np.tril_indices(T)
     low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
-    pp, gn, a, b, ph, gh, Delta, dh = _split_local(v, T)
-    C, E = model.couplings(_sym(low(pp)), _sym(low(gn)), a.reshape(T, T), b.reshape(T, T), Delta)
+    pp, gn, a, b, ph, gh, Delta, dh = split_local(v, T)
+    C, E = model.couplings(sym_from_tril(low(pp)), sym_from_tril(low(gn)), a.reshape(T, T), b.reshape(T, T), Delta)
     return C, E, jnp.concatenate([ph, gh, dh])
 
 
@@ -87,7 +87,7 @@ def _price_pairs(T, vary_u, vary_r):
 
 
 
-_JIT: dict = {}
+JIT_CACHE: dict = {}
 
 
 class LocalEstimator:
@@ -133,13 +133,13 @@ class LocalEstimator:
 
     def _setup(self, vary_u, vary_r, chunk):
         key = ("fast", self.T, self.activation, bool(vary_u), bool(vary_r), chunk, self.points)
-        if key not in _JIT:
-            _JIT[key] = SiteMoments(T=self.T, local=local_map(self.activation), pa=self.pa, pb=self.pb,
+        if key not in JIT_CACHE:
+            JIT_CACHE[key] = SiteMoments(T=self.T, local=local_map(self.activation), pa=self.pa, pb=self.pb,
                                     anti=self.anti, chunk=chunk, points=self.points)
-        self._site = _JIT[key]
+        self._site = JIT_CACHE[key]
 
     def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
-        C0, E0, _ = _couplings(jnp.asarray(v), self.T, model)
+        C0, E0, _ = local_couplings(jnp.asarray(v), self.T, model)
         feature = model.features() if top else (0.0, 0.0)
         return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
                                   stein=stein)
@@ -148,7 +148,7 @@ class LocalEstimator:
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
         T, S, T2 = self.T, W.shape[0], self.T * self.T
-        pp, gn, a, b, ph, gh, Delta, dh = _split_local(np.asarray(v), T)
+        pp, gn, a, b, ph, gh, Delta, dh = split_local(np.asarray(v), T)
         later = self.time[None, :] >= self.time[:, None]              # (t, s): time of s >= time of t
         same = self.time[None, :] == self.time[:, None]
         if (np.abs(a.reshape(T, T)[later]).max() > 0 or np.abs(b.reshape(T, T)[later & ~same]).max() > 0
@@ -207,7 +207,7 @@ class LocalEstimator:
 
 def _theta_jacobian(v, m, T, model: DeepModel):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),
-    theta = (C, E, hats) flattened (_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
+    theta = (C, E, hats) flattened (local_couplings): C(t,s) = a(t,s) + [s<t] k_h(Phi(t,s), Delta(s)), E alike with G,
     b and k_z, hats = (Phi_hat, G_hat, Delta_hat).  The couplings are elementwise, so every derivative is a
     partial derivative of k at one entry, taken by JAX from the model's own functions (DeepModel.partials);
     the second derivatives are those of the causal entries in (kernel entry, Delta(s)), the entries of the

@@ -1,6 +1,11 @@
 """A generated module wrapped with the stable user-facing API."""
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+from dmftc.build import build_module
 from dmftc.runtime.labelled import index_names
 from dmftc.runtime.options import SolveOptions
 from dmftc.runtime.solve import solve
@@ -82,7 +87,25 @@ class CompiledModel:
         worker loads this model from its spec file and returns the solution's Dataset."""
         from dmftc.runtime.sweep import run_sweep
 
-        return run_sweep(self, name, values, client, kwargs)
+        return run_sweep(self, name, values, client, kwargs, task=solve_task)
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.name!r}, spec={self.module.SPEC_PATH!r})"
+
+
+def load_model(spec_path, out_dir=None) -> CompiledModel:
+    """Compile ``spec_path`` if its generated module is missing or stale, import it, wrap it
+    (:func:`dmftc.load`)."""
+    return CompiledModel(build_module(spec_path, out_dir))
+
+
+@lru_cache(maxsize=8)
+def _model(spec_file: str, out_dir: str, digest: str):
+    return load_model(spec_file, out_dir)
+
+
+def solve_task(spec_file: str, out_dir: str, kwargs: dict):
+    """One Dask task of a sweep (:func:`dmftc.runtime.sweep.run_sweep`): the Dataset of
+    ``load(spec_file, out_dir).solve(**kwargs)``."""
+    digest = hashlib.sha256(Path(spec_file).read_bytes()).hexdigest()
+    return _model(spec_file, out_dir, digest).solve(**kwargs).to_xarray()

@@ -17,7 +17,8 @@ from dmftc.errors import ParameterError
 from dmftc.runtime.devices import check_devices
 from dmftc.runtime.sampling import SAMPLERS
 
-__all__ = ["SolveOptions", "check_dirac_width", "check_integer", "BACKENDS", "DEEP_ONLY", "TWO_LAYER_ONLY"]
+__all__ = ["SolveOptions", "check_dirac_width", "check_integer", "check_number", "BACKENDS", "DEEP_ONLY",
+           "TWO_LAYER_ONLY"]
 
 BACKENDS = ("auto", "exact", "mc", "cubature")
 # options that one kind of engine reads and the other has no use for; given for the other kind they are an error
@@ -37,6 +38,15 @@ def check_integer(name: str, v, low: int) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < low:
         raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
     return int(v)
+
+
+def check_number(name: str, v, *, low=None, strict=False) -> float:
+    """``v`` as a float: a finite real number, at least ``low`` (above it when ``strict``)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+        raise ParameterError(f"{name} must be a finite real number, got {v!r}")
+    if low is not None and (float(v) <= low if strict else float(v) < low):
+        raise ParameterError(f"{name} must be {'>' if strict else '>='} {low}, got {v!r}")
+    return float(v)
 
 
 def check_dirac_width(w) -> float:

@@ -134,3 +134,10 @@ def _check_point_params(mod, p: dict) -> None:
         if k == pts.get("mask") and not np.all((arr == 0) | (arr == 1)):
             raise ParameterError(f"parameter '{k}' is the update mask: 1 on a point the network trains on, 0 on a test "
                                  f"point, got {arr.tolist()} (a weighted loss puts its weights in the error signal)")
+
+
+def resolve_deep_params(mod, given: dict) -> tuple[dict, int, int]:
+    """The spec's defaults overridden by ``given``, validated (:func:`resolve_params`):
+    (params, L, T)."""
+    p, sz, T = resolve_params(mod, given)
+    return p, sz[mod.DEPTH], T

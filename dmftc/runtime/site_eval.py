@@ -6,7 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.deep_dmft import _set_col, layer_number
+from dmftc.runtime.march_numerics import set_col
+from dmftc.runtime.spec_kernels import layer_number
 
 __all__ = ["Buffers", "Evaluator", "boundary_row", "layer_names", "layer_number", "point_params", "schedule",
            "update_mask"]
@@ -173,7 +174,7 @@ class Buffers:
             return jnp.where(jnp.arange(self.T) == t, v, buf)    # the jvp of a rank-6 layout: LLVM IR failure)
         if buf.ndim == 1:
             return buf.at[t].set(v)
-        return _set_col(buf, jnp.broadcast_to(v, buf.shape[:1]), t)
+        return set_col(buf, jnp.broadcast_to(v, buf.shape[:1]), t)
 
     def col(self, buf, t):
         if self.layout:

@@ -48,7 +48,8 @@ import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.deep_dmft import _PIVOT_TOL, _extend_cholesky, _set_col, layer_number
+from dmftc.runtime.march_numerics import PIVOT_TOL, extend_cholesky, set_col
+from dmftc.runtime.spec_kernels import layer_number
 from dmftc.runtime.site_eval import (Buffers, Evaluator, boundary_row, layer_names, point_params, schedule,
                                      update_mask)
 
@@ -58,7 +59,7 @@ __all__ = ["Buffers", "Evaluator", "boundary_row", "constraint_pass", "layer_nam
 
 
 def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
-               pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
+               pivot_tol: float = PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
                sizes: dict | None = None):
     """One march of the generated module ``mod`` on standard normals ``xi`` (source name -> (L, S, T)) with path
     weights ``wts`` (S,) summing to 1 (or 1 per row of an exact basis).  ``act``: (phi, phi', phi'', ...) as
@@ -67,7 +68,7 @@ def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float
     these paths) instead of their Stein's-lemma form.  Returns (rows {(name, l): (T, T) causal rows of kernels
     and responses}, q1 {name: (T,)}, hist {(field, l): (S, T)}, avg {('stein' | 'direct', symbol): (T,)},
     chol {(source, l): (T, T)}).  ``pivot_tol``: residual variance below this fraction of the diagonal counts as
-    zero in the sources' Cholesky factors (an exact basis needs the tighter ``deep_dmft._PIVOT_TOL_EXACT``).
+    zero in the sources' Cholesky factors (an exact basis needs the tighter ``march_numerics.PIVOT_TOL_EXACT``).
     ``tangent_wts``: the weights of the averages of tangents (responses, the Stein term); default ``wts``.  On an
     exact basis (rows = basis directions of the sources, ``wts`` = 1 each, exact for the quadratic averages of
     linear fields) the tangents are the same on every row and their average is any row's: weights 1 / rows.
@@ -95,7 +96,7 @@ def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw
 
 
 def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
-           pivot_tol: float = _PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
+           pivot_tol: float = PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
            replay: dict | None = None, sizes: dict | None = None, history: bool = True):
     """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
     site = mod.SITE
@@ -162,7 +163,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 fam, off = covs[name]
                 row = (rows[(fam, l + off)][t] if 1 <= l + off <= L
                        else boundary_row(E0.at(l).boundary(fam, l + off), t, T, points))
-                chol[(name, l)] = C = _extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
+                chol[(name, l)] = C = extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
                 src[(name, l)] = xi[name][l - 1] @ C[t]
             elif kind == "field":
                 fn = getattr(mod, f"site_field_{name}")
@@ -183,7 +184,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 fn = getattr(mod, f"site_term_{terms.index(name)}")
                 tval[(name, l)] = B.put(tval[(name, l)], fn(ev(l, cur=now(l))), t)
                 for x in wrt:
-                    dterm[(x, name, l)] = _set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
+                    dterm[(x, name, l)] = set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
             elif name in resp:
                 d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name], 1)
                 rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)

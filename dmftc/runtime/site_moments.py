@@ -53,7 +53,7 @@ def _total(xs, shape):
     return functools.reduce(operator.add, xs) if xs else jnp.zeros(shape)
 
 
-def _nilpotent_inverse(N):
+def nilpotent_inverse(N):
     """(I - N)^-1 = prod_j (I + N^(2^j)) for nilpotent N (N^n = 0)."""
     n = N.shape[-1]
     R, P = jnp.eye(n) + N, N
@@ -68,7 +68,7 @@ _SCAN_POINTS = 8192                 # field values per call of the pattern scan 
 
 
 @dataclass(frozen=True)
-class _Pattern:
+class MomentPattern:
     """The local derivatives that are not zero on the paths (module doc): the entries (k, i, j) of Y2 and
     (k, i, j, l) of Y3 (output k, x-fields i, j, l); per kernel whether its two factors coincide (a = b: one
     product instead of two), which output each factor is (its source derivatives are then rows of Xi and Xi2;
@@ -101,7 +101,7 @@ class _Pattern:
 def _pattern_scan(local, X):
     """Largest |.| over the field values X (points, nx) of every entry of Y2 and Y3, of each kernel's two factors'
     differences (with their derivatives) from each other and from each output, and of the factors' and the
-    readout's second derivatives (:class:`_Pattern`)."""
+    readout's second derivatives (:class:`MomentPattern`)."""
     y, Y1, Y2, Y3 = local.output_tensors(X)
     y2, y3 = jnp.max(jnp.abs(Y2), axis=0), jnp.max(jnp.abs(Y3), axis=0)
     (a, A1, A2), (b, B1, B2), (_, _, R2) = local.feature_tensors(X)
@@ -184,7 +184,7 @@ class SiteMoments:
         self._scan = _SCANS[local.key]
 
     # ------------------------------------------------------------------ which local derivatives vanish
-    def pattern(self, X0) -> _Pattern:
+    def pattern(self, X0) -> MomentPattern:
         """Which local derivatives are nonzero on the paths X0 (rows (nx T,)): scanned at every time of every path,
         _SCAN_POINTS field values per call."""
         acc, nx = None, self.local.nx
@@ -198,11 +198,11 @@ class SiteMoments:
         y2, y3, same, a_out, b_out, a2, b2, r2 = acc
         nz = lambda a: tuple(tuple(int(i) for i in e) for e in zip(*np.nonzero(a)))     # noqa: E731
         out = lambda d: tuple(int(np.flatnonzero(row == 0)[0]) if np.any(row == 0) else -1 for row in d)  # noqa: E731
-        return _Pattern(y2=nz(y2), y3=nz(y3), same=tuple(bool(v == 0) for v in same), a_out=out(a_out),
+        return MomentPattern(y2=nz(y2), y3=nz(y3), same=tuple(bool(v == 0) for v in same), a_out=out(a_out),
                         b_out=out(b_out), a2=tuple(nz(x) for x in a2), b2=tuple(nz(x) for x in b2), r2=nz(r2))
 
     # ------------------------------------------------------------------ one path
-    def _path(self, C, E, w, x0, fa, fb, pat: _Pattern):
+    def _path(self, C, E, w, x0, fa, fb, pat: MomentPattern):
         T, lm = self.T, self.local
         nx, ny, n, m = lm.nx, lm.ny, self.n, self.m
         X = x0.reshape(nx, T)
@@ -213,7 +213,7 @@ class SiteMoments:
         for (kind, i, o), Kk in zip(lm.kinds, (C, E)):
             K = K.at[i * T:(i + 1) * T, o * T:(o + 1) * T].set(Kk)
         Y1m = jnp.einsum("tki,ts->ktis", Y1, jnp.eye(T)).reshape(m, n)
-        Ry = _nilpotent_inverse(Y1m @ K)
+        Ry = nilpotent_inverse(Y1m @ K)
         Xi = Ry @ Y1m                                   # dy/dw (m, n)
         X1 = jnp.eye(n) + K @ Xi                        # dx/dw (n, n)
         X1r = X1.reshape(nx, T, n)

@@ -8,7 +8,7 @@ same propagator as a user's spec: there is one definition of the network (the sp
 (:mod:`dmftc.runtime.site_march`).  Compiling takes about 2 s per activation (L = 2 tanh: 1.8 s); the module is
 kept for the process, and also on disk beside JAX's compilation cache (:func:`dmftc.jax_setup.cache_dir`,
 ``standard-<key>/``), keyed by the spec text and by the compiler's own sources (``dmftc/frontend``, ``ir``,
-``derive``, ``codegen``, ``compiler.py``, the grammar, and the versions of dmftc, SymPy and Lark), so that a
+``derive``, ``codegen``, ``build.py``, the grammar, and the versions of dmftc, SymPy and Lark), so that a
 fresh process imports what an earlier one generated unless the spec or the compiler changed since.  ``DMFTC_JAX_CACHE=0`` turns that off as well.
 """
 from __future__ import annotations
@@ -21,10 +21,15 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dmftc.errors import ParameterError, SpecError
 
-__all__ = ["STANDARD_SPEC", "standard_text", "standard_module", "standard_program", "standard"]
+if TYPE_CHECKING:
+    from dmftc.runtime.deep_model import DeepModel
+
+__all__ = ["STANDARD_SPEC", "standard_text", "standard_module", "standard_program", "standard",
+           "as_model", "model_and_activation"]
 
 STANDARD_SPEC = Path(__file__).resolve().parents[2] / "specs" / "deep_tanh.dmft"      # the repository's specs/
 _ACTIVATION = re.compile(r"^activation phi\(h\) = .*$", re.M)
@@ -47,7 +52,7 @@ def standard_text(expression: str) -> str:
 def dsl_expression(text: str) -> str:
     """An activation given to the Python API (an expression in h, Python or DSL syntax, or a shorthand) as the
     DSL writes it."""
-    from dmftc.derive.activation import SHORTHANDS
+    from dmftc.frontend.builtins import SHORTHANDS
 
     src = SHORTHANDS.get(text.strip(), text)
     return re.sub(r"\bx\b", "h", src.replace("**", "^"))
@@ -65,16 +70,16 @@ def standard_module(activation: str):
         text = standard_text(expression)
         cached = _cached(name, text)
         if cached is not None and (cached / f"{name}.py").exists():
-            from dmftc.compiler import import_generated
+            from dmftc.build import import_generated
 
             _MODULES[expression] = import_generated(cached / f"{name}.py", cached / f"{name}.dmft")
             return _MODULES[expression]
         path = _DIR[0] / f"{name}.dmft"
         path.write_text(text)
-        from dmftc.compiler import load
+        from dmftc.build import build_module
 
         try:
-            _MODULES[expression] = load(path, _DIR[0] / "generated").module
+            _MODULES[expression] = build_module(path, _DIR[0] / "generated")
         except SpecError as err:
             raise ParameterError(f"the activation {activation!r} does not compile as phi(h) = {expression} of the "
                                  f"standard deep network ({STANDARD_SPEC.name}): {err}") from None
@@ -83,7 +88,7 @@ def standard_module(activation: str):
     return _MODULES[expression]
 
 
-_COMPILER_SOURCES = ("frontend", "ir", "derive", "codegen", "compiler.py")
+_COMPILER_SOURCES = ("frontend", "ir", "derive", "codegen", "build.py")
 
 
 @functools.cache
@@ -93,9 +98,9 @@ def _compiler_key() -> bytes:
     import lark
     import sympy
 
-    import dmftc
+    from dmftc.version import __version__
 
-    digest = hashlib.sha256(f"{dmftc.__version__} {sympy.__version__} {lark.__version__}".encode())
+    digest = hashlib.sha256(f"{__version__} {sympy.__version__} {lark.__version__}".encode())
     package = Path(__file__).resolve().parents[1]
     files = [package.parent / "grammars" / "dmft.lark"]
     for part in _COMPILER_SOURCES:
@@ -119,7 +124,7 @@ def _cached(name: str, text: str) -> Path | None:
 
 def _store(folder: Path, name: str, text: str, code: str) -> None:
     """Keep the spec and its generated module in ``folder`` (atomic writes; a failure only skips the cache)."""
-    from dmftc.compiler import atomic_write
+    from dmftc.build import atomic_write
 
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -140,15 +145,15 @@ def standard_program():
 def standard(activation: str, *, L, T, gamma, y, eta, width):
     """The standard network with ``activation`` as its compiled spec (:func:`standard_module`):
     (SpecKernels, parameter values, DeepModel, the spec's activation) for the march and the propagator."""
-    from dmftc.runtime.deep_dmft import SpecKernels, _number
-    from dmftc.runtime.options import check_integer
+    from dmftc.runtime.options import check_integer, check_number
+    from dmftc.runtime.spec_kernels import SpecKernels
     from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_spec import resolve_deep_params
+    from dmftc.runtime.params import resolve_deep_params
 
     given = {"L": check_integer("L (number of hidden layers)", L, 1), "T": check_integer("T (number of steps)", T, 1),
-             "gamma": _number("gamma", gamma, low=0.0, strict=True), "y": _number("y", y),
-             "eta": _number("eta", eta, low=0.0)}
-    width = _number("dirac_width", width, low=0.0)
+             "gamma": check_number("gamma", gamma, low=0.0, strict=True), "y": check_number("y", y),
+             "eta": check_number("eta", eta, low=0.0)}
+    width = check_number("dirac_width", width, low=0.0)
     mod = standard_module(activation)
     p, _, _ = resolve_deep_params(mod, given)
     spec = SpecKernels(mod)
@@ -159,3 +164,53 @@ def standard(activation: str, *, L, T, gamma, y, eta, width):
         return dataclasses.replace(spec.site_activation(p, w), label=label, rewidth=site)
 
     return spec, p, from_spec(mod, p), site(width)
+
+
+def as_model(model=None, gamma=None, y=None, eta=None, *, L=None) -> DeepModel:
+    """The model of an action: ``model`` when given, else the standard network with (gamma, y, eta) at depth L,
+    read from its compiled spec (``specs/deep_tanh.dmft``, :func:`standard`; its activation
+    does not enter the model); the network written out by hand is an oracle of the tests
+    (:mod:`dmftc.reference.standard_model`)."""
+    from dmftc.runtime.deep_model import DeepModel
+
+    if model is not None:
+        if not isinstance(model, DeepModel):
+            raise ParameterError(f"model must be a dmftc.runtime.deep_model.DeepModel, got {type(model).__name__}")
+        return model
+    return _standard("linear", gamma, y, eta, L, 0.0)[0]
+
+
+def model_and_activation(model, activation, gamma=None, y=None, eta=None, *, L=None, width: float = 0.1):
+    """(model, site activation) as the march, the estimators and the propagator take them.  Without ``model`` and
+    with ``activation`` given as text (an expression in h or a shorthand), the standard network of that activation
+    compiled from its spec (:func:`standard`) with the spec's own activation, so that the runtime marches the
+    spec's program; otherwise :func:`as_model` and the activation as given (a hand-built
+    model brings its own march, ``DeepModel.march``)."""
+    from dmftc.derive.activation import as_activation
+
+    if model is not None or not isinstance(activation, str):
+        return as_model(model, gamma, y, eta, L=L), as_activation(activation, width)
+    as_activation(activation, width)                 # the API's own messages for a bad expression, before compiling
+    return _standard(activation, gamma, y, eta, L, width)
+
+
+def _standard(activation: str, gamma, y, eta, L, width):
+    """(DeepModel, site activation) of the standard network compiled with ``activation``, cached per values."""
+    import jax
+
+    from dmftc.runtime.options import check_integer, check_number
+
+    if gamma is None or y is None or eta is None or L is None:
+        raise ParameterError("give either model= or the standard network's gamma, y, eta and L")
+    key = (activation, check_integer("L (number of hidden layers)", L, 1),
+           check_number("gamma", gamma, low=0.0, strict=True), check_number("y", y),
+           check_number("eta", eta, low=0.0), check_number("dirac_width", width, low=0.0))
+    if key not in _STANDARD:                          # (checked before they key the cache)
+        with jax.ensure_compile_time_eval():         # also when called inside a traced function
+            _, _, model, site = standard(activation, L=key[1], T=1, gamma=key[2], y=key[3], eta=key[4],
+                                         width=key[5])
+        _STANDARD[key] = model, site
+    return _STANDARD[key]
+
+
+_STANDARD: dict = {}

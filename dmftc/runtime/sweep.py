@@ -1,36 +1,21 @@
 """Parameter sweeps of a compiled model (:meth:`dmftc.runtime.model.CompiledModel.sweep`): one solve per value,
 serially or as Dask tasks, gathered into one ``xarray.Dataset`` with the swept parameter as a dim.
 
-With a ``dask.distributed`` client every value is one task (:func:`solve_task`): the worker loads the model from
-its spec file (the generated module in the same folder as in the caller; once per worker process and spec text),
-solves, and returns the solution's Dataset, which pickles as plain arrays.  The seeds are the caller's, so the
-sweep equals the serial one.
+With a ``dask.distributed`` client every value is one task (:func:`dmftc.runtime.model.solve_task`): the worker
+loads the model from its spec file (the generated module in the same folder as in the caller; once per worker
+process and spec text), solves, and returns the solution's Dataset, which pickles as plain arrays. The seeds are the
+caller's, so the sweep equals the serial one.
 """
 from __future__ import annotations
 
-import hashlib
 import numbers
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from dmftc.errors import ParameterError
 
-__all__ = ["run_sweep", "solve_task", "combine"]
-
-
-@lru_cache(maxsize=8)
-def _model(spec_file: str, out_dir: str, digest: str):
-    from dmftc.compiler import load
-
-    return load(spec_file, out_dir)
-
-
-def solve_task(spec_file: str, out_dir: str, kwargs: dict):
-    """One Dask task of a sweep: the Dataset of ``load(spec_file, out_dir).solve(**kwargs)``."""
-    digest = hashlib.sha256(Path(spec_file).read_bytes()).hexdigest()
-    return _model(spec_file, out_dir, digest).solve(**kwargs).to_xarray()
+__all__ = ["run_sweep", "combine"]
 
 
 def combine(name: str, values: list, datasets: list):
@@ -54,7 +39,9 @@ def combine(name: str, values: list, datasets: list):
     return out
 
 
-def run_sweep(model, name: str, values, client, kwargs: dict):
+def run_sweep(model, name: str, values, client, kwargs: dict, *, task):
+    """The sweep of :meth:`dmftc.runtime.model.CompiledModel.sweep`; ``task(spec_file, out_dir, kwargs)`` solves one
+    value in a Dask worker (:func:`dmftc.runtime.model.solve_task`)."""
     values = list(values)
     if not values:
         raise ParameterError(f"sweep({name!r}, values): no values")
@@ -74,7 +61,7 @@ def run_sweep(model, name: str, values, client, kwargs: dict):
 
         client = Client(client)
     try:
-        futures = client.map(solve_task, [str(spec)] * len(runs), [out_dir] * len(runs), runs, pure=False)
+        futures = client.map(task, [str(spec)] * len(runs), [out_dir] * len(runs), runs, pure=False)
         datasets = client.gather(futures)
     finally:
         if own:

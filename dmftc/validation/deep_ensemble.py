@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmftc.validation.ensemble import _positive_int, _summarise, activation_fns, inputs_from_gram
+from dmftc.validation.ensemble import positive_int, summarise, activation_fns, inputs_from_gram
 from dmftc.errors import NumericalError
 from dmftc.progress import Progress
 
@@ -345,11 +345,11 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     ``trained`` (P,) of 0/1: the points the networks train on (default all); the others are test points, whose
     error signal (e.g. the residual y - ftilde) and kernels are recorded but never enter an update."""
     act = gradient_fns(activation)
-    L = _positive_int("L", L)
-    N = _positive_int("N", N)
-    E = _positive_int("E", E, 2)
-    T = _positive_int("T", T)
-    seed = _positive_int("seed", seed, 0)
+    L = positive_int("L", L)
+    N = positive_int("N", N)
+    E = positive_int("E", E, 2)
+    T = positive_int("T", T)
+    seed = positive_int("seed", seed, 0)
     gamma = _finite("gamma", gamma, positive=True)
     eta = _finite("eta", eta, nonneg=True)
     X, Kx, y, vector = _design(y, Kx, input_norm)
@@ -361,7 +361,7 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     per_member = (L - 1) * N * N + 2 * L * T * P * (N + T * P) + (4 + D) * N
     if batch is None:   # ~2M doubles (16 MB) per batch
         batch = max(1, min(E, (1 << 21) // per_member))
-    batch = _positive_int("batch", batch)
+    batch = positive_int("batch", batch)
 
     names = deep_names(L)
     out = {q: np.empty((E, T, P) if q == "Delta" else (E, T, P, P)) for q in names}
@@ -409,7 +409,7 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
         two = lambda a: a[:, 0, :, 0]                                        # noqa: E731
     mean, nvar, se_mean, se_nvar = {}, {}, {}, {}
     for q in names:
-        mean[q], nvar[q], se_mean[q], se_nvar[q] = _summarise(out[q], N)
+        mean[q], nvar[q], se_mean[q], se_nvar[q] = summarise(out[q], N)
     for q in names[2:]:
         n, m, m2 = acc[q]
         mean[q], se_mean[q] = two(m), two(np.sqrt(m2 / (n - 1) / n))
@@ -430,7 +430,7 @@ def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: in
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
-    b = simulate_deep(N=2 * N, seed=_positive_int("seed", seed, 0) + 1, **kw)
+    b = simulate_deep(N=2 * N, seed=positive_int("seed", seed, 0) + 1, **kw)
     rich = lambda x, z: {k: 2 * z[k] - x[k] for k in x}                 # noqa: E731
     err = lambda x, z: {k: np.sqrt(4 * z[k] ** 2 + x[k] ** 2) for k in x}  # noqa: E731
     return DeepEnsembleStats(N=b.N, E=a.E, T=a.T, L=a.L, mean=rich(a.mean, b.mean), nvar=rich(a.nvar, b.nvar),
@@ -469,7 +469,7 @@ def deep_mean_shift(reference: dict, *, L: int, gamma: float, y, eta: float, T: 
     if missing:
         raise ValueError(f"reference lacks {missing}")
     reference = {**reference, "loss": np.asarray(reference["Delta"], float) ** 2}
-    E = _positive_int("E", E, 2)
+    E = positive_int("E", E, 2)
     if Kx is None:
         pairs, kx = (np.zeros(1, int), np.zeros(1, int)), np.ones(1)
     else:

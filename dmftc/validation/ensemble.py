@@ -223,7 +223,7 @@ def _run_batch(W, w, X, Kx, y, act, gamma, eta, T, out, sl):
             Wt, w = _update(Wt, w, ph, g, delta, XpT, eta, gamma)
 
 
-def _summarise(x: np.ndarray, N: int):
+def summarise(x: np.ndarray, N: int):
     """mean, N*var (ddof=1) and their standard errors over axis 0, in memory-bounded chunks."""
     E = x.shape[0]
     flat = x.reshape(E, -1)
@@ -242,7 +242,7 @@ def _summarise(x: np.ndarray, N: int):
     return [r.reshape(x.shape[1:]) for r in res]
 
 
-def _positive_int(name, value, minimum=1):
+def positive_int(name, value, minimum=1):
     try:
         v = operator.index(value)
     except TypeError:
@@ -277,12 +277,12 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
         raise ValueError(f"gamma must be positive and finite, got {gamma}")
     if not (math.isfinite(eta) and eta >= 0):
         raise ValueError(f"eta must be non-negative and finite, got {eta}")
-    N = _positive_int("N", N)
-    E = _positive_int("E", E, 2)
-    T = _positive_int("T", T)
+    N = positive_int("N", N)
+    E = positive_int("E", E, 2)
+    T = positive_int("T", T)
     if batch is None:   # ~128k doubles (1 MB) per (B, n, N) work array
         batch = max(1, min(E, (1 << 17) // (N * n)))
-    batch = _positive_int("batch", batch)
+    batch = positive_int("batch", batch)
     P = y.shape[0]
 
     shapes = {"Delta": (P,), "f": (n,), "K": (n, n), "M": (n,)}
@@ -307,7 +307,7 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
             fut.result()
             bar.advance(done.stop - done.start, note="members")
 
-    stats = {q: _summarise(out[q], N) for q in QUANTITIES}
+    stats = {q: summarise(out[q], N) for q in QUANTITIES}
     pick = lambda k: {q: stats[q][k] for q in QUANTITIES}  # noqa: E731
     return EnsembleStats(N=N, E=E, eta=eta, T=T, times=eta * np.arange(T),
                          mean=pick(0), nvar=pick(1), mean_se=pick(2), nvar_se=pick(3),

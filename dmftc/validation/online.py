@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmftc.validation.ensemble import _positive_int, draw_parameters
+from dmftc.validation.ensemble import positive_int, draw_parameters
 
 __all__ = ["OnlineRun", "gram_trajectories", "simulate_online_linear", "simulate_online_linear_gram",
            "wishart_bartlett"]
@@ -56,7 +56,7 @@ def _checked(beta_star, gamma, eta, N, E, T):
         raise ValueError("beta_star must be a non-empty finite vector")
     if not (np.isfinite(gamma) and gamma > 0 and np.isfinite(eta) and eta >= 0):
         raise ValueError(f"need gamma > 0 and eta >= 0, got gamma={gamma!r}, eta={eta!r}")
-    return beta_star, _positive_int("N", N), _positive_int("E", E), _positive_int("T", T)
+    return beta_star, positive_int("N", N), positive_int("E", E), positive_int("T", T)
 
 
 def simulate_online_linear(*, beta_star, gamma: float, eta: float, T: int, N: int, E: int, seed: int = 0,
@@ -64,8 +64,8 @@ def simulate_online_linear(*, beta_star, gamma: float, eta: float, T: int, N: in
     """Train E width-N networks online for T recorded steps (module doc); ``beta_star`` (D,) sets D."""
     beta_star, N, E, T = _checked(beta_star, gamma, eta, N, E, T)
     D = beta_star.size
-    batch = _positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 20) // (N * (D + 1)))))
-    rng = np.random.default_rng(_positive_int("seed", seed, 0))
+    batch = positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 20) // (N * (D + 1)))))
+    rng = np.random.default_rng(positive_int("seed", seed, 0))
     out = np.empty((E, D, T))
     for b0 in range(0, E, batch):
         W, a = draw_parameters(rng, min(batch, E - b0), N, D)          # (B, N, D), (B, N)
@@ -120,8 +120,8 @@ def simulate_online_linear_gram(*, beta_star, gamma: float, eta: float, T: int, 
     the random numbers, so not the same members for a seed)."""
     beta_star, N, E, T = _checked(beta_star, gamma, eta, N, E, T)
     D = beta_star.size
-    batch = _positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 21) // (D + 1) ** 2)))
-    rng = np.random.default_rng(_positive_int("seed", seed, 0))
+    batch = positive_int("batch", batch if batch is not None else max(1, min(E, (1 << 21) // (D + 1) ** 2)))
+    rng = np.random.default_rng(positive_int("seed", seed, 0))
     out = np.empty((E, D, T))
     for b0 in range(0, E, batch):
         G = wishart_bartlett(rng, min(batch, E - b0), N, D + 1)
