@@ -10,7 +10,7 @@ import xarray as xr
 
 import dmftc
 from dmftc.errors import DmftcError, ParameterError
-from dmftc.runtime.solution import jsonable
+from dmftc.runtime.jsonable import jsonable
 from dmftc.validation import truth_dataset
 from dmftc.validation.truth import finite_width_truth
 

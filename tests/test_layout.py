@@ -79,16 +79,10 @@ def test_only_tests_use_the_reference_package(tmp_path):
 import ast as _ast  # noqa: E402
 import functools  # noqa: E402
 
-# Edges that close a cycle through a file being edited elsewhere (runtime/solution.py, runtime/labelled.py), listed
-# only until those files change; test_known_exceptions_are_still_needed fails once one is gone, to shorten the list.
-# * solution.py:236 and labelled.py:134 read ``from dmftc import __version__`` (inside a function) while
-#   dmftc/__init__ imports both: they should read ``from dmftc.version import __version__``.
-# * labelled.py:135 imports ``jsonable`` from solution.py, whose Solution.to_xarray imports labelled.py
-#   (solution_dataset): ``jsonable`` should move to a leaf module (e.g. dmftc/runtime/jsonable.py, no dmftc
-#   imports) that labelled.py, solution.py and runtime/sweep.py import.
-KNOWN_EDGES = {("dmftc.runtime.solution", "dmftc"), ("dmftc.runtime.labelled", "dmftc"),
-               ("dmftc.runtime.labelled", "dmftc.runtime.solution")}
-# Private names imported across modules from within those files (same reason); empty when none.
+# Edges allowed to close a cycle, each with its reason (none today); test_known_exceptions_are_still_needed
+# fails once one is gone, so the list only shrinks.
+KNOWN_EDGES: set[tuple[str, str]] = set()
+# Private names allowed across modules, with their reason (none today).
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
 

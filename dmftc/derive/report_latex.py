@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.derive.printing import Avg, Partial, from_ast, tex, tex_name, tex_text
-from dmftc.derive.report import at_time, u_blocks
+from dmftc.derive.u_blocks import at_time, u_blocks
 from dmftc.derive.two_layer import Derivation
 
 T, S, TP, SP = sp.symbols("t s t' s'")

@@ -131,8 +131,8 @@ def _members(sol, name: str) -> list:
 def _attrs(sol) -> dict:
     import jax
 
-    from dmftc import __version__
-    from dmftc.runtime.solution import jsonable
+    from dmftc.runtime.jsonable import jsonable
+    from dmftc.version import __version__
 
     info = sol.info
     diag = info.get("diagnostics", {})
@@ -303,8 +303,6 @@ def _components(dense) -> list:
 def write_netcdf(sol, path: Path) -> Path:
     """Write ``sol`` as netCDF-3 (SciPy engine), atomically: its Dataset (default blocks), the dense propagator
     and the results file's meta (module doc)."""
-    import xarray as xr
-
     arrays, meta, saved = sol.record()
     ds = saved.to_xarray()
     layout = {}

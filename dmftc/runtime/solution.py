@@ -25,6 +25,7 @@ import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
 from dmftc.runtime.blocks import DenseBlocks
+from dmftc.runtime.jsonable import jsonable
 
 _DEEP_STDERR_DEPRECATED = (
     "sol.stderr({name!r}) of a deep solution returns the standard error of the MEAN; for every other solution "
@@ -233,7 +234,7 @@ class Solution:
         import scipy
         import sympy
 
-        from dmftc import __version__
+        from dmftc.version import __version__
 
         blocks, error = self.blocks, self.blocks_error
         if error is None and blocks is not None and not isinstance(blocks, DenseBlocks):
@@ -430,21 +431,6 @@ def solve_bias_warning(info: dict) -> str | None:
             + (f" (also beyond their error bars: {others})" if others else "")
             + " (info 'propagator_solve_bias'), so the error bars understate the error; increase the propagator's "
             "samples (the bias falls like 1 / samples per group)")
-
-
-def jsonable(v):
-    """``v`` with numpy arrays and scalars as lists and Python numbers (for JSON)."""
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, (np.floating, np.integer)):
-        return v.item()
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
 
 
 def atomic_savez(path: Path, arrays: dict) -> Path:

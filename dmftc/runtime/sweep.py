@@ -26,7 +26,7 @@ def combine(name: str, values: list, datasets: list):
     import pandas as pd
     import xarray as xr
 
-    from dmftc.runtime.solution import jsonable
+    from dmftc.runtime.jsonable import jsonable
 
     for ds in datasets:
         if name in ds.dims or name in ds.coords or name in ds.data_vars:
