@@ -21,7 +21,7 @@ BAD = [
     (dict(samples=True), "samples must be an integer >= 2, got True"),
     (dict(seed=-1), "seed must be an integer >= 0, got -1"),
     (dict(groups=0), "groups must be an integer >= 1, got 0"),
-    (dict(backend="foo"), "backend must be one of 'auto', 'exact', 'mc', got 'foo'"),
+    (dict(backend="foo"), "backend must be one of 'auto', 'exact', 'mc', 'cubature', got 'foo'"),
     (dict(sampler="halton"), "sampler must be one of 'sobol', 'random', got 'halton'"),
     (dict(dirac_width=-1.0), "dirac_width must be a finite number >= 0, got -1.0"),
     (dict(dirac_width=float("nan")), "dirac_width must be a finite number >= 0, got nan"),
