@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import itertools
 
-import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import ParameterError
 from dmftc.runtime.geometry import source_factors
-from dmftc.runtime.site_engine import (centred, group_saddle, group_sensitivities, layout_arrays, normals_of,
-                                       propagate, require_program)
+from dmftc.runtime.site_engine import two_layer_propagator
 
 __all__ = ["rule_levels", "cubature_points", "two_layer_cubature"]
 
@@ -64,21 +62,10 @@ def cubature_points(mod, p: dict, sz: dict, nodes: int):
 
 
 def _one_level(mod, p, sz, T, nodes):
-    require_program(mod)
     draws, W = cubature_points(mod, p, sz, nodes)
-    normals = normals_of(mod, draws)
-    S = len(W)
-    pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
-    width = float(p.get("dirac width", 0.0))
-    wts = jnp.asarray(W)
-    q = group_saddle(mod, normals, wts, pj, sz, T, width)
-    J, Y, _, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width)
-    Yc = centred(Y, wts)
-    kappa = Yc.T @ (W[:, None] * Yc)
-    U = np.eye(J.shape[0]) - J
-    sigma, cond = propagate(U, kappa, T)
-    return {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond,
-            "points": int(S)}
+    out = two_layer_propagator(mod, draws, p, sz, T, weights=W)
+    out["points"] = len(W)
+    return out
 
 
 def source_dimension(mod, p: dict, sz: dict) -> int:

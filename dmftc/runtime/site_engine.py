@@ -391,19 +391,27 @@ def propagate(U, kappa, T: int):
 
 
 def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: bool = False,
-                         batch: int | None = None, segments: int | None = None) -> dict:
+                         batch: int | None = None, segments: int | None = None, weights=None) -> dict:
     """The saddle and the propagator of a two-layer module's single-site program on given source draws (module
     doc).  Returns {'q': {name: (*index dims, T)}, 'sigma', 'U', 'kappa': (T m, T m) time-major over the
     components of ``mod.ORDERS`` (m in all), 'condition': U's 1-norm condition number}; with ``correction`` also
     'm1' (T m,): the O(1/N) correction to the mean from these paths.  ``batch``: paths per batch of the tangent
-    march (:func:`path_batch`), ``segments`` its causal pieces (:func:`tangent_segments`)."""
+    march (:func:`path_batch`), ``segments`` its causal pieces (:func:`tangent_segments`).  ``weights`` (summing
+    to 1): the draws are the nodes of a quadrature rule (:mod:`dmftc.runtime.cubature`) and every average,
+    kappa included, is weighted; None: equal-weight samples, kappa with the unbiased 1 / (S - 1)."""
     normals, S, pj, width = _setup(mod, draws, p, sz)
-    wts = jnp.full(S, 1.0 / S)
+    wts = jnp.full(S, 1.0 / S) if weights is None else jnp.asarray(weights)
+    if correction and weights is not None:
+        raise ParameterError("the O(1/N) mean correction pairs independent sample paths; it has no weighted form")
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
     J, Y, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch, segments=segments)
     U = np.eye(J.shape[0]) - J
     Y = centred(Y, wts)
-    kappa = Y.T @ Y / (S - 1)
+    if weights is None:
+        kappa = Y.T @ Y / (S - 1)
+    else:
+        w = np.asarray(weights)
+        kappa = Y.T @ (w[w > 0][:, None] * Y)
     sigma, cond = propagate(U, kappa, T)
     out = {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
     if correction:
