@@ -182,16 +182,10 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
         U, kappa = coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :]
     mean_se = None
     if cubature:                                       # the two levels' difference
-        mean_se = np.zeros((T, geo.m))
-        for k, err in cub["q_err"].items():
-            n = geo.size(k)
-            mean_se[:, geo.offset[k]:geo.offset[k] + n] = err.reshape(n, T).T
+        mean_se = time_major(geo, T, cub["q_err"])
     elif not exact and sampler == "sobol" and G > 1:     # randomised QMC: the groups' spread, not sqrt(var / samples)
-        mean_se = np.zeros((T, geo.m))
-        for k in means:
-            spread = np.std([r[0][k] for r in results], axis=0, ddof=1) / np.sqrt(G)
-            n = geo.size(k)
-            mean_se[:, geo.offset[k]:geo.offset[k] + n] = spread.reshape(n, T).T
+        mean_se = time_major(geo, T, {k: np.std([r[0][k] for r in results], axis=0, ddof=1) / np.sqrt(G)
+                                      for k in means})
     check_variances(np.diag(sigma), var_se, geo)
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "cubature" if cubature else "mc",
                    "sampler": None if exact or cubature else sampler}
@@ -231,6 +225,15 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
 
 
 _CHATTER_WARN = 0.01      # warn when more than this fraction of the paths chatter across a kink
+
+
+def time_major(geo: Geometry, T: int, arrays: dict) -> np.ndarray:
+    """Per-name arrays {name: (*index dims, T)} as one (T, m) array over the components of every name."""
+    out = np.zeros((T, geo.m))
+    for k, v in arrays.items():
+        n = geo.size(k)
+        out[:, geo.offset[k]:geo.offset[k] + n] = np.reshape(v, (n, T)).T
+    return out
 
 
 def kink_report(shift, var_se, var, width, chatter=None) -> dict:
