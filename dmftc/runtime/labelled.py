@@ -22,14 +22,13 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
+from dmftc.runtime.atomic import atomic_output
 
 __all__ = ["solution_dataset", "stats_dataset", "zscores", "index_names", "write_netcdf", "read_netcdf",
            "DEFAULT_INDEX"]
@@ -331,17 +330,7 @@ def write_netcdf(sol, path: Path) -> Path:
     for k, v in list(ds.attrs.items()):
         if isinstance(v, (bool, np.bool_)):
             ds.attrs[k] = int(v)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".nc", dir=path.parent)
-    os.close(fd)
-    try:
-        ds.to_netcdf(tmp, engine="scipy", format="NETCDF3_64BIT")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_output(path, ".nc", lambda tmp: ds.to_netcdf(tmp, engine="scipy", format="NETCDF3_64BIT"))
 
 
 def read_netcdf(path) -> tuple[dict, dict]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dmftc.errors import DmftcError, ParameterError
+from dmftc.runtime.atomic import atomic_output
 from dmftc.runtime.blocks import DenseBlocks
 from dmftc.runtime.jsonable import jsonable
 
@@ -435,13 +434,4 @@ def solve_bias_warning(info: dict) -> str | None:
 
 def atomic_savez(path: Path, arrays: dict) -> Path:
     """Write ``arrays`` to the .npz ``path`` atomically (temporary file in the same directory + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_output(path, ".npz", lambda tmp: np.savez_compressed(tmp, **arrays))
