@@ -53,9 +53,48 @@ def test_tanh_agrees_with_monte_carlo_and_its_error_is_small(tmp_path):
         assert np.all((dm <= 4 * sm) | (dm <= 1e-12 * scale)), (n, dm, sm)     # Delta(0) = y exactly
 
 
+def test_sparse_grid_exact_for_a_linear_spec_on_eight_points():
+    """linear_whitened with P = 8 has 9 source coordinates: the Smolyak grid (level 3, 1501 nodes, negative weights
+    among them) gives the exact backend's means and propagator to round-off, its level-2 partner too."""
+    m = _load("linear_whitened")
+    ex = m.solve(T=6, P=8, backend="exact")
+    cu = m.solve(T=6, P=8, backend="cubature", samples=2000)
+    c = cu.info["diagnostics"]["cubature"]
+    assert "Smolyak" in c["rule"] and c["coordinates"] == 9 and c["points"] == [1501, 199]
+    scale, vs = np.max(np.abs(ex.mean("Delta"))), np.max(np.abs(ex.var("Delta")))
+    np.testing.assert_allclose(cu.mean("Delta"), ex.mean("Delta"), rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(cu.var("Delta"), ex.var("Delta"), rtol=0, atol=1e-12 * vs)
+    assert np.max(cu.var_stderr("Delta")) <= 1e-12 * vs
+    assert "Smolyak" in cu.summary()
+
+
+def test_sparse_rule_moments():
+    """The Smolyak rule of level k integrates every monomial of total degree <= 2k + 1 exactly (and not degree
+    2k + 2 in general: the test can fail); the tensor rule of n nodes every degree <= 2n - 1 per coordinate."""
+    import itertools
+    from math import prod
+    from dmftc.runtime.quadrature import sparse_rule, tensor_rule
+
+    def moment(a):
+        return prod(0 if k % 2 else prod(range(k - 1, 0, -2)) for k in a)
+
+    def worst(X, W, degree, d):
+        return max(abs(W @ np.prod(X ** np.array(a), axis=1) - moment(a))
+                   for a in itertools.product(range(degree + 1), repeat=d) if sum(a) == degree)
+    for d, level in ((4, 2), (5, 3)):
+        X, W = sparse_rule(d, level)
+        assert abs(W.sum() - 1) < 1e-14 and np.any(W < 0)
+        assert max(worst(X, W, k, d) for k in range(2 * level + 2)) < 1e-11
+        assert worst(X, W, 2 * level + 2, d) > 1e-3
+    X, W = tensor_rule(2, 4)
+    assert len(W) == 16 and max(worst(X, W, k, 2) for k in range(8)) < 1e-11
+
+
 def test_refusals():
     with pytest.raises(ParameterError, match="at least"):
         _load("two_layer").solve(T=4, backend="cubature", samples=20)
+    with pytest.raises(ParameterError, match="sparse grid of level 3"):
+        _load("linear_whitened").solve(T=4, P=8, backend="cubature", samples=1000)
     with pytest.raises(ParameterError, match="mean correction"):
         _load("two_layer").solve(T=4, backend="cubature", samples=400, correction=True)
     with pytest.raises(ParameterError, match="constant in time"):

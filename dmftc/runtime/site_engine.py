@@ -312,9 +312,10 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
 
 
 def centred(Y, wts):
-    """The rows of Y with positive weight, centred by their weighted mean."""
+    """The rows of Y with nonzero weight (zero marks padding; a sparse grid's weights may be negative), centred by
+    their weighted mean."""
     w = np.asarray(wts)
-    keep = w > 0
+    keep = w != 0
     return Y[keep] - w[keep] @ Y[keep] / w[keep].sum()
 
 
@@ -411,7 +412,7 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: b
         kappa = Y.T @ Y / (S - 1)
     else:
         w = np.asarray(weights)
-        kappa = Y.T @ (w[w > 0][:, None] * Y)
+        kappa = Y.T @ (w[w != 0][:, None] * Y)
     sigma, cond = propagate(U, kappa, T)
     out = {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond}
     if correction:

@@ -191,7 +191,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
                    "sampler": None if exact or cubature else sampler}
     if cubature:
         diagnostics["cubature"] = {
-            "rule": "tensor-product Gauss-Hermite", "coordinates": cub["dimension"], "nodes": list(cub["nodes"]),
+            "rule": cub["rule"], "coordinates": cub["dimension"], "nodes": list(cub["nodes"]),
             "points": list(cub["points"]),
             "error": "standard errors are the difference between the two levels (a bound for smooth integrands)"}
         if mod.SINGULAR:

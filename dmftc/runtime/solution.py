@@ -339,8 +339,7 @@ class Solution:
             how = "exact"
         elif backend == "cubature":
             c = d.get("cubature", {})
-            how = (f"cubature = {c.get('nodes', ['?'])[0]}^{c.get('coordinates', '?')} Gauss-Hermite nodes, "
-                   "se = difference to a coarser rule")
+            how = f"cubature: {c.get('rule', 'Gauss-Hermite')}; se = difference to the coarser rule"
         else:
             how = f"samples = {self.info.get('samples')}"
             if d.get("sampler") == "sobol":
