@@ -122,6 +122,10 @@ def test_softmax_error_signal_is_the_training_gradient():
         w1 = w + eta * gamma * ph.T @ delta
         f1 = np.tanh(X @ W1.T / math.sqrt(D)) @ w1 / (gamma * N)
         np.testing.assert_allclose(ft[..., 1], f1 - f0, atol=1e-12)
+    ds = truth_dataset(st)
+    assert ds["mean_K"].dims == ("mu", "c", "nu", "d", "t") and ds["mean_Delta"].dims == ("mu", "c", "t")
+    one = simulate_optax(gamma=gamma, y=[0.0, 1.0], eta=eta, T=2, N=N, E=2, loss="softmax")    # one point
+    assert one.mean["Delta"].shape == (2, 2) and one.mean["G[1]"].shape == (2, 2, 2)
 
 
 def test_user_optimizer_and_extrapolated_truth_dataset():
