@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-import dmftc  # noqa: F401  (x64)
 from dmftc.errors import ParameterError
 from dmftc.validation import truth_dataset
 from dmftc.validation.deep_ensemble import draw_deep_parameters, simulate_deep

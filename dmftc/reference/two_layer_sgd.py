@@ -39,8 +39,9 @@ trajectory is deterministic::
 Delta(t) feeds the updates of step t, so the recurrences are marched in t with the expectation taken by a
 tensor-product Gauss-Hermite rule (``nodes`` per axis; the integrand is smooth but varies quickly in the tails
 of w(0) under strong momentum, so the rule converges algebraically: at beta = 0.9, gamma = 1.5, T = 12, K moves
-by 3e-3 from 64 to 128 nodes and by 1e-4 from 128 to 256, the default) or by Monte Carlo over ``samples`` neurons (antithetic pairs (h, w), (-h, -w) with standard errors
-over 16 groups).  With beta = lam = 0 and lr = 1 these are the equations of ``specs/two_layer.dmft``
+by 4e-3 from 64 to 128 nodes and by 2e-4 from 128 to 256, the default) or by Monte Carlo over ``samples``
+neurons (antithetic pairs (h, w), (-h, -w), standard errors over 16 groups).  With beta = lam = 0 and lr = 1
+these are the equations of ``specs/two_layer.dmft``
 (h = u + gamma sum_{s<t} eta Delta(s) g(s), z = r + gamma sum_{s<t} eta Delta(s) phi(h(s)), g = phi'(h) z).
 """
 from __future__ import annotations
