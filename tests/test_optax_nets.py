@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from dmftc.errors import ParameterError
+from dmftc.errors import NumericalError, ParameterError
 from dmftc.validation import truth_dataset
 from dmftc.validation.deep_ensemble import draw_deep_parameters, simulate_deep
 from dmftc.validation.ensemble import inputs_from_gram, simulate_two_layer
@@ -153,3 +153,8 @@ def test_bad_input(kw, msg):
     args.update(kw)
     with pytest.raises(ParameterError, match=msg):
         simulate_optax(**args)
+
+
+def test_divergence_is_a_numerical_error():
+    with pytest.raises(NumericalError, match="diverged"):
+        simulate_optax(gamma=1.0, y=[1.0, -1.0], eta=1e200, T=4, N=4, E=2, Kx=KX, activation="linear")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmftc.errors import ParameterError
+from dmftc.errors import NumericalError, ParameterError
 from dmftc.validation.ensemble import summarise
 from dmftc.validation.optax_nets.inputs import (activation_pair, check_int, check_real, design, draw_members,
                                                 schedule_factors, sgd)
@@ -170,7 +170,7 @@ def simulate_optax(*, gamma: float, y, eta: float, T: int, N: int, E: int, L: in
                 out[q] = np.empty((E,) + rec[q].shape[1:])
             out[q][b0:b0 + n] = rec[q][:n]
     if not all(np.all(np.isfinite(v)) for v in out.values()):
-        raise ParameterError(f"simulate_optax: non-finite records: training diverged; reduce eta (= {eta}) or "
+        raise NumericalError(f"simulate_optax: non-finite records: training diverged; reduce eta (= {eta}) or "
                              "the optimiser's step size")
 
     def shaped(q, v):                      # (E, T, ...) -> the singleton point / class axes dropped, time last
