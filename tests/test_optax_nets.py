@@ -158,3 +158,25 @@ def test_bad_input(kw, msg):
 def test_divergence_is_a_numerical_error():
     with pytest.raises(NumericalError, match="diverged"):
         simulate_optax(gamma=1.0, y=[1.0, -1.0], eta=1e200, T=4, N=4, E=2, Kx=KX, activation="linear")
+
+
+def test_richardson_is_the_existing_extrapolation():
+    """One helper for every ensemble kind: it reproduces deep_truth's and finite_width_truth's N, 2N extrapolation."""
+    from dmftc.validation.deep_ensemble import deep_truth
+    from dmftc.validation.optax_nets import richardson
+    from dmftc.validation.truth import finite_width_truth
+
+    kw = dict(activation="tanh", L=2, gamma=1.0, y=0.7, eta=0.5, T=4, E=6)
+    d = deep_truth(N=8, **kw)
+    r = richardson(simulate_deep(N=8, **kw), simulate_deep(N=16, seed=1, **kw))
+    assert r.N == 16 and r.samples is None
+    for field in ("mean", "nvar", "se_mean", "se_nvar"):
+        for k in d.mean:
+            np.testing.assert_array_equal(getattr(r, field)[k], getattr(d, field)[k])
+    p = dict(gamma=1.0, y=1.0, kx=0.5, eta=0.1, T=4)
+    t = finite_width_truth("two_layer", p, N=8, E=6, extrapolate=True)
+    r = richardson(finite_width_truth("two_layer", p, N=8, E=6), finite_width_truth("two_layer", p, N=16, E=6, seed=1))
+    assert (r.N, r.E) == (t.N, t.E)
+    for field in ("mean", "nvar", "mean_se", "nvar_se"):
+        for k in t.mean:
+            np.testing.assert_array_equal(getattr(r, field)[k], getattr(t, field)[k])

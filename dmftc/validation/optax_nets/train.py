@@ -2,6 +2,7 @@
 network and the records: :mod:`dmftc.validation.optax_nets`."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -51,12 +52,17 @@ def index_dims(vector: bool, C) -> dict:
 
 def richardson(a, b):
     """The O(1/N) corrections removed from statistics at widths N (``a``) and 2N (``b``): x = 2 x(2N) - x(N) for
-    means and N Var, standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N, no samples."""
-    rich = lambda x, z: {k: 2 * z[k] - x[k] for k in x}                  # noqa: E731
-    err = lambda x, z: {k: np.sqrt(4 * z[k] ** 2 + x[k] ** 2) for k in x}  # noqa: E731
-    return OptaxEnsembleStats(N=b.N, E=a.E, T=a.T, L=a.L, C=a.C, eta=a.eta, times=a.times, index=a.index,
-                              mean=rich(a.mean, b.mean), nvar=rich(a.nvar, b.nvar),
-                              mean_se=err(a.mean_se, b.mean_se), nvar_se=err(a.nvar_se, b.nvar_se))
+    means and N Var, standard errors sqrt(4 se(2N)^2 + se(N)^2).  ``b`` with these fields replaced (so width 2N)
+    and no samples; any frozen dataclass of statistics (:class:`OptaxEnsembleStats`, and the fields of
+    :class:`dmftc.validation.truth.Truth` and :class:`dmftc.validation.deep_ensemble.DeepEnsembleStats`)."""
+    fields = {f.name for f in dataclasses.fields(b)}
+    new = {k: {n: 2 * getattr(b, k)[n] - getattr(a, k)[n] for n in getattr(a, k)}
+           for k in ("mean", "nvar") if k in fields}
+    new.update({k: {n: np.sqrt(4 * getattr(b, k)[n] ** 2 + getattr(a, k)[n] ** 2) for n in getattr(a, k)}
+                for k in ("mean_se", "nvar_se", "se_mean", "se_nvar") if k in fields})
+    if "samples" in fields:
+        new["samples"] = None
+    return dataclasses.replace(b, **new)
 
 
 # ----------------------------------------------------------------------------- checks
