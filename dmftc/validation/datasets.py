@@ -38,6 +38,8 @@ def truth_dataset(stats, times=None, *, like=None, index: dict | None = None):
         raise ParameterError(f"truth_dataset: {len(times)} times for statistics over {sorted(T)} steps")
     if index is None and like is not None:
         index = like.info.get("index_names")
+    if index is None:                                           # the ensemble's own index names, if it has them
+        index = getattr(stats, "index", None)
     if index is None and isinstance(stats, EnsembleStats):      # the network's records, on all its inputs
         index = dict(_RECORDS)
     attrs = {"title": "finite-width ensemble", "N": int(stats.N), "E": int(stats.E)}
