@@ -160,23 +160,23 @@ def test_divergence_is_a_numerical_error():
         simulate_optax(gamma=1.0, y=[1.0, -1.0], eta=1e200, T=4, N=4, E=2, Kx=KX, activation="linear")
 
 
-def test_richardson_is_the_existing_extrapolation():
-    """One helper for every ensemble kind: it reproduces deep_truth's and finite_width_truth's N, 2N extrapolation."""
-    from dmftc.validation.deep_ensemble import deep_truth
-    from dmftc.validation.optax_nets import richardson
-    from dmftc.validation.truth import finite_width_truth
+def test_richardson_step():
+    """The one N, 2N extrapolation every ensemble kind uses (deep_truth, finite_width_truth, optax_truth):
+    x = 2 x(2N) - x(N), se = sqrt(4 se(2N)^2 + se(N)^2), the width of the larger ensemble, no samples."""
+    from dmftc.validation.deep_ensemble import DeepEnsembleStats
+    from dmftc.validation.extrapolate import richardson
+    from dmftc.validation.truth import Truth
 
-    kw = dict(activation="tanh", L=2, gamma=1.0, y=0.7, eta=0.5, T=4, E=6)
-    d = deep_truth(N=8, **kw)
-    r = richardson(simulate_deep(N=8, **kw), simulate_deep(N=16, seed=1, **kw))
+    one = lambda v: {"Delta": np.array([v, 2 * v])}              # noqa: E731
+    a = DeepEnsembleStats(N=8, E=5, T=2, L=2, mean=one(1.0), nvar=one(3.0), se_mean=one(0.1), se_nvar=one(0.3),
+                          samples={"Delta": np.zeros((5, 2))})
+    b = DeepEnsembleStats(N=16, E=5, T=2, L=2, mean=one(2.0), nvar=one(4.0), se_mean=one(0.2), se_nvar=one(0.4))
+    r = richardson(a, b)
     assert r.N == 16 and r.samples is None
-    for field in ("mean", "nvar", "se_mean", "se_nvar"):
-        for k in d.mean:
-            np.testing.assert_array_equal(getattr(r, field)[k], getattr(d, field)[k])
-    p = dict(gamma=1.0, y=1.0, kx=0.5, eta=0.1, T=4)
-    t = finite_width_truth("two_layer", p, N=8, E=6, extrapolate=True)
-    r = richardson(finite_width_truth("two_layer", p, N=8, E=6), finite_width_truth("two_layer", p, N=16, E=6, seed=1))
-    assert (r.N, r.E) == (t.N, t.E)
-    for field in ("mean", "nvar", "mean_se", "nvar_se"):
-        for k in t.mean:
-            np.testing.assert_array_equal(getattr(r, field)[k], getattr(t, field)[k])
+    np.testing.assert_allclose(r.mean["Delta"], [3.0, 6.0])
+    np.testing.assert_allclose(r.nvar["Delta"], [5.0, 10.0])
+    np.testing.assert_allclose(r.se_mean["Delta"], np.sqrt([4 * 0.04 + 0.01, 4 * 0.16 + 0.04]))
+    np.testing.assert_allclose(r.se_nvar["Delta"], np.sqrt([4 * 0.16 + 0.09, 4 * 0.64 + 0.36]))
+    t = richardson(Truth(one(1.0), one(3.0), one(0.1), one(0.3), 8, 5), Truth(one(2.0), one(4.0), one(0.2), one(0.4), 16, 5))
+    assert (t.N, t.E) == (16, 5)
+    np.testing.assert_allclose(t.nvar_se["Delta"], r.se_nvar["Delta"])

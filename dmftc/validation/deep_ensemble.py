@@ -59,6 +59,7 @@ import numpy as np
 
 from dmftc.validation.ensemble import positive_int, summarise, activation_fns, inputs_from_gram
 from dmftc.errors import NumericalError
+from dmftc.validation.extrapolate import richardson
 from dmftc.progress import Progress
 
 __all__ = ["DeepEnsembleStats", "DeepMeanShift", "simulate_deep", "deep_truth", "deep_mean_shift", "deep_names",
@@ -431,10 +432,7 @@ def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: in
     if not extrapolate:
         return a
     b = simulate_deep(N=2 * N, seed=positive_int("seed", seed, 0) + 1, **kw)
-    rich = lambda x, z: {k: 2 * z[k] - x[k] for k in x}                 # noqa: E731
-    err = lambda x, z: {k: np.sqrt(4 * z[k] ** 2 + x[k] ** 2) for k in x}  # noqa: E731
-    return DeepEnsembleStats(N=b.N, E=a.E, T=a.T, L=a.L, mean=rich(a.mean, b.mean), nvar=rich(a.nvar, b.nvar),
-                             se_mean=err(a.se_mean, b.se_mean), se_nvar=err(a.se_nvar, b.se_nvar))
+    return richardson(a, b)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmftc.validation.ensemble import simulate_two_layer
+from dmftc.validation.extrapolate import richardson
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,7 @@ def finite_width_truth(model: str, params: dict, *, N: int, E: int, seed: int = 
     if extrapolate:
         a = finite_width_truth(model, params, N=N, E=E, seed=seed)
         b = finite_width_truth(model, params, N=2 * N, E=E, seed=seed + 1)
-        rich = lambda x, y: {k: 2 * y[k] - x[k] for k in x}
-        err = lambda x, y: {k: np.sqrt(4 * y[k] ** 2 + x[k] ** 2) for k in x}
-        return Truth(rich(a.mean, b.mean), rich(a.nvar, b.nvar), err(a.mean_se, b.mean_se),
-                     err(a.nvar_se, b.nvar_se), 2 * N, E)
+        return richardson(a, b)
     act, Kx_all, y, names = _network(model, params)
     stats = simulate_two_layer(activation=act, Kx_all=Kx_all, y=y, gamma=float(params["gamma"]),
                                eta=float(params["eta"]), T=int(params["T"]), N=N, E=E, seed=seed)

@@ -2,7 +2,6 @@
 network and the records: :mod:`dmftc.validation.optax_nets`."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.validation.ensemble import summarise
+from dmftc.validation.extrapolate import richardson
 from dmftc.validation.optax_nets.inputs import (activation_pair, check_int, check_real, design, draw_members,
                                                 schedule_factors, sgd)
 
@@ -48,21 +48,6 @@ def index_dims(vector: bool, C) -> dict:
     q, d = (["nu"] if vector else []), (["d"] if C is not None else [])
     pair = p + c + q + d
     return {"Delta": p + c, "f": p + c, "K": pair, "G": pair, "Phi": p + q}
-
-
-def richardson(a, b):
-    """The O(1/N) corrections removed from statistics at widths N (``a``) and 2N (``b``): x = 2 x(2N) - x(N) for
-    means and N Var, standard errors sqrt(4 se(2N)^2 + se(N)^2).  ``b`` with these fields replaced (so width 2N)
-    and no samples; any frozen dataclass of statistics (:class:`OptaxEnsembleStats`, and the fields of
-    :class:`dmftc.validation.truth.Truth` and :class:`dmftc.validation.deep_ensemble.DeepEnsembleStats`)."""
-    fields = {f.name for f in dataclasses.fields(b)}
-    new = {k: {n: 2 * getattr(b, k)[n] - getattr(a, k)[n] for n in getattr(a, k)}
-           for k in ("mean", "nvar") if k in fields}
-    new.update({k: {n: np.sqrt(4 * getattr(b, k)[n] ** 2 + getattr(a, k)[n] ** 2) for n in getattr(a, k)}
-                for k in ("mean_se", "nvar_se", "se_mean", "se_nvar") if k in fields})
-    if "samples" in fields:
-        new["samples"] = None
-    return dataclasses.replace(b, **new)
 
 
 # ----------------------------------------------------------------------------- checks
