@@ -27,7 +27,7 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["asymmetry", "congruence", "coupled_sandwich", "cross_components", "time_edges", "time_major_edges", "factor", "left_solve", "lower_inverse",
+__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "time_edges", "time_major_edges", "factor", "left_solve", "lower_inverse",
            "right_solve", "sandwich",
            "BLOCK_CONDITION", "MAX_CONDITION"]
 
@@ -75,7 +75,7 @@ def factor(U, edges, *, why: str = _WHY) -> list:
     return [_diagonal_block(U, edges, b, why) for b in range(len(edges) - 1)]
 
 
-def _block_inverses(U, edges, why: str):
+def block_inverses(U, edges, why: str = _WHY):
     """[(inverse, 1-norm condition number)] of U's diagonal blocks by time: batched (one LAPACK call) when the
     blocks have one size, else block by block; a singular or non-finite block raises NumericalError naming its
     time (:func:`_diagonal_block`)."""
@@ -108,7 +108,7 @@ def lower_inverse(U, edges, *, why: str = _WHY):
     U = np.asarray(U, dtype=float)
     edges = np.asarray(edges)
     n = U.shape[0]
-    inv = _block_inverses(U, edges, why)
+    inv = block_inverses(U, edges, why)
     X = np.zeros((n, n))
 
     def fill(b0, b1):
@@ -196,7 +196,7 @@ def _coupled_inverse(U, T: int, cross, why: str):
     (I + A' W E^T) D^-1, A' = D^-1 A, W = (I - E^T A')^-1 (T c x T c, unit lower triangular): O(n (T c)^2)."""
     n = U.shape[0]
     m = n // T
-    inv = _block_inverses(U, time_edges(T, m), why)
+    inv = block_inverses(U, time_edges(T, m), why)
     Dinv = np.stack([x for x, _ in inv])                                   # (T, m, m)
     ci = (np.arange(T)[:, None] * m + np.flatnonzero(cross)[None, :]).ravel()
     c = int(np.count_nonzero(cross))
