@@ -256,9 +256,11 @@ def site_constraint_K_star(E, v):
 SOLVE_CROSS = ('Delta',)
 SOLVE_SAME_TIME = ()
 SOLVE_IDENTITY = True
+# Numba caches the kernels' machine code beside a module file (a module compiled from text: in memory only)
+SOLVE_CACHE = not str(globals().get('__file__') or '<').startswith('<')
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=SOLVE_CACHE)
 def causal_forward(U, B, Dinv, cross):
     """X with U X = B by forward substitution over times: U (T m, T m), B (T m, k), Dinv (T, m, m) the
     inverses of U's diagonal blocks (unused: they are the identity), cross the offsets within a time of the
@@ -282,7 +284,7 @@ def causal_forward(U, B, Dinv, cross):
     return X
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=SOLVE_CACHE)
 def causal_back(U, E, Dinv, cross):
     """Y with U^T Y = E (the rows Y^T with Y^T U = E^T) by back substitution over times from the last: E, Y
     (T m, k); U, Dinv and cross as for causal_forward."""

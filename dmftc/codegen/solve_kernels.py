@@ -8,7 +8,8 @@ kernels are forward substitution (U X = B) and back substitution (U^T Y = E, i.e
 visit only the cross columns below the diagonal blocks: O(n T c k) for k right-hand sides, c cross components
 per time, against the n^2 k of a dense triangular solve.  With identity diagonal blocks the kernels skip them
 (the specialised variant); otherwise they apply the blocks' inverses, which the runtime computes (and checks)
-once.  ``cache=True``: Numba compiles each kernel once per module file and reuses it across processes.
+once.  ``cache=SOLVE_CACHE`` (true for a module file): Numba compiles each kernel once per module file and
+reuses it across processes (a first compilation takes about 1 s per kernel).
 The runtime (:mod:`dmftc.runtime.site_engine`) checks that a U has the pattern before calling them.
 """
 from __future__ import annotations
@@ -60,8 +61,10 @@ def emit_solve_kernels(w, *, cross: tuple, same_time: tuple) -> None:
       "# reach later times only at the components of SOLVE_CROSS (the drivers); SOLVE_SAME_TIME: the order\n"
       "# parameters each constraint reads at its own time (none: U's diagonal blocks are the identity and the\n"
       "# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.site_engine on the CPU.\n")
-    w(f"SOLVE_CROSS = {tuple(cross)!r}\nSOLVE_SAME_TIME = {tuple(same_time)!r}\nSOLVE_IDENTITY = {identity!r}\n\n")
-    w("\n@numba.njit(cache=True)\n"
+    w(f"SOLVE_CROSS = {tuple(cross)!r}\nSOLVE_SAME_TIME = {tuple(same_time)!r}\nSOLVE_IDENTITY = {identity!r}\n")
+    w("# Numba caches the kernels' machine code beside a module file (a module compiled from text: in memory only)\n"
+      "SOLVE_CACHE = not str(globals().get('__file__') or '<').startswith('<')\n\n")
+    w("\n@numba.njit(cache=SOLVE_CACHE)\n"
       "def causal_forward(U, B, Dinv, cross):\n"
       "    \"\"\"X with U X = B by forward substitution over times: U (T m, T m), B (T m, k), Dinv (T, m, m) the\n"
       "    inverses of U's diagonal blocks" + (" (unused: they are the identity)" if identity else "") +
@@ -83,7 +86,7 @@ def emit_solve_kernels(w, *, cross: tuple, same_time: tuple) -> None:
       "                        for j in range(k):\n"
       "                            r[i, j] -= a * X[s * m + c, j]\n" + _BLOCK[identity] +
       "    return X\n\n")
-    w("\n@numba.njit(cache=True)\n"
+    w("\n@numba.njit(cache=SOLVE_CACHE)\n"
       "def causal_back(U, E, Dinv, cross):\n"
       "    \"\"\"Y with U^T Y = E (the rows Y^T with Y^T U = E^T) by back substitution over times from the last: E, Y\n"
       "    (T m, k); U, Dinv and cross as for causal_forward.\"\"\"\n"

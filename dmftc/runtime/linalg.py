@@ -202,10 +202,13 @@ def _coupled_inverse(U, T: int, cross, why: str):
     c = int(np.count_nonzero(cross))
     A = -U[:, ci].reshape(T, m, T, c)
     A[np.arange(T), :, np.arange(T), :] = 0.0                               # the diagonal blocks are in D
-    A = np.matmul(Dinv, A.reshape(T, m, T * c)).reshape(n, T * c)         # A' = D^-1 A
-    W = sla.solve_triangular(np.eye(T * c) - A[ci], np.eye(T * c), lower=True, unit_diagonal=True,
-                             check_finite=False)
-    return Dinv, A @ W, ci, max([1.0] + [k for _, k in inv])
+    A = A.reshape(n, T * c)
+    if not np.all(Dinv == np.eye(m)):
+        A = np.matmul(Dinv, A.reshape(T, m, T * c)).reshape(n, T * c)     # A' = D^-1 A
+    # B = A' W = A' (I - E^T A')^-1: B^T by one triangular solve with n right-hand sides
+    B = sla.solve_triangular(np.eye(T * c) - A[ci], A.T, trans="T", lower=True, unit_diagonal=True,
+                             check_finite=False).T
+    return Dinv, B, ci, max([1.0] + [k for _, k in inv])
 
 
 def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
@@ -227,7 +230,7 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     G += 0.5 * (G[:, ci] @ B.T)
     S = B @ G
     S += S.T.copy()
-    S += K
+    S += 0.5 * (K + K.T)                                                   # exactly symmetric
     if identity:                         # the columns of X: unit vectors, and 1 + |B| at the cross components
         norm = 1.0 + float(np.abs(B).sum(axis=0).max(initial=0.0))
     else:
@@ -265,7 +268,7 @@ def sandwich(U, K, edges, E=None, *, why: str = _WHY):
                                  "linear response is unstable: the propagator would be meaningless")
     if S is None:
         S = congruence(Y, K) if E is None else Y @ K @ Y.T
-    S = 0.5 * (S + S.T)
+        S = 0.5 * (S + S.T)
     if not np.all(np.isfinite(S)):
         whole = "" if E is not None else f", U condition number {info['cond']:.3g}"
         raise NumericalError(f"the propagator is not finite (largest diagonal-block condition number of U "
