@@ -261,15 +261,15 @@ def path_batch(mod, sz, T: int, S: int, batch: int | None = None) -> int:
     return int(max(1, min(S, _BUDGET // max(1, 4 * per_path * directions))))
 
 
-_SEGMENT_WORK = 2.0e8     # tangent updates per batch above which the march is cut into causal segments
+_SEGMENT_WORK = 5.0e7     # tangent updates per batch above which the march is cut into causal segments
 
 
 def tangent_segments(mod, sz, T: int, B: int) -> int:
     """Pieces of the tangent march (site_tangents.driver_jacobian): 4 when a batch of B paths updates more than
     :data:`_SEGMENT_WORK` tangent components over the march (then it costs about 10/16 of carrying every
-    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s), else 1 (each
-    piece is one more compiled loop: on two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran
-    0.01 s faster)."""
+    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s; two_layer,
+    T = 250, 1250 paths in batches of 357, 0.97 s -> 0.50 s), else 1 (each piece is one more compiled loop: on
+    two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran 0.01 s faster)."""
     per_path, directions = _tangent_size(mod, sz, T)
     return 4 if B * T * directions * per_path > _SEGMENT_WORK else 1
 
