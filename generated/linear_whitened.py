@@ -163,8 +163,10 @@ def site_constraint_Delta(E, v):
 SOLVE_CROSS = ('Delta',)
 SOLVE_SAME_TIME = ()
 SOLVE_IDENTITY = True
-# Numba caches the kernels' machine code beside a module file (a module compiled from text: in memory only)
-SOLVE_CACHE = not str(globals().get('__file__') or '<').startswith('<')
+# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name
+# per file: a cache written under another name would not load); otherwise it compiles them in memory
+SOLVE_CACHE = (str(globals().get('__name__', '')).startswith('dmftc_generated_')
+               and not str(globals().get('__file__') or '<').startswith('<'))
 
 
 @numba.njit(cache=SOLVE_CACHE)

@@ -8,8 +8,8 @@ kernels are forward substitution (U X = B) and back substitution (U^T Y = E, i.e
 visit only the cross columns below the diagonal blocks: O(n T c k) for k right-hand sides, c cross components
 per time, against the n^2 k of a dense triangular solve.  With identity diagonal blocks the kernels skip them
 (the specialised variant); otherwise they apply the blocks' inverses, which the runtime computes (and checks)
-once.  ``cache=SOLVE_CACHE`` (true for a module file): Numba compiles each kernel once per module file and
-reuses it across processes (a first compilation takes about 1 s per kernel).
+once.  ``cache=SOLVE_CACHE`` (true for a module file imported by :func:`dmftc.load`): Numba compiles each kernel
+once per module file and reuses it across processes.
 The runtime (:mod:`dmftc.runtime.site_engine`) checks that a U has the pattern before calling them.
 """
 from __future__ import annotations
@@ -62,8 +62,10 @@ def emit_solve_kernels(w, *, cross: tuple, same_time: tuple) -> None:
       "# parameters each constraint reads at its own time (none: U's diagonal blocks are the identity and the\n"
       "# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.site_engine on the CPU.\n")
     w(f"SOLVE_CROSS = {tuple(cross)!r}\nSOLVE_SAME_TIME = {tuple(same_time)!r}\nSOLVE_IDENTITY = {identity!r}\n")
-    w("# Numba caches the kernels' machine code beside a module file (a module compiled from text: in memory only)\n"
-      "SOLVE_CACHE = not str(globals().get('__file__') or '<').startswith('<')\n\n")
+    w("# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name\n"
+      "# per file: a cache written under another name would not load); otherwise it compiles them in memory\n"
+      "SOLVE_CACHE = (str(globals().get('__name__', '')).startswith('dmftc_generated_')\n"
+      "               and not str(globals().get('__file__') or '<').startswith('<'))\n\n")
     w("\n@numba.njit(cache=SOLVE_CACHE)\n"
       "def causal_forward(U, B, Dinv, cross):\n"
       "    \"\"\"X with U X = B by forward substitution over times: U (T m, T m), B (T m, k), Dinv (T, m, m) the\n"

@@ -184,9 +184,8 @@ def cross_components(U, T: int) -> np.ndarray:
     parameters the fields and running sums read (the drivers); every other column stays in its diagonal block."""
     n = U.shape[0]
     m = n // T
-    rows = np.abs(np.asarray(U)).reshape(T, m, n).max(axis=1)             # (T, n): the largest entry per time
-    later = np.arange(T)[:, None] > (np.arange(n) // m)[None, :]
-    return np.any((rows * later).reshape(T, T, m) != 0, axis=(0, 1))
+    nz = np.asarray(U).reshape(T, m, T, m).any(axis=1)                    # (T, T, m): [t, s, component]
+    return np.any(nz & np.tril(np.ones((T, T), dtype=bool), -1)[:, :, None], axis=(0, 1))
 
 
 def _coupled_inverse(U, T: int, cross, why: str):
@@ -241,10 +240,10 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     return S, norm, worst
 
 
-def sandwich(U, K, edges, E=None, *, why: str = _WHY):
+def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
-    (the largest diagonal-block condition number), 'asymmetry' of K, and for the whole propagator 'cond' (U's
-    1-norm condition number).  NumericalError for a singular block, an ill-conditioned U (whole propagator), or
+    (the largest diagonal-block condition number), 'asymmetry' of K (unless ``check_asymmetry`` is false: a K
+    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).  NumericalError for a singular block, an ill-conditioned U (whole propagator), or
     a non-finite result."""
     S = None
     T = len(edges) - 1
@@ -259,7 +258,8 @@ def sandwich(U, K, edges, E=None, *, why: str = _WHY):
         Y, worst = left_solve(U, edges, E, why=why)
         inv_norm = float(np.abs(Y).sum(axis=0).max()) if E is None else None
     info = {"block_cond": worst}
-    info["asymmetry"] = asymmetry(K)
+    if check_asymmetry:
+        info["asymmetry"] = asymmetry(K)
     if E is None:
         cond = float(np.abs(U).sum(axis=0).max()) * inv_norm
         info["cond"] = cond

@@ -425,7 +425,7 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
 def propagate(U, kappa, T: int):
     """(Sigma = U^-1 kappa U^-T, U's condition number) for a time-major U of T steps
     (:func:`dmftc.runtime.linalg.sandwich`)."""
-    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T))
+    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T), check_asymmetry=False)
     return sigma, info["cond"]
 
 
