@@ -355,7 +355,7 @@ def causal_solver(mod, U, T: int, shapes: dict, mode: str | None = None):
     JAX computes on the CPU, the module has the kernels and U has their pattern (columns reaching later times
     only at ``mod.SOLVE_CROSS``; identity diagonal blocks where ``mod.SOLVE_IDENTITY``); else the NumPy block
     solve (:func:`dmftc.runtime.linalg.right_solve`).  Returns (solve, 'numba' or 'numpy').  The kernels visit
-    only the cross columns: on two_layer at T = 250 (n = 1000) with 1250 right-hand sides, 0.1 s against 1.5 s."""
+    only the cross columns: on two_layer at T = 250 (n = 1000), 1250 right-hand sides, 30 ms against 2.1 s."""
     mode = SOLVE_KERNELS if mode is None else mode
     if mode not in ("auto", "numpy"):
         raise ParameterError(f"solve kernels: 'auto' or 'numpy', not {mode!r}")
