@@ -27,9 +27,9 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "time_edges", "time_major_edges", "factor", "left_solve", "lower_inverse",
-           "right_solve", "sandwich",
-           "BLOCK_CONDITION", "MAX_CONDITION"]
+__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "time_edges",
+           "time_major_edges", "factor", "left_solve", "lower_inverse", "right_solve", "sandwich", "BLOCK_CONDITION",
+           "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
 MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
@@ -243,8 +243,8 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
 def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
     (the largest diagonal-block condition number), 'asymmetry' of K (unless ``check_asymmetry`` is false: a K
-    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).  NumericalError for a singular block, an ill-conditioned U (whole propagator), or
-    a non-finite result."""
+    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).
+    NumericalError for a singular block, an ill-conditioned U (whole propagator), or a non-finite result."""
     S = None
     T = len(edges) - 1
     n = np.shape(U)[0]

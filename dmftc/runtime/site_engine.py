@@ -34,9 +34,10 @@ from dmftc.runtime.linalg import (block_inverses, cross_components, factor, righ
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
-__all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle", "group_sensitivities",
-           "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at", "require_program", "two_layer_exact",
-           "two_layer_mean_correction", "two_layer_propagator", "two_layer_saddle"]
+__all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle",
+           "group_sensitivities", "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at",
+           "require_program", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
+           "two_layer_saddle"]
 
 
 def require_program(mod):
