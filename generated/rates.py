@@ -7,6 +7,7 @@ Regenerate with `dmftc compile specs/rates.dmft`.  Layout of every array:
 (batch, s), see dmftc.codegen.lower.
 """
 import jax.numpy as jnp
+import numba
 import numpy as np
 
 from dmftc.runtime import kernels as _k
@@ -187,4 +188,65 @@ def site_average_E_K(E):
 def site_constraint_K(E, v):
     """K(t) = E_K; v: the averages"""
     return v['E_K']
+
+
+# ---------------------------------------------------------------- the causal solves (Numba)
+# U = 1 - dF/dq, time-major (T steps, m components per time), block lower triangular in time: its columns
+# reach later times only at the components of SOLVE_CROSS (the drivers); SOLVE_SAME_TIME: the order
+# parameters each constraint reads at its own time (none: U's diagonal blocks are the identity and the
+# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.site_engine on the CPU.
+SOLVE_CROSS = ('Delta',)
+SOLVE_SAME_TIME = ()
+SOLVE_IDENTITY = True
+# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name
+# per file: a cache written under another name would not load); otherwise it compiles them in memory
+SOLVE_CACHE = (str(globals().get('__name__', '')).startswith('dmftc_generated_')
+               and not str(globals().get('__file__') or '<').startswith('<'))
+
+
+@numba.njit(cache=SOLVE_CACHE)
+def causal_forward(U, B, Dinv, cross):
+    """X with U X = B by forward substitution over times: U (T m, T m), B (T m, k), Dinv (T, m, m) the
+    inverses of U's diagonal blocks (unused: they are the identity), cross the offsets within a time of the
+    components whose columns reach later times (the only ones read below the diagonal blocks)."""
+    T, m = Dinv.shape[0], Dinv.shape[1]
+    k = B.shape[1]
+    X = np.zeros_like(B)
+    r = np.empty((m, k))
+    for t in range(T):
+        for i in range(m):
+            row = t * m + i
+            for j in range(k):
+                r[i, j] = B[row, j]
+            for s in range(t):
+                for c in cross:
+                    a = U[row, s * m + c]
+                    if a != 0.0:
+                        for j in range(k):
+                            r[i, j] -= a * X[s * m + c, j]
+        X[t * m:(t + 1) * m, :] = r                  # identity diagonal block
+    return X
+
+
+@numba.njit(cache=SOLVE_CACHE)
+def causal_back(U, E, Dinv, cross):
+    """Y with U^T Y = E (the rows Y^T with Y^T U = E^T) by back substitution over times from the last: E, Y
+    (T m, k); U, Dinv and cross as for causal_forward."""
+    T, m = Dinv.shape[0], Dinv.shape[1]
+    k = E.shape[1]
+    Y = np.zeros_like(E)
+    r = np.empty((m, k))
+    for s in range(T - 1, -1, -1):
+        for i in range(m):
+            for j in range(k):
+                r[i, j] = E[s * m + i, j]
+        for c in cross:
+            col = s * m + c
+            for row in range((s + 1) * m, T * m):
+                a = U[row, col]
+                if a != 0.0:
+                    for j in range(k):
+                        r[c, j] -= a * Y[row, j]
+        Y[s * m:(s + 1) * m, :] = r                  # identity diagonal block
+    return Y
 

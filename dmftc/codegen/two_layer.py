@@ -115,7 +115,8 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     axes_doc = "".join(f"{a}, " for a in L.axes)
     w(HEADER.format(version=__version__, path=spec_path, model=spec.model.name, desc=desc, sha=spec_sha256,
                     axes_doc=axes_doc))
-    w("import jax\nimport jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numpy as np\n\n"
+    w("import jax\nimport jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numba\n"
+      "import numpy as np\n\n"
       "from dmftc.runtime import kernels as _k\n\n")
     w(f"MODEL = {spec.model.name!r}\nDESCRIPTION = {spec.model.description!r}\n")
     w(f"DMFTC_VERSION = {__version__!r}\nSPEC_PATH = {spec_path!r}\nSPEC_SHA256 = {spec_sha256!r}\n")
@@ -155,10 +156,14 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     missing = d.site_missing
     if d.site is not None:
         from dmftc.codegen.site import emit_site
+        from dmftc.codegen.solve_kernels import emit_solve_kernels, same_time_reads
 
         part: list[str] = []
         try:
-            emit_site(d.site, part.append, scalars=tuple(n for n, _ in d.orders), params=tuple(d.ir.params))
+            scalars = tuple(n for n, _ in d.orders)
+            emit_site(d.site, part.append, scalars=scalars, params=tuple(d.ir.params))
+            emit_solve_kernels(part.append, cross=tuple(d.site.drivers),
+                               same_time=same_time_reads(d.site, scalars))
             out.extend(part)
         except NotImplementedError as err:          # the two-layer engine solves it; say why there is no program
             missing = f"its single-site program cannot be printed: {err}"

@@ -27,8 +27,9 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["asymmetry", "time_edges", "time_major_edges", "factor", "left_solve", "right_solve", "sandwich",
-           "BLOCK_CONDITION", "MAX_CONDITION"]
+__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "time_edges",
+           "time_major_edges", "factor", "left_solve", "lower_inverse", "right_solve", "sandwich", "BLOCK_CONDITION",
+           "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
 MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
@@ -74,27 +75,74 @@ def factor(U, edges, *, why: str = _WHY) -> list:
     return [_diagonal_block(U, edges, b, why) for b in range(len(edges) - 1)]
 
 
+def block_inverses(U, edges, why: str = _WHY):
+    """[(inverse, 1-norm condition number)] of U's diagonal blocks by time: batched (one LAPACK call) when the
+    blocks have one size, else block by block; a singular or non-finite block raises NumericalError naming its
+    time (:func:`_diagonal_block`)."""
+    sizes = np.diff(edges)
+    T = len(sizes)
+    if T and np.all(sizes == sizes[0]) and edges[0] == 0:
+        m = int(sizes[0])
+        t = np.arange(T)
+        blk = U[: T * m, : T * m].reshape(T, m, T, m)[t, :, t, :]              # (T, m, m)
+        if np.all(np.isfinite(blk)):
+            try:
+                inv = np.linalg.inv(blk)
+            except np.linalg.LinAlgError:
+                inv = None
+            if inv is not None:
+                cond = np.abs(blk).sum(axis=1).max(axis=1) * np.abs(inv).sum(axis=1).max(axis=1)
+                if np.all(cond < BLOCK_CONDITION):
+                    return [(inv[b], float(cond[b])) for b in range(T)]
+    out = []                                      # one size or not, name the first bad time
+    for b in range(T):
+        lu, cond = _diagonal_block(U, edges, b, why)
+        out.append((sla.lu_solve(lu, np.eye(edges[b + 1] - edges[b]), check_finite=False), cond))
+    return out
+
+
+def lower_inverse(U, edges, *, why: str = _WHY):
+    """(U^-1, the largest diagonal-block condition number) for a block lower triangular U: the inverse of each
+    diagonal block, then recursively on halves of the times, inv([[A, 0], [C, D]]) = [[A^-1, 0],
+    [-D^-1 C A^-1, D^-1]]: about n^3 / 3 multiply-adds in matrix products (a third of one n x n matmul)."""
+    U = np.asarray(U, dtype=float)
+    edges = np.asarray(edges)
+    n = U.shape[0]
+    inv = block_inverses(U, edges, why)
+    X = np.zeros((n, n))
+
+    def fill(b0, b1):
+        if b1 - b0 == 1:
+            X[edges[b0]:edges[b1], edges[b0]:edges[b1]] = inv[b0][0]
+            return
+        mid = (b0 + b1) // 2
+        fill(b0, mid)
+        fill(mid, b1)
+        a0, a1, a2 = edges[b0], edges[mid], edges[b1]
+        X[a1:a2, a0:a1] = -(X[a1:a2, a1:a2] @ (U[a1:a2, a0:a1] @ X[a0:a1, a0:a1]))
+
+    if len(edges) > 1:
+        fill(0, len(edges) - 1)
+    return X, max([1.0] + [c for _, c in inv])
+
+
 def left_solve(U, edges, E=None, *, why: str = _WHY):
-    """Y with Y U = E (block back substitution from the last time); ``E=None``: Y = U^-1, of which only the
-    block lower triangle is computed (the rest is zero).  Returns (Y, the largest diagonal-block condition
-    number); a singular block raises NumericalError naming its time."""
+    """Y with Y U = E (block back substitution from the last time); ``E=None``: Y = U^-1 (:func:`lower_inverse`,
+    the block upper triangle zero).  Returns (Y, the largest diagonal-block condition number); a singular block
+    raises NumericalError naming its time."""
+    if E is None:
+        return lower_inverse(U, edges, why=why)
     U = np.asarray(U)
     edges = np.asarray(edges)
     n = U.shape[0]
-    inverse = E is None
-    Y = np.zeros((n if inverse else E.shape[0], n))
+    Y = np.zeros((E.shape[0], n))
     worst = 1.0
     for b in range(len(edges) - 2, -1, -1):
         lo, hi = edges[b], edges[b + 1]
         lu, cond = _diagonal_block(U, edges, b, why)
         worst = max(worst, cond)
-        if inverse:                               # rows of U^-1 before lo vanish in these columns
-            rhs = -(Y[lo:, hi:] @ U[hi:, lo:hi])
-            rhs[: hi - lo] += np.eye(hi - lo)
-            Y[lo:, lo:hi] = sla.lu_solve(lu, rhs.T, trans=1, check_finite=False).T
-        else:
-            rhs = E[:, lo:hi] - Y[:, hi:] @ U[hi:, lo:hi]
-            Y[:, lo:hi] = sla.lu_solve(lu, rhs.T, trans=1, check_finite=False).T
+        rhs = E[:, lo:hi] - Y[:, hi:] @ U[hi:, lo:hi]
+        Y[:, lo:hi] = sla.lu_solve(lu, rhs.T, trans=1, check_finite=False).T
     return Y, worst
 
 
@@ -121,22 +169,106 @@ def asymmetry(K, rows: int = 512) -> float:
     return worst / scale
 
 
-def sandwich(U, K, edges, E=None, *, why: str = _WHY):
+def congruence(Y, K):
+    """Y K Y^T (with K symmetric): by two triangular products (BLAS trmm, half the multiply-adds of two matmuls)
+    when Y is lower triangular, else by two matrix products."""
+    if np.any(np.triu(Y, 1)):
+        return Y @ K @ Y.T
+    Z = sla.blas.dtrmm(1.0, Y, K, lower=1)                 # Y K
+    return sla.blas.dtrmm(1.0, Y, Z.T, lower=1)            # Y (Y K)^T = Y K^T Y^T
+
+
+def cross_components(U, T: int) -> np.ndarray:
+    """(m,) bool for a time-major U of T steps (m components per time): the components whose columns of U reach
+    later times (nonzero below the diagonal blocks).  A two-layer U couples times only through the order
+    parameters the fields and running sums read (the drivers); every other column stays in its diagonal block."""
+    n = U.shape[0]
+    m = n // T
+    nz = np.asarray(U).reshape(T, m, T, m).any(axis=1)                    # (T, T, m): [t, s, component]
+    return np.any(nz & np.tril(np.ones((T, T), dtype=bool), -1)[:, :, None], axis=(0, 1))
+
+
+def _coupled_inverse(U, T: int, cross, why: str):
+    """U^-1 = (I + B E^T) D^-1, with D U's block diagonal and E^T picking the ``cross`` components: (D^-1 as
+    (T, m, m), B (n, T c), the flat indices of the cross components, the worst block condition number).
+    U = D - A E^T with A the columns of the cross components below the diagonal blocks; by Woodbury U^-1 =
+    (I + A' W E^T) D^-1, A' = D^-1 A, W = (I - E^T A')^-1 (T c x T c, unit lower triangular): O(n (T c)^2)."""
+    n = U.shape[0]
+    m = n // T
+    inv = block_inverses(U, time_edges(T, m), why)
+    Dinv = np.stack([x for x, _ in inv])                                   # (T, m, m)
+    ci = (np.arange(T)[:, None] * m + np.flatnonzero(cross)[None, :]).ravel()
+    c = int(np.count_nonzero(cross))
+    A = -U[:, ci].reshape(T, m, T, c)
+    A[np.arange(T), :, np.arange(T), :] = 0.0                               # the diagonal blocks are in D
+    A = A.reshape(n, T * c)
+    if not np.all(Dinv == np.eye(m)):
+        A = np.matmul(Dinv, A.reshape(T, m, T * c)).reshape(n, T * c)     # A' = D^-1 A
+    # B = A' W = A' (I - E^T A')^-1: B^T by one triangular solve with n right-hand sides
+    B = sla.solve_triangular(np.eye(T * c) - A[ci], A.T, trans="T", lower=True, unit_diagonal=True,
+                             check_finite=False).T
+    return Dinv, B, ci, max([1.0] + [k for _, k in inv])
+
+
+def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
+    """(U^-1 K U^-T, ||U^-1||_1, the worst diagonal-block condition number) for a time-major U whose columns
+    reach later times only at the ``cross`` components (:func:`cross_components`) and a symmetric K.  With
+    X = U^-1 = (I + B E^T) D^-1 (:func:`_coupled_inverse`) and K' = D^-1 K D^-T: X K X^T = K' + H + H^T,
+    H = B (E^T K' + K'_cc B^T / 2): one product of n x T c by T c x n, n^2 T c multiply-adds (T c / n of one
+    n x n matmul) instead of the n^3 of a dense solve."""
+    U = np.asarray(U, dtype=float)
+    n = U.shape[0]
+    m = n // T
+    Dinv, B, ci, worst = _coupled_inverse(U, T, cross, why)
+    identity = bool(np.all(Dinv == np.eye(m)))
+    K = np.asarray(K, dtype=float)
+    if not identity:                                                       # K' = D^-1 K D^-T
+        K4 = np.matmul(Dinv[:, None], K.reshape(T, m, T, m).transpose(0, 2, 1, 3))          # (T, T, m, m)
+        K = np.matmul(K4, np.swapaxes(Dinv, 1, 2)[None]).transpose(0, 2, 1, 3).reshape(n, n)
+    G = K[ci, :]
+    G += 0.5 * (G[:, ci] @ B.T)
+    S = B @ G
+    S += S.T.copy()
+    S += 0.5 * (K + K.T)                                                   # exactly symmetric
+    if identity:                         # the columns of X: unit vectors, and 1 + |B| at the cross components
+        norm = 1.0 + float(np.abs(B).sum(axis=0).max(initial=0.0))
+    else:
+        sel = np.flatnonzero(cross)
+        X = np.einsum("nsc,scj->nsj", B.reshape(n, T, -1), Dinv[:, sel, :]).reshape(n, n)
+        X.reshape(T, m, T, m)[np.arange(T), :, np.arange(T), :] += Dinv
+        norm = float(np.abs(X).sum(axis=0).max())
+    return S, norm, worst
+
+
+def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
-    (the largest diagonal-block condition number), 'asymmetry' of K, and for the whole propagator 'cond' (U's
-    1-norm condition number).  NumericalError for a singular block, an ill-conditioned U (whole propagator), or
-    a non-finite result."""
-    Y, worst = left_solve(U, edges, E, why=why)
+    (the largest diagonal-block condition number), 'asymmetry' of K (unless ``check_asymmetry`` is false: a K
+    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).
+    NumericalError for a singular block, an ill-conditioned U (whole propagator), or a non-finite result."""
+    S = None
+    T = len(edges) - 1
+    n = np.shape(U)[0]
+    coupled = E is None and T > 1 and n % T == 0 and np.array_equal(edges, time_edges(T, n // T))
+    if coupled:
+        cross = cross_components(np.asarray(U), T)
+        coupled = 2 * np.count_nonzero(cross) <= n // T          # cheaper than the dense inverse
+    if coupled:
+        S, inv_norm, worst = coupled_sandwich(U, K, T, cross, why=why)
+    else:
+        Y, worst = left_solve(U, edges, E, why=why)
+        inv_norm = float(np.abs(Y).sum(axis=0).max()) if E is None else None
     info = {"block_cond": worst}
-    info["asymmetry"] = asymmetry(K)
+    if check_asymmetry:
+        info["asymmetry"] = asymmetry(K)
     if E is None:
-        cond = float(np.abs(U).sum(axis=0).max() * np.abs(Y).sum(axis=0).max())
+        cond = float(np.abs(U).sum(axis=0).max()) * inv_norm
         info["cond"] = cond
         if not cond < MAX_CONDITION:
             raise NumericalError(f"U is ill-conditioned (condition number {cond:.3g} > {MAX_CONDITION:.0e}); the "
                                  "linear response is unstable: the propagator would be meaningless")
-    S = Y @ K @ Y.T
-    S = 0.5 * (S + S.T)
+    if S is None:
+        S = congruence(Y, K) if E is None else Y @ K @ Y.T
+        S = 0.5 * (S + S.T)
     if not np.all(np.isfinite(S)):
         whole = "" if E is not None else f", U condition number {info['cond']:.3g}"
         raise NumericalError(f"the propagator is not finite (largest diagonal-block condition number of U "

@@ -29,13 +29,15 @@ import numpy as np
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
 from dmftc.runtime.devices import like_paths, mesh_of, place_paths, rows_for
 from dmftc.runtime.geometry import source_factors
-from dmftc.runtime.linalg import factor, right_solve, sandwich, time_major_edges
+from dmftc.runtime.linalg import (block_inverses, cross_components, factor, right_solve, sandwich,
+                                  time_major_edges)
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 
-__all__ = ["centred", "check_finite", "equal_batches", "exact_points", "group_saddle", "group_sensitivities",
-           "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at", "require_program", "two_layer_exact",
-           "two_layer_mean_correction", "two_layer_propagator", "two_layer_saddle"]
+__all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle",
+           "group_sensitivities", "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at",
+           "require_program", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
+           "two_layer_saddle"]
 
 
 def require_program(mod):
@@ -236,7 +238,9 @@ def equal_batches(S: int, B: int) -> tuple[int, list]:
     return B, [(a, min(B, S - a)) for a in range(0, S, B)]
 
 
-_BUDGET = 1.0e8           # floats held by one batch's tangents (about 0.8 GB)
+_BUDGET = 2.5e6           # floats held by one batch's tangents (20 MB): a batch's tangents near the CPU's caches
+# (two_layer, T = 250, 12500 paths: one batch 20 s, batches of 1250 13 s; 1250 paths: one batch 0.81 s, batches
+# of 250 0.65 s)
 
 
 def _tangent_size(mod, sz, T: int) -> tuple[int, int]:
@@ -258,15 +262,15 @@ def path_batch(mod, sz, T: int, S: int, batch: int | None = None) -> int:
     return int(max(1, min(S, _BUDGET // max(1, 4 * per_path * directions))))
 
 
-_SEGMENT_WORK = 2.0e8     # tangent updates per batch above which the march is cut into causal segments
+_SEGMENT_WORK = 5.0e7     # tangent updates per batch above which the march is cut into causal segments
 
 
 def tangent_segments(mod, sz, T: int, B: int) -> int:
     """Pieces of the tangent march (site_tangents.driver_jacobian): 4 when a batch of B paths updates more than
     :data:`_SEGMENT_WORK` tangent components over the march (then it costs about 10/16 of carrying every
-    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s), else 1 (each
-    piece is one more compiled loop: on two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran
-    0.01 s faster)."""
+    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s; two_layer,
+    T = 250, 1250 paths in batches of 357, 0.97 s -> 0.50 s), else 1 (each piece is one more compiled loop: on
+    two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran 0.01 s faster)."""
     per_path, directions = _tangent_size(mod, sz, T)
     return 4 if B * T * directions * per_path > _SEGMENT_WORK else 1
 
@@ -343,6 +347,43 @@ def _correction_batch(mod, sz, T, width, shapes):
     return run
 
 
+SOLVE_KERNELS = "auto"    # "auto": a module's generated Numba solve kernels on the CPU; "numpy": the block solves
+
+
+def causal_solver(mod, U, T: int, shapes: dict, mode: str | None = None):
+    """X = U^-1 B for a time-major U of T steps over the order parameters of layout shapes ``shapes``
+    ({name: (1, index dims, T)}), B (T m,) or (T m, k): the module's generated Numba forward
+    substitution (:mod:`dmftc.codegen.solve_kernels`) when ``mode`` (default :data:`SOLVE_KERNELS`) is 'auto',
+    JAX computes on the CPU, the module has the kernels and U has their pattern (columns reaching later times
+    only at ``mod.SOLVE_CROSS``; identity diagonal blocks where ``mod.SOLVE_IDENTITY``); else the NumPy block
+    solve (:func:`dmftc.runtime.linalg.right_solve`).  Returns (solve, 'numba' or 'numpy').  The kernels visit
+    only the cross columns: on two_layer at T = 250 (n = 1000), 1250 right-hand sides, 30 ms against 2.1 s."""
+    mode = SOLVE_KERNELS if mode is None else mode
+    if mode not in ("auto", "numpy"):
+        raise ParameterError(f"solve kernels: 'auto' or 'numpy', not {mode!r}")
+    U = np.asarray(U, dtype=float)
+    n = U.shape[0]
+    edges = time_major_edges(n, T)
+    kernel = getattr(mod, "causal_forward", None)
+    if mode == "auto" and kernel is not None and jax.default_backend() == "cpu":
+        m = n // T
+        F = _Flat(mod, shapes, T)
+        cross = np.concatenate([np.arange(a, b) for k, a, b in zip(F.names, F.edges[:-1], F.edges[1:])
+                                if k in mod.SOLVE_CROSS] + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+        allowed = np.zeros(m, dtype=bool)
+        allowed[cross] = True
+        if F.m == m and not np.any(cross_components(U, T) & ~allowed):
+            Dinv = np.stack([x for x, _ in block_inverses(U, edges)])
+            if not getattr(mod, "SOLVE_IDENTITY", False) or np.all(Dinv == np.eye(m)):
+                def solve(B):
+                    B = np.asarray(B, dtype=float)
+                    X = kernel(U, np.ascontiguousarray(B.reshape(n, -1)), Dinv, cross)
+                    return X.reshape(B.shape)
+                return solve, "numba"
+    factors = factor(U, edges)
+    return (lambda B: right_solve(U, edges, B, factors=factors)), "numpy"
+
+
 def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batch: int = 1024, mesh=None):
     """m1 (T m,) time-major, the O(1/N) correction to the mean, E[q]_N = q* + m1 / N + O(N^-2), from one group
     of paths at its saddle ``q`` (layout), with U = 1 - dF/dq and the paths' centred solved-form observables Y.
@@ -366,9 +407,8 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     tests/test_mean_correction.py against finite-width networks.  ``mesh``: the batches' paths sharded over its
     devices (:mod:`dmftc.runtime.devices`; None: one device)."""
     S = Y.shape[0]
-    edges = time_major_edges(U.shape[0], T)
-    lus = factor(U, edges)                      # both solves below use the same U
-    V = right_solve(U, edges, Y.T, factors=lus).T
+    solve, _ = causal_solver(mod, U, T, {n: v.shape for n, v in q.items()})     # both solves use this U
+    V = solve(Y.T).T
     W = np.roll(V, 1, axis=0)                   # an independent path's direction
     shapes = {n: v.shape for n, v in q.items()}
     batch, batches = equal_batches(S, batch)
@@ -381,13 +421,13 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
         wt = jnp.asarray(np.arange(batch) < n, dtype=jnp.float64)
         nm, Vb, Wb, wt = place_paths((nm, pad_rows(V[a:a + n], batch), pad_rows(W[a:a + n], batch), wt), mesh)
         total += np.asarray(fn(nm, pj, q0, Vb, Wb, wt, avg))
-    return right_solve(U, edges, total / S, factors=lus)
+    return solve(total / S)
 
 
 def propagate(U, kappa, T: int):
     """(Sigma = U^-1 kappa U^-T, U's condition number) for a time-major U of T steps
     (:func:`dmftc.runtime.linalg.sandwich`)."""
-    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T))
+    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T), check_asymmetry=False)
     return sigma, info["cond"]
 
 

@@ -3,6 +3,7 @@ called with, the array :class:`Buffers` of a two-layer program's layout, and the
 (:func:`schedule`).  The march itself: :mod:`dmftc.runtime.site_march`."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
@@ -11,6 +12,8 @@ from dmftc.runtime.spec_kernels import layer_number
 
 __all__ = ["Buffers", "Evaluator", "boundary_row", "layer_names", "layer_number", "point_params", "schedule",
            "update_mask"]
+
+_SLICE_RANK = 4        # layout buffers up to this rank are written by dynamic_update_slice
 
 
 class Evaluator:
@@ -170,6 +173,9 @@ class Buffers:
         """``buf`` with its values at time t set to ``v`` (broadcast)."""
         if self.layout and buf.shape[-1] == 1:
             return jnp.broadcast_to(v, buf.shape)
+        if self.layout and buf.ndim <= _SLICE_RANK:      # one column written in place (the select below rewrites
+            v = jnp.broadcast_to(v, buf.shape[:-1] + (1,)).astype(buf.dtype)    # the whole buffer: O(S T^2))
+            return jax.lax.dynamic_update_slice_in_dim(buf, v, t, axis=buf.ndim - 1)
         if self.layout:                 # a select, not dynamic_update_slice (XLA CPU mis-compiled its fusion with
             return jnp.where(jnp.arange(self.T) == t, v, buf)    # the jvp of a rank-6 layout: LLVM IR failure)
         if buf.ndim == 1:

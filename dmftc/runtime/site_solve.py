@@ -159,7 +159,9 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             t2 = _time.perf_counter()
             bar.advance(note=f"group {g + 1}/{G}: kappa and D")
             sigma, cond = propagate(U, kappa, T)
-            results.append((q_arr, sigma, coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :], cond))
+            ones = bool(np.all(coeff == 1.0))                # the spec's own form: coeff q + rest = <O>
+            results.append((q_arr, sigma, U if ones else coeff[:, None] * U,
+                            kappa if ones else coeff[:, None] * kappa * coeff[None, :], cond))
             if g == 0 and kinks:
                 # kink check: the same group's propagator with the delta functions at half the width
                 Jh = group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2, batch_used)[0]
