@@ -242,13 +242,14 @@ def summarise(x: np.ndarray, N: int):
     return [r.reshape(x.shape[1:]) for r in res]
 
 
-def positive_int(name, value, minimum=1):
+def positive_int(name, value, minimum=1, error=ValueError):
+    """``value`` as an int >= ``minimum`` (bools refused), else ``error`` naming ``name``."""
     try:
         v = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise error(f"{name} must be an integer, got {value!r}") from None
     if isinstance(value, bool) or v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise error(f"{name} must be an integer >= {minimum}, got {value!r}")
     return v
 
 

@@ -3,12 +3,11 @@ activations and the members' random draws."""
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
 from dmftc.errors import ParameterError
-from dmftc.validation.ensemble import inputs_from_gram
+from dmftc.validation.ensemble import inputs_from_gram, positive_int
 
 __all__ = ["LOSSES", "check_int", "check_real", "schedule_factors", "sgd", "activation_pair", "design",
            "draw_members"]
@@ -17,13 +16,7 @@ LOSSES = ("squared", "softmax")
 
 
 def check_int(name, value, minimum):
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ParameterError(f"{name} must be an integer, got {value!r}") from None
-    if isinstance(value, bool) or v < minimum:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return v
+    return positive_int(name, value, minimum, error=ParameterError)
 
 
 def check_real(name, value, *, positive=False, nonneg=False):
