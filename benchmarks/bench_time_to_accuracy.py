@@ -80,6 +80,12 @@ def accuracy(c: Curves, peak: dict) -> float:
     return max(float(np.max(np.abs(c.se[k]))) / peak[k] for k in peak)
 
 
+def worst(c: Curves, peak: dict) -> str:
+    """Where the accuracy is set: the curve and time index of the largest se / peak."""
+    k = max(peak, key=lambda n: float(np.max(np.abs(c.se[n]))) / peak[n])
+    return f"{k} at step {int(np.argmax(np.abs(c.se[k])))}"
+
+
 def time_to(seconds: float, acc: float, target: float, scaled: float | None = None) -> float:
     """Monte Carlo time to ``target`` from a pilot of ``seconds`` at accuracy ``acc`` (se proportional to
     1/sqrt(size), time to size): the fixed part ``seconds - scaled`` plus ``scaled`` (acc / target)^2."""
@@ -215,7 +221,7 @@ def table(pilots: list[Pilot], targets) -> list[dict]:
     for p in pilots:
         to = {a: seconds_to(p, peak, a) for a in targets}
         row = dict(method=p.method, size=p.size, first=p.first, seconds=p.seconds, accuracy=accuracy(p.curves, peak),
-                   to=to)
+                   to=to, worst=worst(p.curves, peak))
         if p is not ens:
             row["ratio"] = {a: seconds_to(ens, peak, a)[0] / to[a][0] for a in targets}
             row["z"] = max_z(p.final, ens.curves)
@@ -242,6 +248,7 @@ def show(rows, targets) -> str:
         lines.append(line)
     notes = [f"{r['method']}: to {100 * a:g}% {r['to'][a][1]}" for r in rows for a in targets
              if r["to"][a][1] != "extrapolated"]
+    notes += [f"{r['method']}: pilot accuracy set by {r['worst']}" for r in rows]
     bad = [r["method"] for r in rows if r.get("z", 0) > Z_DISAGREE]
     lines += notes
     lines.append(f"DISAGREE (max z > {Z_DISAGREE}): {', '.join(bad)}" if bad else
