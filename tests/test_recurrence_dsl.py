@@ -103,22 +103,35 @@ def _close(a, b, what):
         np.testing.assert_allclose(a[q], b[q], rtol=0, atol=1e-10 * scale, err_msg=f"{what}: {q}")
 
 
-def _solve(m, **kw):
-    sol = m.solve(samples=2000, seed=4, groups=4, progress=False, backend="mc", **kw)
-    return {q: sol.mean(q) for q in ("Delta", "K")}, {q: sol.var(q) for q in ("Delta", "K")}
+def _solve(m, correction=False, **kw):
+    sol = m.solve(samples=2000, seed=4, groups=4, progress=False, backend="mc", correction=correction, **kw)
+    out = ({q: sol.mean(q) for q in ("Delta", "K")}, {q: sol.var(q) for q in ("Delta", "K")})
+    return out + (({q: sol.mean_correction(q) for q in ("Delta", "K")},) if correction else ())
 
 
 def test_plain_gradient_descent_in_recurrence_form_is_two_layer(tmp_path):
     """With beta = lam = 0 and lr = 1, two_layer_sgd.dmft is two_layer.dmft without its test point: the same
-    means and N Var to round-off on the same samples."""
+    means and N Var to round-off on the same samples (Monte Carlo), and the same N Var on the same cubature rule."""
     kw = dict(gamma=1.5, y=-0.7, eta=0.1, T=10)
     sgd = dmftc.load(ROOT / "specs" / "two_layer_sgd.dmft")
+    plain = _module(tmp_path, PLAIN_ONE, "plain_one")
     a = _solve(sgd, beta=0.0, lam=0.0, lr=1.0, **kw)
-    b = _solve(_module(tmp_path, PLAIN_ONE, "plain_one"), **kw)
-    _close(a[0], b[0], "means")
-    _close(a[1], b[1], "N Var")
+    b = _solve(plain, **kw)
+    for x, y, what in zip(a, b, ("means", "N Var")):
+        _close(x, y, what)
+    cub = [m.solve(backend="cubature", samples=400, progress=False, **extra, **kw) for m, extra in
+           ((sgd, dict(beta=0.0, lam=0.0)), (plain, {}))]
+    _close(*({q: s.var(q) for q in ("Delta", "K")} for s in cub), "cubature N Var")
     c = _solve(sgd, beta=0.5, lam=0.0, lr=1.0, **kw)          # and the comparison can fail
     assert np.max(np.abs(c[0]["Delta"] - b[0]["Delta"])) > 1e-3
+
+
+def test_plain_gradient_descent_mean_correction(tmp_path):
+    """... and the same O(1/N) mean corrections (the Numba solves of the generated module)."""
+    kw = dict(gamma=1.5, y=-0.7, eta=0.1, T=10)
+    a = _solve(dmftc.load(ROOT / "specs" / "two_layer_sgd.dmft"), correction=True, beta=0.0, lam=0.0, **kw)
+    b = _solve(_module(tmp_path, PLAIN_ONE, "plain_one"), correction=True, **kw)
+    _close(a[2], b[2], "O(1/N) mean correction")
 
 
 @pytest.mark.parametrize("lam, lr", [(0.4, 1.0), (0.0, np.linspace(0.3, 1.2, 10))], ids=["decay", "schedule"])
