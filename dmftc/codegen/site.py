@@ -17,6 +17,8 @@ step t of the layer being computed:
     E.term(name)                a path factor of the field equations' sums at every earlier time s (paths, T), as
                                 ``site_term_<k>`` computed it at each step (``SITE['terms'][k]`` = name)
     E.p[name]                   a parameter value
+    E.step                      the step number t as a value (time in an expression, dmftc.derive.symbolic.STEP)
+    E.per_step(name, k)         a per-step parameter (lr[T]) at step t + k
 
 ``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
 averages, the path factors of the fields' sums and the same-time reads of every quantity (which order one time
@@ -29,6 +31,7 @@ import sympy as sp
 from dmftc.codegen.printer import ExprPrinter
 from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
 from dmftc.derive.site_lowering import TANGENT
+from dmftc.derive.symbolic import PER_STEP, STEP
 
 
 class _SitePrinter(ExprPrinter):
@@ -115,6 +118,10 @@ class _SitePrinter(ExprPrinter):
             return f"E.term({self.terms[e]!r})"
         if e == PAST:
             return "E.past"
+        if e == STEP:
+            return "E.step"
+        if isinstance(e, sp.core.function.AppliedUndef) and type(e).__name__.startswith(PER_STEP):
+            return f"E.per_step({type(e).__name__[len(PER_STEP):]!r}, {int(e.args[0])})"
         if isinstance(e, sp.Symbol):
             if e.name in self.params:
                 return f"E.p[{e.name!r}]"

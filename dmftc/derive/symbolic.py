@@ -13,6 +13,14 @@ import sympy as sp
 # "source", "field", "sum", "tangent", "onehot", "index", "size"
 ONEHOT = sp.Symbol("onehot[s=t]")
 ETA_NAME = "eta"
+# time as a value: the number of the step at which an expression is evaluated (0, 1, ..., T - 1)
+STEP = sp.Symbol("__step", real=True)
+PER_STEP = "__per_step_"       # a per-step parameter lr[T] read k steps from the current one: __per_step_lr(k)
+
+
+def per_step(name: str, offset: int) -> sp.Expr:
+    """The per-step parameter ``name`` at the current step plus ``offset`` (lr[t - 1]: offset -1)."""
+    return sp.Function(PER_STEP + name, real=True)(sp.Integer(offset))
 
 
 def index_symbol(name: str) -> sp.Symbol:

@@ -107,7 +107,8 @@ class _Deriver(IndexNames):
             dq = quantity(d, primed[d])
             for s in sample_sums:
                 explicit = diff_indexed(s.increment, order_syms[d], [index_symbol(p) for p in primed[d]])
-                expr = chain(s.increment, field_deps, tan, self.fresh_all, self.size) + explicit * ONEHOT
+                expr = chain(s.increment, {**sum_deps, **field_deps}, tan, self.fresh_all, self.size) \
+                    + explicit * ONEHOT         # (a recurrence's increment reads the running sums)
                 st.append(Tangent(s.name, d, s.indices + primed[d], sp.expand(expr) if not s.indices else expr))
             for sd in saddles:
                 if sd.observable is not None:

@@ -209,6 +209,15 @@ class FieldDecl(Stmt):
 
 
 @dataclass(frozen=True)
+class InitialDecl(Stmt):
+    """``h(0) = u``, ``v(-1) = 0``: the initial value of a field written in recurrence form."""
+
+    name: str
+    time: int
+    body: Expr
+
+
+@dataclass(frozen=True)
 class ActionDecl(Stmt):
     body: Expr
 
@@ -240,6 +249,7 @@ class Spec:
     actions: tuple[ActionDecl, ...]
     process_pos: Pos | None = None
     layers: tuple[LayersDecl, ...] = ()
+    initials: tuple[InitialDecl, ...] = ()
 
 
 def walk(expr: Expr):

@@ -6,6 +6,7 @@ a :class:`Model`.  Every problem is a located :class:`dmftc.errors.SpecError` wi
 """
 from __future__ import annotations
 
+from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check_deep import check_deep
 from dmftc.frontend.check_two_layer import Checker, Model
@@ -19,6 +20,10 @@ def check(spec: ast.Spec):
     Specs with a ``layers`` declaration (deep networks) are checked by :mod:`dmftc.frontend.check_deep` and give a
     :class:`dmftc.frontend.check_deep.DeepModel`; all others a :class:`Model`.
     """
+    if spec.layers and spec.initials:
+        raise StructureSpecError("fields in recurrence form (with an initial value) are available in two-layer "
+                                 "specs only", spec.initials[0].pos, hint="write the deep field with causal sums",
+                                 source=spec.source, filename=spec.filename)
     if spec.layers:
         return check_deep(spec)
     return Checker(spec).run()

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from dmftc.frontend import ast
+from dmftc.frontend.recurrence import Recurrence, plan_recurrences, time_offset
 from dmftc.frontend.names import (DEEP_HINT, KIND_WORDS, BUILTIN_FUNCTIONS, DEFAULT_FUNCTIONS, RESERVED, SOLVE_OPTIONS,
                                   Symbol, check_function_call, kind_word, suggest)
 from dmftc.errors import CausalitySpecError, NameSpecError, Pos, ShapeSpecError, SpecError, StructureSpecError
@@ -25,6 +26,7 @@ class Model:
     time_var: str
     index_size: dict[str, str]           # index name -> size parameter name
     field_order: tuple[str, ...]          # fields in dependency order
+    recurrences: tuple[Recurrence, ...] = ()   # the fields in recurrence form (dmftc.frontend.recurrence)
 
     @property
     def name(self) -> str:
@@ -47,6 +49,8 @@ class Checker:
         self.symbols: dict[str, Symbol] = {}
         self.index_size: dict[str, str] = {}
         self.visible: set[str] | None = None  # parameters a default may use (declaration order)
+        self.recurrent = {i.name for i in spec.initials}   # fields in recurrence form
+        self.current = None                   # the field whose equation is being checked
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", spec.source)]  # lines as Lark counts them
 
     def err(self, cls, msg, pos, hint=None):
@@ -171,7 +175,10 @@ class Checker:
                 raise self.err(StructureSpecError, "Gaussian sources must have mean 0", src.mean.pos,
                                hint="write normal(0, covariance)")
         for f in s.fields:
+            self.current = f.name
             self.expr(f.body, ctx="field", bound=set(f.indices), time=tm.var)
+        self.current = None
+        recurrences = plan_recurrences(self)
         for act in s.actions:
             self.expr(act.body, ctx="action", bound=set())
         logs = [e for act in s.actions for e in ast.walk(act.body) if isinstance(e, ast.Expectation)]
@@ -181,7 +188,7 @@ class Checker:
         for act in s.actions:
             self.linear_in_hats(act.body)
         order = self.field_dependencies()
-        return Model(s, dict(self.symbols), tm.var, index_size, order)
+        return Model(s, dict(self.symbols), tm.var, index_size, order, recurrences)
 
     def check_index_names(self, indices, pos):
         for i in indices:
@@ -216,9 +223,15 @@ class Checker:
         if isinstance(e, ast.Num):
             return
         if isinstance(e, ast.Name):
-            if ctx in ("field", "action") and e.name in (time, integral_var, self.spec.time.var):
-                raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
-                               hint="time enters only through integrals and time arguments")
+            if ctx in ("field", "action") and e.name in (time, integral_var) and e.name is not None:
+                return                    # the step number (0, 1, ..., T - 1) at which the expression is evaluated
+            if ctx in ("field", "action") and e.name == self.spec.time.var:
+                inside = f" inside an integral over {integral_var}" if integral_var else ""
+                raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value here{inside}",
+                               e.pos, hint=f"an integrand is evaluated at {integral_var}: it reads {integral_var}, "
+                                           "not t; write a geometric kernel such as momentum as a recurrence, "
+                                           "v(t) = beta * v(t - 1) + ...; v(-1) = 0" if integral_var else
+                               "in the action, time enters only inside integral(..., t)")
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind == "time":
                 raise self.err(SpecError, f"the time variable '{e.name}' cannot be used as a value", e.pos,
@@ -244,6 +257,8 @@ class Checker:
             return
         if isinstance(e, ast.Indexed):
             sym = self.lookup(e.name, e.pos, locals_)
+            if sym.kind == "param" and sym.indices == (self.spec.time.steps_name,) and ctx != "default":
+                return self._per_step(e, time, integral_var)
             self._check_indices(sym, e.indices, e.pos, bound)
             if sym.kind in ("order", "field"):
                 raise self.err(ShapeSpecError, f"{kind_word(sym)} '{e.name}' needs a time argument", e.pos,
@@ -265,16 +280,22 @@ class Checker:
                     raise self.err(StructureSpecError, f"an activation cannot depend on the {kind_word(sym)} '{e.name}'",
                                    e.pos, hint="an activation is a function of its argument and parameters only")
                 self._check_indices(sym, e.indices, e.pos, bound)
-                if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
+                k = time_offset(e.args[0], time) if ctx == "field" and time is not None and len(e.args) == 1 \
+                    else None               # t + k in a field equation: checked with the recurrences
+                shifted = k is not None and (k != 0 or self.current in self.recurrent)
+                if not shifted and (len(e.args) != 1 or not isinstance(e.args[0], ast.Name)):
                     raise self.err(ShapeSpecError, f"{kind_word(sym)} '{e.name}' takes one time argument", e.pos,
-                                   hint=f"write {e.name}(t) or, inside an integral, {e.name}(s)")
+                                   hint=f"write {e.name}(t) or, inside an integral, {e.name}(s); a field in "
+                                        "recurrence form (with an initial value) also reads t - 1")
+                if shifted:             # the offsets are checked with the recurrences (dmftc.frontend.recurrence)
+                    return
                 tv = e.args[0].name
                 allowed = {x for x in (time, integral_var) if x}
                 if tv not in allowed:
                     raise self.err(SpecError, f"'{tv}' is not a time variable in scope here", e.args[0].pos,
                                    hint=f"time variables in scope: {', '.join(sorted(allowed))}" if allowed
                                    else f"in the action, time enters only inside integral(..., {self.spec.time.var})")
-                if sym.kind == "order" and ctx == "field" and tv != integral_var:
+                if sym.kind == "order" and ctx == "field" and tv != integral_var and self.current not in self.recurrent:
                     raise self.err(CausalitySpecError,
                                    f"order parameter '{e.name}' enters field equations only through causal integrals",
                                    e.pos, hint=f"write integral({e.name}(s) ..., s < {time})")
@@ -394,6 +415,19 @@ class Checker:
                            e.pos, hint="define a field with the integral and use the field in the observable")
         self.expr(e.body, ctx=ctx, bound=bound, time=None, locals_=locals_, integral_var=e.var, in_log=in_log)
 
+    def _per_step(self, e, time, integral_var):
+        """A per-step parameter ``lr[T]`` read at a time in scope, possibly shifted: lr[t], lr[t - 1], lr[s]."""
+        scope = [x for x in (time, integral_var) if x]
+        (i,) = e.indices if len(e.indices) == 1 else (None,)
+        base = (i or "").split("+")[0].split("-")[0]
+        if base not in scope:
+            raise self.err(SpecError, f"'{e.name}' has one value per step: read it at a time in scope, "
+                           f"e.g. {e.name}[{scope[0] if scope else self.spec.time.var}]", e.pos,
+                           hint=f"time variables in scope: {', '.join(scope)}" if scope else
+                           f"in the action, time enters only inside integral(..., {self.spec.time.var})")
+        if "+" in i and base == time:
+            raise self.err(CausalitySpecError, f"'{e.name}[{i}]' reads a later step", e.pos)
+
     def _source_use(self, sym, pos, ctx, in_log, integral_var=None):
         """Sources are random: they belong in field equations and the single-site average only."""
         if sym.kind != "source":
@@ -499,6 +533,8 @@ class Checker:
         fields = {f.name: f for f in self.spec.fields}
         for f in self.spec.fields:
             deps[f.name] = {}
+            if f.name in self.recurrent:      # evaluated from the state (dmftc.frontend.recurrence)
+                continue
             stack = [(f.body, False)]
             while stack:
                 e, under = stack.pop()

@@ -234,6 +234,12 @@ class _Build(Transformer):
         times = [str(x) for x in c[1 + has_idx:-1]]
         return ast.FieldDecl(_pos(meta), str(c[0]), indices, times[0], c[-1], times[1] if len(times) > 1 else None)
 
+    def initial(self, meta, c):
+        return ast.InitialDecl(_pos(meta), str(c[0]), _integer(c[1]), c[-1])
+
+    def initial_neg(self, meta, c):
+        return ast.InitialDecl(_pos(meta), str(c[0]), -_integer(c[1]), c[-1])
+
     def process(self, meta, c):
         return ("process", _pos(meta), c[0])
 
@@ -443,6 +449,7 @@ def parse(source: str, filename: str = "<spec>") -> ast.Spec:
 def _assemble(items, source: str, filename: str) -> ast.Spec:
     model = items[0]
     params, indices, acts, orders, sources, fields, actions, layers = [], [], [], [], [], [], [], []
+    initials = []
     time = None
     process_pos = None
     for it in items[1:]:
@@ -468,17 +475,23 @@ def _assemble(items, source: str, filename: str) -> ast.Spec:
                                       hint="put all sources and fields in one process section",
                                       source=source, filename=filename)
             process_pos = it[1]
-            (sources if isinstance(it[2], ast.SourceDecl) else fields).append(it[2])
-        elif isinstance(it, (ast.SourceDecl, ast.FieldDecl)):
+            _process_list(it[2], sources, fields, initials).append(it[2])
+        elif isinstance(it, (ast.SourceDecl, ast.FieldDecl, ast.InitialDecl)):
             if process_pos is None:
                 raise SyntaxSpecError("sources and fields belong in the 'process:' section", it.pos,
                                       hint="start the single-site process with a line 'process:'",
                                       source=source, filename=filename)
-            (sources if isinstance(it, ast.SourceDecl) else fields).append(it)
+            _process_list(it, sources, fields, initials).append(it)
         elif isinstance(it, ast.ActionDecl):
             actions.append(it)
     return ast.Spec(filename, source, model, tuple(params), time, tuple(indices), tuple(acts),
-                    tuple(orders), tuple(sources), tuple(fields), tuple(actions), process_pos, tuple(layers))
+                    tuple(orders), tuple(sources), tuple(fields), tuple(actions), process_pos, tuple(layers),
+                    tuple(initials))
+
+
+def _process_list(it, sources, fields, initials):
+    """The list a statement of the process section belongs to."""
+    return sources if isinstance(it, ast.SourceDecl) else initials if isinstance(it, ast.InitialDecl) else fields
 
 
 def parse_file(path: str | Path) -> ast.Spec:

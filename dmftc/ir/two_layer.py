@@ -14,10 +14,12 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.derive.activation import BUILTINS
-from dmftc.derive.symbolic import base_name, contract, diff_indexed, free_indices, index_symbol, quantity
+from dmftc.derive.symbolic import (STEP, base_name, contract, diff_indexed, free_indices, index_symbol, per_step,
+                                   quantity)
 from dmftc.errors import SpecError, StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check_two_layer import Model
+from dmftc.frontend.recurrence import time_offset
 from dmftc.ir.nodes import Axis, Field, ModelIR, OrderParameter, RunningSum, Source
 
 _BUILTINS = BUILTINS
@@ -55,6 +57,8 @@ class _Lowering(IndexNames):
         self.sums: dict[tuple, RunningSum] = {}
         self.activations = {a.name: a for a in self.spec.activations}
         self.sum_pos = {}  # running-sum name -> position of its first integral in the spec
+        self.shift = 0     # time values are read this many steps after the current one (a recurrence's t + 1)
+        self.refs = None   # a recurrence's reads {(name, time offset): value} (dmftc.ir.recurrence)
 
     def run(self) -> ModelIR:
         spec = self.spec
@@ -66,8 +70,11 @@ class _Lowering(IndexNames):
         sources = tuple(Source(tuple((t.name, t.indices) for t in s.targets), s.cov, "normal",
                                tuple(sorted({x.name for x in ast.walk(s.cov) if getattr(x, "name", None) in orders})))
                         for s in spec.sources)
-        fdefs = {f.name: Field(f.name, f.indices, self.conv(f.body, {}, "sample")) for f in spec.fields}
-        fields = tuple(fdefs[n] for n in self.m.field_order)
+        recurrent = {r.name for r in self.m.recurrences}
+        fdefs = {f.name: Field(f.name, f.indices, self.conv(f.body, {}, "sample")) for f in spec.fields
+                 if f.name not in recurrent}
+        fdefs.update(lower_recurrences(self, spec.time.step_name))
+        fields = tuple(fdefs[n] for n in self.m.field_order if n in fdefs)
         det, obs = self.split_action()
         saddles = tuple(self.saddle(o.name, o.indices, det, obs) for o in spec.orders)
         axes = tuple(Axis(i, self.m.index_size[i], "sample") for d in spec.indices for i in d.names)
@@ -92,11 +99,20 @@ class _Lowering(IndexNames):
                 return local[e.name]
             if e.name == "pi":
                 return sp.pi
+            if e.name == self.m.time_var or e.name not in sym:      # time as a value: the step number
+                return STEP + self.shift
             return quantity(e.name)
         if isinstance(e, ast.Indexed):
+            s = sym.get(e.name)
+            if s is not None and s.kind == "param" and s.indices == (self.spec.time.steps_name,):
+                (i,) = e.indices
+                k = int(i[i.index("+"):]) if "+" in i else -int(i[i.index("-") + 1:]) if "-" in i else 0
+                return per_step(e.name, k + self.shift)
             return quantity(e.name, tuple(rename.get(i, i) for i in e.indices))
         if isinstance(e, ast.Call):
             s = sym.get(e.name)
+            if s is not None and s.kind in ("order", "field") and self.refs is not None and e.name in self.refs:
+                return self.refs[e.name][time_offset(e.args[0], self.m.time_var)]
             if s is not None and s.kind in ("order", "field"):
                 return quantity(e.name, tuple(rename.get(i, i) for i in e.indices))
             args = [c(a) for a in e.args]
@@ -262,6 +278,60 @@ def _base(x) -> str:
 
 def _is_order(spec, atom) -> bool:
     return any(o.name == _base(atom) for o in spec.orders)
+
+
+def lower_recurrences(low: _Lowering, eta: str) -> dict:
+    """The fields in recurrence form (dmftc.frontend.recurrence) as running sums of the march: each is its initial
+    value plus a state R that starts at 0 and advances at the end of step t by (its new value) - (its value),
+    the new value read from its equation with every quantity at the end of step t.  An early recurrence X(t) is
+    the field X = init + R (R(t) = X(t) - init); a late one has no field (R(t) = X(t - 1) - init: its previous
+    value), and its value at t, where other recurrences read it, is its equation.  The running sum's increment is
+    the change over eta (the IR's sums are eta * sum of their increments).  Returns the early ones' fields."""
+    plans = low.m.recurrences
+    if not plans:
+        return {}
+    step = sp.Symbol(eta, real=True)
+    state = {r.name: quantity(f"∫{r.name}") for r in plans}
+    init = {r.name: low.conv(r.init, {}, "sample") for r in plans}
+    kind = {r.name: r.kind for r in plans}
+    new: dict = {}
+
+    def reads(r):
+        """{name: {offset: value}} of the quantities the equation of ``r`` may read."""
+        out = {}
+        for n, s in low.m.symbols.items():
+            if s.kind not in ("order", "field"):
+                continue
+            now = new[n] if kind.get(n) == "late" and n in new else quantity(n)
+            before = init[n] + state[n] if kind.get(n) == "late" else None
+            out[n] = {0: now, -1: before} if r.kind == "late" else {-1: now}
+        out[r.name][-1] = init[r.name] + state[r.name]        # its own previous value: the state
+        return out
+
+    done: list = []
+    for r in sorted(plans, key=lambda r: r.kind != "late"):
+        pending = [r]
+        while pending:                       # late recurrences after those they read at t
+            x = pending[-1]
+            need = [a for a in x.after if a not in new and a not in [p.name for p in pending]]
+            if need:
+                pending.append(next(p for p in plans if p.name == need[0]))
+                continue
+            pending.pop()
+            if x.name in new:
+                continue
+            low.refs, low.shift = reads(x), 1 if x.kind == "early" else 0
+            try:
+                new[x.name] = low.conv(x.body, {}, "sample")
+            finally:
+                low.refs, low.shift = None, 0
+            done.append(x)
+    for x in done:
+        name = state[x.name].name
+        low.sums[("recurrence", x.name)] = RunningSum(name, (), (new[x.name] - init[x.name] - state[x.name]) / step,
+                                                      "sample")
+        low.sum_pos[name] = next(f.pos for f in low.spec.fields if f.name == x.name)
+    return {x.name: Field(x.name, (), init[x.name] + state[x.name]) for x in plans if x.kind == "early"}
 
 
 def lower_two_layer(model: Model) -> ModelIR:

@@ -44,6 +44,17 @@ class Evaluator:
         # [s < t] (dmftc.derive.site.PAST), times the update mask of the point of s (test points: no updates)
         self.past = (self.idx // points < t // points).astype(jnp.float64) * update_mask(mod, p, T)
 
+    @property
+    def step(self):
+        """The step number t as a value (time in a two-layer spec's expressions)."""
+        return jnp.asarray(self.t, jnp.float64)
+
+    def per_step(self, name, k):
+        """The per-step parameter ``name`` (one value per step, lr[T]) at step t + k (clipped to the grid: the
+        march never uses a value beyond it)."""
+        v = jnp.asarray(self._given[name], jnp.float64)
+        return v[jnp.clip(self.t + k, 0, v.shape[0] - 1)]
+
     def at(self, l):
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,

@@ -79,8 +79,9 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, columns: dict, *, normal
             d = jax.vmap(fn, in_axes=(-1, -1, -1), out_axes=-1)(tv, tq, tr)
             d = jnp.broadcast_to(d, (1,) + B.dims[qname] + (1, D)).reshape((1,) + B.dims[qname] + (D,))
             rows[qname] = rows[qname].at[t].set(d)
-        for k, (n, _) in enumerate(sums):
-            inc, dinc = getattr(mod, f"site_increment_{k}")(E), getattr(mod, f"site_dincrement_{k}")(E)
+        steps = [(getattr(mod, f"site_increment_{k}")(E), getattr(mod, f"site_dincrement_{k}")(E))
+                 for k in range(len(sums))]         # all from the values at t (a recurrence's reads the sums)
+        for (n, _), (inc, dinc) in zip(sums, steps):
             rs[(n, 1)] = rs[(n, 1)] + inc
             drs[(n, 1)] = drs[(n, 1)] + jnp.broadcast_to(dinc, drs[(n, 1)].shape)
         return {"hist": hist, "rs": rs, "dhist": dhist, "drs": drs, "rows": rows}
