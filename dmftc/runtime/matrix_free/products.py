@@ -86,9 +86,9 @@ class LayerProducts:
     """Products u -> H_l u of the Hessian of ln Z_l over the layer's local variables v (module doc), on the paths
     (W, X0) of one group, at a causal base point v with zero hats (the saddle).  ``chunk``: paths per call."""
 
-    def __init__(self, *, T, activation, vary_u, vary_r, model, v, W, X0, top, chunk=64):
+    def __init__(self, *, T, activation, vary_u, vary_r, model, v, W, X0, top, chunk=64, batch=8):
         est = estimator(T, activation, vary_u, vary_r)         # its pair indices and places (one definition)
-        self.T, self.nv, self.chunk = T, est.nv, int(chunk)
+        self.T, self.nv, self.chunk, self.batch = T, est.nv, int(chunk), int(batch)
         self.pa, self.pb, self.pos, self.fac = est.pa, est.pb, est.pos, est.fac
         fa, fb = model.features() if top else (0.0, 0.0)
         self.lm = local_map(est.activation, pad=True)
@@ -114,8 +114,18 @@ class LayerProducts:
             yield jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(m)
 
     def apply(self, U):
-        """H_l U^T for directions U (k, nv): returns (k, nv)."""
+        """H_l U^T for directions U (k, nv): returns (k, nv), ``batch`` directions per compiled call."""
         U = np.atleast_2d(np.asarray(U, float))
+        out = np.zeros_like(U)
+        for i0 in range(0, U.shape[0], self.batch):
+            Ub = U[i0:i0 + self.batch]
+            k = Ub.shape[0]
+            if k < self.batch:                                     # padded with zero directions
+                Ub = np.concatenate([Ub, np.zeros((self.batch - k, U.shape[1]))])
+            out[i0:i0 + k] = self._apply(Ub)[:k]
+        return out
+
+    def _apply(self, U):
         k, n = U.shape[0], self.W.shape[1]
         c = self.fac[None, :] * U[:, self.pos]                    # (k, pairs)
         Vt = np.zeros((k, n, n))
@@ -136,7 +146,7 @@ class ActionProducts:
     :func:`dmftc.runtime.causal_solve.assemble_blocks` splits into U and Kd) with vectors over the Layout, at the
     saddle x0 of a group whose per-layer paths are ``W``, ``X`` (lists over layers)."""
 
-    def __init__(self, *, x0, lay: Layout, activation, model, W, X, chunk=64):
+    def __init__(self, *, x0, lay: Layout, activation, model, W, X, chunk=64, batch=8):
         self.lay = lay
         L, T = lay.L, lay.T
         self.ia, self.ib, self.val = bilinear_pairs(lay)
@@ -144,17 +154,19 @@ class ActionProducts:
         for l in range(1, L + 1):
             v, idx = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             self.layers.append(LayerProducts(T=T, activation=activation, vary_u=l > 1, vary_r=l < L, model=model,
-                                             v=np.asarray(v), W=W[l - 1], X0=X[l - 1], top=l == L, chunk=chunk))
+                                             v=np.asarray(v), W=W[l - 1], X0=X[l - 1], top=l == L, chunk=chunk,
+                                             batch=batch))
             self.idx.append(idx)
         self.count = 0                                  # directions applied so far (each a pass over the paths)
 
-    def apply(self, U):
-        """H U^T for directions U (k, n): (k, n)."""
+    def apply(self, U, bilinear=True):
+        """H U^T for directions U (k, n): (k, n); without the bilinear part if not ``bilinear``."""
         U = np.atleast_2d(np.asarray(U, float))
         self.count += U.shape[0]
         out = np.zeros_like(U)
-        np.add.at(out.T, self.ia, (self.val[:, None] * U[:, self.ib].T))
-        np.add.at(out.T, self.ib, (self.val[:, None] * U[:, self.ia].T))
+        if bilinear:
+            np.add.at(out.T, self.ia, (self.val[:, None] * U[:, self.ib].T))
+            np.add.at(out.T, self.ib, (self.val[:, None] * U[:, self.ia].T))
         for lp, idx in zip(self.layers, self.idx):
             keep = idx >= 0
             ul = np.zeros((U.shape[0], len(idx)))
