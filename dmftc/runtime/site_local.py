@@ -46,9 +46,11 @@ from dmftc.errors import StructureSpecError
 __all__ = ["LocalMap", "local_map"]
 
 
-def _chain(fn):
+def _chain(fn, pad=False):
     """act(k)(x) = fn(x)[k] for k = 0..4 (phi and four derivatives), each a custom_jvp whose derivative is the
-    next one: autodiff of the program differentiates phi as the spec's distributions."""
+    next one: autodiff of the program differentiates phi as the spec's distributions.  ``pad``: the derivative of
+    the fourth is 0 instead of an error (for integrands in which fifth derivatives are traced but structurally
+    multiplied by zero, :mod:`dmftc.runtime.matrix_free.integrand`)."""
     acts = []
 
     def make(k):
@@ -60,6 +62,8 @@ def _chain(fn):
         def _jvp(primals, tangents):
             (x,), (dx,) = primals, tangents
             if k + 1 >= len(acts):
+                if pad:
+                    return act(x), jnp.zeros_like(dx)
                 raise NotImplementedError("the propagator needs phi and its first four derivatives only")
             return act(x), acts[k + 1](x) * dx
 
@@ -237,15 +241,16 @@ def _structure(mod):
     return xfields, tuple(outputs), tuple(kinds), kernels
 
 
-def local_map(activation) -> LocalMap:
+def local_map(activation, pad: bool = False) -> LocalMap:
     """The local map of ``activation``'s program (a :class:`dmftc.derive.activation.SiteActivation`): the compiled
     spec it came from (``activation.program``), else the standard network's program
-    (:func:`dmftc.runtime.standard_spec.standard_program`), in which the activation enters through ``E.act`` only."""
-    return _local_map(activation)
+    (:func:`dmftc.runtime.standard_spec.standard_program`), in which the activation enters through ``E.act`` only.
+    ``pad``: phi's fifth derivative is 0 (see ``_chain``)."""
+    return _local_map(activation, bool(pad))
 
 
 @lru_cache(maxsize=64)
-def _local_map(activation) -> LocalMap:
+def _local_map(activation, pad=False) -> LocalMap:
     if activation.program is not None:
         mod, p = activation.program
     else:
@@ -256,8 +261,8 @@ def _local_map(activation) -> LocalMap:
 
         mod, p = standard_program(), {}
     xfields, outputs, kinds, kernels = _structure(mod)
-    acts = _chain(activation.fn)
-    lm = LocalMap(key=(activation.key, mod.SPEC_SHA256), xfields=xfields, outputs=outputs, kinds=kinds,
+    acts = _chain(activation.fn, pad)
+    lm = LocalMap(key=(activation.key, mod.SPEC_SHA256) + (("pad",) if pad else ()), xfields=xfields, outputs=outputs, kinds=kinds,
                   kernels=kernels, mod=mod, p=dict(p), acts=acts, kink=float(activation.width))
     _check_products(lm)
     return lm
