@@ -160,15 +160,31 @@ def latex_structure_errors(text: str) -> list[str]:
 def test_derive_prints_the_spec_notation_and_valid_latex(derived, spec):
     out = derived[spec]
     for kind in ("plain", "ir"):
-        for raw in ("Sum(", "**", "Derivative(", "#"):
+        for raw in ("Sum(", "**", "Derivative(", "#", "__"):
             assert raw not in out[kind], (kind, raw, [x for x in out[kind].splitlines() if raw in x][:2])
     latex = out["latex"]
-    for raw in ("Sum(", "**", "Derivative(", "∫", "#"):
+    for raw in ("Sum(", "**", "Derivative(", "∫", "#", "__", r"\mathrm{per}", r"\mathrm{step}"):
         assert raw not in latex, (raw, [x for x in latex.splitlines() if raw in x][:2])
     assert latex_structure_errors(latex) == []
     assert latex.count(r"\begin{align*}") >= 3
     for line in latex.splitlines():   # every line is a comment, a heading, an environment, a row or empty
         assert line == "" or line.startswith(("%", r"\medskip", r"\begin{", r"\end{", "  ")), line
+
+
+def test_derive_prints_recurrences_and_schedules_as_written(derived):
+    """The optimiser's state in recurrence form (specs/two_layer_sgd.dmft): each recurrence as the spec writes it,
+    the running sum that carries it with what it holds, the step eta cancelled in a recurrence's change, and the
+    per-step factor lr[T] at the step it is read (lr[s] inside a sum over s < t, lr[t - 1] in a recurrence)."""
+    sgd = derived["two_layer_sgd"]
+    plain, latex = sgd["plain"], sgd["latex"]
+    assert "recur   vh(t) = beta vh(t - 1) + Delta(t) g(t) - lam / gamma h(t);  vh(-1) = 0" in plain
+    assert "recur   h(t) = h(t - 1) + eta gamma lr[t-1] vh(t - 1);  h(0) = u" in plain
+    assert "Ivh(t) = vh(t - 1) = sum_{s<t} (beta*Ivh(s) + Delta(s)*g(s) - Ivh(s) - lam*h(s)/gamma)" in plain
+    assert "Ih(t) = h(t) - u = eta * sum_{s<t} gamma*lr[s]*(beta*Ivh(s) + Delta(s)*g(s) - lam*h(s)/gamma)" in plain
+    assert "dIvh(t)/dDelta(s') += [t=s']*g(t) + beta*dIvh/dDelta'(t)" in plain
+    assert "_I3(t) + eta*gamma*lr[t]*(" in plain                                          # the site program
+    assert "/eta" not in plain and "/eta" not in sgd["ir"] and "Ivh(t) = sum_{s<t} (beta*Ivh(s)" in sgd["ir"]
+    assert r"\mathrm{lr}_{s}" in latex and r"\mathrm{lr}_{t-1}" in latex and r"\frac{1}{\eta}" not in latex
 
 
 def test_latex_structure_check_can_fail():

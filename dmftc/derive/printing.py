@@ -4,7 +4,8 @@
 ``sum(l = 0..L: G[l+1] Phi[l])``, ``x^2``, ``max(0, h)``.  :func:`tex` prints it with SymPy's LaTeX printer and
 names typeset from the spec's: ``h_star`` as h with subscript star, ``Phi[l-1]`` as Phi with subscript l-1,
 ``phi'`` with a prime, the sensitivity ``dh/dDelta'`` as a partial derivative.  Dummy indices of index sums
-(``nu#3``) are renamed to a free name first (:func:`clean_dummies`).  :func:`from_ast` converts an expression
+(``nu#3``) are renamed to a free name first (:func:`clean_dummies`), and the step number and per-step parameters
+(``lr[T]``) are shown at the current step t (:func:`dmftc.derive.symbolic.show_time`).  :func:`from_ast` converts an expression
 of the spec's syntax tree for display.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sympy.printing.conventions import split_super_sub
 from sympy.printing.latex import LatexPrinter, translate
 from sympy.printing.str import StrPrinter
 
+from dmftc.derive.symbolic import show_time
 from dmftc.frontend import ast
 
 _DUMMY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)#\d+")
@@ -161,7 +163,7 @@ def dsl_str(expr) -> str:
     """``expr`` in the spec's notation (one line)."""
     if isinstance(expr, str):
         return expr
-    return DslPrinter().doprint(clean_dummies(sp.sympify(expr)))
+    return DslPrinter().doprint(clean_dummies(show_time(sp.sympify(expr))))
 
 
 # ------------------------------------------------------------------------------------------------- LaTeX
@@ -266,7 +268,7 @@ class TexPrinter(_LayerMixin, LatexPrinter):
 
 def tex(expr) -> str:
     """LaTeX of ``expr`` by SymPy's printer with the spec's names."""
-    return TexPrinter({"mul_symbol": r"\,"}).doprint(clean_dummies(sp.sympify(expr)))   # thin space: kx g(t)
+    return TexPrinter({"mul_symbol": r"\,"}).doprint(clean_dummies(show_time(sp.sympify(expr))))   # thin space: kx g(t)
 
 
 def tex_text(text: str) -> str:

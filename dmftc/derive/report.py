@@ -13,8 +13,9 @@ import sympy as sp
 from dmftc.frontend.ast import to_text
 from dmftc.derive.two_layer import Derivation
 from dmftc.derive.printing import dsl_str
-from dmftc.derive.u_blocks import at_time, u_blocks
-from dmftc.ir.text import ix as _ix
+from dmftc.derive.symbolic import step_cancelled
+from dmftc.derive.u_blocks import at_time, recurrence_states, u_blocks
+from dmftc.ir.text import ix as _ix, running_sum_text
 
 
 def format_derivation(d: Derivation, latex: bool = False) -> str:
@@ -26,7 +27,15 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
         return format_deep_derivation(d)
     spec = d.model.spec
     f = lambda e, when="t": dsl_str(at_time(e, d, when))
-    running_sum = lambda s: f"{s.name.replace('∫', 'I')}{_ix(s.indices)}(t) = eta * sum_{{s<t}} {f(s.increment, 's')}"
+    states = recurrence_states(d)
+
+    step = spec.time.step_name
+
+    def running_sum(s):
+        text = running_sum_text(s, step, "t", f)
+        name = s.name.replace("∫", "I")
+        return text.replace("(t) = ", f"(t) = {states[name][1]} = ", 1) if name in states else text
+
     L: list[str] = []
     w = L.append
     w(f"model {spec.model.name}: {spec.model.description}")
@@ -38,6 +47,9 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     w("single-site process (at step t; I_k(t) = eta * sum_{s<t} integrand(s)):")
     for g in d.sources:
         w(f"  source  {', '.join(n + _ix(i) for n, i in g.targets)} ~ normal(0, {to_text(g.cov)})")
+    tv = spec.time.var
+    for r, _ in states.values():
+        w(f"  recur   {r.name}({tv}) = {to_text(r.body)};  {r.name}({r.start}) = {to_text(r.init)}")
     for s in d.sample_sums:
         w(f"  sum     {running_sum(s)}")
     for fd in d.fields:
@@ -56,7 +68,11 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
             lhs = f"d{t.target.replace('∫', 'I')}{_ix(t.indices[:len(t.indices) - len(d.primed[t.driver])])}(t)" \
                   f"/d{t.driver}{_ix(d.primed[t.driver])}(s')"
             kind = "increment" if t.target.startswith("∫") else "value"
-            w(f"  {lhs} += {f(sp.Symbol('eta') * t.expr)}" if kind == "increment" else f"  {lhs} = {f(t.expr)}")
+            if kind == "increment":
+                inc = step_cancelled(t.expr, step)
+                w(f"  {lhs} += {f(sp.Symbol('eta') * t.expr) if inc is None else f(inc)}")
+            else:
+                w(f"  {lhs} = {f(t.expr)}")
         w("")
     w("Hessian blocks (N Cov(q) -> Sigma = U^-1 kappa U^-T):")
     for s in d.saddles:

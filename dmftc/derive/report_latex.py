@@ -9,7 +9,8 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.derive.printing import Avg, Partial, from_ast, tex, tex_name, tex_text
-from dmftc.derive.u_blocks import at_time, u_blocks
+from dmftc.derive.symbolic import step_cancelled
+from dmftc.derive.u_blocks import at_time, recurrence_states, u_blocks
 from dmftc.derive.two_layer import Derivation
 
 T, S, TP, SP = sp.symbols("t s t' s'")
@@ -52,6 +53,11 @@ def _display(e):
         return rf"\text{{{tex_text(to_text(e))}}}"
 
 
+def _text(e) -> str:
+    from dmftc.frontend.ast import to_text
+    return to_text(e)
+
+
 def _q(name: str, indices=(), *times):
     idx = f"[{','.join(indices)}]" if indices else ""
     return sp.Function(name.replace("∫", "I") + idx)(*times)
@@ -74,13 +80,25 @@ def _two_layer(d: Derivation) -> str:
         targets = ", ".join(tex_name(n + (f"[{','.join(i)}]" if i else "")) for n, i in g.targets)
         lhs = rf"\left({targets}\right)" if len(g.targets) > 1 else targets
         doc.row(lhs, r"\sim", rf"\mathcal{{N}}\left(0, {_display(g.cov)}\right)")
+    states = recurrence_states(d)
+    for r, _ in states.values():
+        doc.row(tex(_q(r.name, (), T)), "=", _display(r.body), note=f"{r.name}({r.start}) = {_text(r.init)}")
+
+    def running_sum(s):
+        inc = step_cancelled(s.increment, spec.time.step_name)
+        rhs = tex(ETA * sp.Sum(at_time(s.increment, d, "s"), (S, 0, T - 1)) if inc is None
+                  else sp.Sum(at_time(inc, d, "s"), (S, 0, T - 1)))
+        name = s.name.replace("∫", "I")
+        note = f"= {states[name][1]}" if name in states else ""
+        doc.row(tex(_q(s.name, s.indices, T)), "=", rhs, note=note)
+
     for s in d.sample_sums:
-        doc.row(tex(_q(s.name, s.indices, T)), "=", tex(ETA * sp.Sum(at_time(s.increment, d, "s"), (S, 0, T - 1))))
+        running_sum(s)
     for fd in d.fields:
         doc.row(tex(_q(fd.name, fd.indices, T)), "=", f(fd.expr))
     doc.heading("Saddle-point equations", "one forward march in t")
     for s in d.order_sums:
-        doc.row(tex(_q(s.name, s.indices, T)), "=", tex(ETA * sp.Sum(at_time(s.increment, d, "s"), (S, 0, T - 1))))
+        running_sum(s)
     for s in d.saddles:
         lhs = tex(s.coeff * _q(s.name, s.indices, T) + at_time(s.rest, d, "t"))
         doc.row(lhs, "=", tex(Avg(at_time(s.observable, d, "t"))) if s.observable is not None else "0")
@@ -90,7 +108,8 @@ def _two_layer(d: Derivation) -> str:
             name = f"d{t.target}/d{t.driver}'" + (f"[{','.join(t.indices)}]" if t.indices else "")
             lhs = tex(_q(name, (), T))
             if t.target.startswith("∫"):
-                doc.row(lhs, r"\mathrel{+}=", tex(ETA * at_time(t.expr, d, "t")))      # a running sum's increment
+                inc = step_cancelled(t.expr, spec.time.step_name)                                         # a running sum's increment
+                doc.row(lhs, r"\mathrel{+}=", tex(ETA * at_time(t.expr, d, "t") if inc is None else at_time(inc, d, "t")))
             else:
                 doc.row(lhs, "=", f(t.expr))
     doc.heading("Hessian blocks", "the propagator: N Cov(q) tends to Sigma")

@@ -23,6 +23,30 @@ def per_step(name: str, offset: int) -> sp.Expr:
     return sp.Function(PER_STEP + name, real=True)(sp.Integer(offset))
 
 
+def show_time(expr, when: str = "t"):
+    """For display: the step number and the per-step parameters at the step ``when`` (``__step`` -> t,
+    ``__per_step_lr(-1)`` -> the symbol ``lr[t - 1]``)."""
+    if not isinstance(expr, sp.Basic):
+        return expr
+    now = sp.Symbol(when)
+    rep = {f: sp.Symbol(f"{str(f.func)[len(PER_STEP):]}[{now + f.args[0]}]")
+           for f in expr.atoms(sp.Function) if str(f.func).startswith(PER_STEP) and len(f.args) == 1}
+    if STEP in expr.free_symbols:
+        rep[STEP] = now
+    return expr.xreplace(rep) if rep else expr
+
+
+def step_cancelled(expr, step: str):
+    """``step * expr`` with the step (named ``step``, e.g. eta) cancelled term by term where ``expr`` divides by it
+    (the increment of a recurrence's running sum is its change over eta), for display; None if no term does."""
+    if not isinstance(expr, sp.Basic):
+        return None
+    eta = [a for a in expr.free_symbols if a.name == step]
+    if not eta or not any(eta[0] in sp.denom(x).free_symbols for x in sp.Add.make_args(expr)):
+        return None
+    return sp.Add(*[eta[0] * x for x in sp.Add.make_args(expr)])
+
+
 def index_symbol(name: str) -> sp.Symbol:
     return sp.Symbol(name, integer=True)
 

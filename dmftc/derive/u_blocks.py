@@ -9,13 +9,29 @@ import sympy as sp
 from dmftc.derive.two_layer import Derivation
 from dmftc.ir.text import timed
 
-__all__ = ["at_time", "UBlock", "u_blocks"]
+__all__ = ["at_time", "recurrence_states", "UBlock", "u_blocks"]
 
 
 def at_time(expr, d: Derivation, when: str):
     """Attach a time argument to every quantity: Delta -> Delta(t); h[mu] -> h[mu](t)."""
     names = {n for n, _ in d.orders} | {f.name for f in d.fields} | {s.name for s in d.sample_sums + d.order_sums}
     return timed(expr, names, when)
+
+
+def recurrence_states(d: Derivation) -> dict:
+    """{running sum name (``Ivh``): (recurrence, what it holds as text: ``vh(t - 1)``, ``h(t) - u``)} of the
+    fields in recurrence form (:mod:`dmftc.frontend.recurrence`; lowered by :mod:`dmftc.ir.two_layer`, the state
+    of a late recurrence is its previous value, of an early one its value, each less its initial value)."""
+    from dmftc.frontend.ast import Num, to_text
+
+    tv, out = d.model.spec.time.var, {}
+    for r in d.model.recurrences:
+        held = f"{r.name}({tv} - 1)" if r.kind == "late" else f"{r.name}({tv})"
+        if not (isinstance(r.init, Num) and r.init.value == 0):
+            init = to_text(r.init)
+            held += f" - {init}" if init.replace("_", "").isalnum() else f" - ({init})"
+        out["I" + r.name] = (r, held)
+    return out
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,14 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.derive.printing import dsl_str
-from dmftc.derive.symbolic import ONEHOT
+from dmftc.derive.symbolic import ONEHOT, show_time, step_cancelled
 from dmftc.frontend.ast import to_text
 from dmftc.ir.nodes import ModelIR, OrderParameter
 
 
 def timed(expr, names, when: str):
     """Attach a time argument to every quantity named in ``names`` (and to tangents ``dX/dY``):
-    Delta -> Delta(t), h[mu] -> h[mu](t); running sums print as I_k."""
+    Delta -> Delta(t), h[mu] -> h[mu](t); running sums print as I_k; per-step parameters as lr[t - 1]."""
     tsym = sp.Symbol(when)
     rep = {}
     for a in expr.atoms(sp.Symbol):
@@ -25,8 +25,16 @@ def timed(expr, names, when: str):
         if n in names or ("/d" in n):
             label = n.replace("∫", "I") + ("'" if "/d" in n else "")
             rep[a] = sp.Function(f"{label}[{','.join(str(i) for i in a.indices)}]")(tsym)
-    out = expr.xreplace(rep)
+    out = show_time(expr.xreplace(rep), when)
     return out.xreplace({ONEHOT: sp.Symbol(f"[{when}=s']")})
+
+
+def running_sum_text(s, step: str, tv: str, f) -> str:
+    """``I(t) = eta * sum_{s<t} increment(s)`` of a running sum ``s`` (``f(expr, 's')`` prints at time s), or
+    ``I(t) = sum_{s<t} (...)`` with eta cancelled when the increment divides by it (a recurrence's state)."""
+    inc = step_cancelled(s.increment, step)
+    rhs = f"{step} * sum_{{s<{tv}}} {f(s.increment, 's')}" if inc is None else f"sum_{{s<{tv}}} ({f(inc, 's')})"
+    return f"{s.name.replace('∫', 'I')}{ix(s.indices)}({tv}) = {rhs}"
 
 
 def ix(indices) -> str:
@@ -83,7 +91,7 @@ def format_ir(ir: ModelIR) -> str:
     w("")
     w(f"causal fields (dependency order; I_k({tv}) = {step} * sum_{{s<{tv}}} integrand(s)):")
     for s in ir.sample_sums:
-        w(f"  {s.name.replace('∫', 'I')}{ix(s.indices)}({tv}) = {step} * sum_{{s<{tv}}} {f(s.increment, 's')}")
+        w(f"  {running_sum_text(s, step, tv, f)}")
     for fd in ir.fields:
         layer = f"[{fd.layer}]" if fd.layer else ix(fd.indices)
         w(f"  {fd.name}{layer}({tv}) = {f(fd.expr)}")
@@ -91,7 +99,7 @@ def format_ir(ir: ModelIR) -> str:
         w("")
         w("running sums of order parameters:")
         for s in ir.order_sums:
-            w(f"  {s.name.replace('∫', 'I')}{ix(s.indices)}({tv}) = {step} * sum_{{s<{tv}}} {f(s.increment, 's')}")
+            w(f"  {running_sum_text(s, step, tv, f)}")
     if ir.boundaries:
         w("")
         w("boundaries:")
