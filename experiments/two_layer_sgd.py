@@ -21,8 +21,8 @@ within 5% of the peak for N Var.
 
     python experiments/two_layer_sgd.py [--quick] [--out DIR] [--E E] [--samples S]
 
-Full mode (T = 30, N = 64 and 128, E = 200000 networks per width, 400000 paths) took 7 minutes on 2 cores shared
-with other jobs; --quick (T = 10, N = 32 and 64, E = 6000, three settings) about 15 s.
+Full mode (T = 30, N = 64 and 128, E = 200000 networks per width, 400000 paths) took 7 and 14.5 minutes (two runs) on 2
+cores shared with other jobs; --quick (T = 10, N = 32 and 64, E = 6000, three settings) about 15 s.
 """
 import os
 import sys
