@@ -104,6 +104,8 @@ class _Lowering(IndexNames):
             return quantity(e.name)
         if isinstance(e, ast.Indexed):
             s = sym.get(e.name)
+            if e.name == "eye" and s is None:                   # the Kronecker delta eye[c, d]
+                return sp.KroneckerDelta(*(index_symbol(rename.get(i, i)) for i in e.indices))
             if s is not None and s.kind == "param" and s.indices == (self.spec.time.steps_name,):
                 (i,) = e.indices
                 k = int(i[i.index("+"):]) if "+" in i else -int(i[i.index("-") + 1:]) if "-" in i else 0
