@@ -47,7 +47,7 @@ def _check(setting, size, peak_bound):
 
 
 def test_against_optax_networks():
-    _check(SETTINGS["P3C2"], 50_000, peak_bound=False)
+    _check(SETTINGS["P3C2"], 30_000, peak_bound=False)
 
 
 @pytest.mark.slow
