@@ -127,3 +127,16 @@ def test_located_errors(tmp_path, old, new, message, at, hint):
     assert message in str(e) and hint in (e.hint or ""), str(e)
     assert line[e.pos.col - 1:].startswith(at), (line, e.pos)
     assert f"bad.dmft:{e.pos.line}:{e.pos.col}:" in str(e) and "^" in str(e)
+
+
+def test_contract_keeps_sums_no_delta_contracts():
+    """The derivation's contraction of Kronecker deltas (a field summed over two indices, as h[mu] over nu, d):
+    a sum over two indices with nothing to contract stays a sum; deltas between summed indices contract."""
+    import sympy as sp
+
+    from dmftc.derive.symbolic import contract
+
+    a, b = sp.symbols("a b", integer=True)
+    f = sp.Function("f")
+    assert contract(sp.Sum(f(a, b), (b, 0, 2), (a, 0, 3))) == sp.Sum(f(a, b), (b, 0, 2), (a, 0, 3))
+    assert contract(sp.Sum(f(a, b) * sp.KroneckerDelta(a, b), (b, 0, 2), (a, 0, 2))) == sp.Sum(f(b, b), (b, 0, 2))
