@@ -140,3 +140,27 @@ def test_contract_keeps_sums_no_delta_contracts():
     f = sp.Function("f")
     assert contract(sp.Sum(f(a, b), (b, 0, 2), (a, 0, 3))) == sp.Sum(f(a, b), (b, 0, 2), (a, 0, 3))
     assert contract(sp.Sum(f(a, b) * sp.KroneckerDelta(a, b), (b, 0, 2), (a, 0, 2))) == sp.Sum(f(b, b), (b, 0, 2))
+
+
+def test_indexed_same_time_constraint_is_the_delta_method(tmp_path):
+    """An indexed order parameter defined from earlier ones at the same time, c[mu] = Delta[mu]^2 + sum(nu:
+    Delta[nu]), on specs/linear_whitened.dmft with the exact backend: its mean is the function of the means and
+    its propagator J Sigma J^T (J the same-time Jacobian), to round-off."""
+    text = (ROOT / "specs" / "linear_whitened.dmft").read_text()
+    old = "(Delta[mu](t) - y[mu])), t)"
+    assert old in text
+    text = text.replace("order Delta[mu](t)", "order Delta[mu](t), c[mu](t)").replace(
+        old, "(Delta[mu](t) - y[mu]) + hat c[mu](t) (c[mu](t) - Delta[mu](t)^2 - sum(nu: Delta[nu](t)))), t)")
+    spec = tmp_path / "whitened_squares.dmft"
+    spec.write_text(text)
+    sol = dmftc.load(spec, out_dir=tmp_path).solve(P=3, T=8, gamma=1.2, eta=0.2, y=np.array([1.0, -0.5, 0.7]),
+                                                   backend="exact")
+    d, S = sol.mean("Delta"), sol.sigma("Delta", "Delta")                  # (P, T), (P, T, P, T)
+    P, T = d.shape
+    J = np.zeros((P, T, P, T))
+    for t in range(T):
+        J[:, t, :, t] = np.diag(2 * d[:, t]) + 1.0
+    Sc = np.einsum("atbs,bscu,dvcu->atdv", J, S, J)
+    assert np.ptp(d) > 0.1 and np.max(np.abs(Sc)) > 0.1
+    np.testing.assert_allclose(sol.mean("c"), d ** 2 + d.sum(axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sol.sigma("c", "c"), Sc, rtol=1e-9, atol=1e-12 * np.max(np.abs(Sc)))
