@@ -111,6 +111,8 @@ def contract(expr):
                     done.append(term * (hi - lo + 1))
             else:
                 done.append(c)
+        if kept and outer and not done:     # SymPy would flatten Sum(Sum(x, var), outer) back into this sum
+            return sp.Sum(contract(sp.Sum(sp.Add(*kept), *outer)), (var, lo, hi))
         inner = sp.Add(*done) + (sp.Sum(sp.Add(*kept), (var, lo, hi)) if kept else 0)
         if outer:
             return contract(sp.Sum(inner, *outer)) if inner != 0 else sp.Integer(0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from dmftc.derive.symbolic import diff_indexed, index_symbol, quantity
 from dmftc.derive.two_layer import Derivation
 from dmftc.ir.text import timed
 
@@ -53,14 +54,14 @@ def u_blocks(d: Derivation) -> dict[tuple[str, str], UBlock]:
         for c in orders:
             same = d.saddle(r).coeff if r == c else sp.Integer(0)
             if c in d.saddle(r).same_time:                  # a constraint reading c(t) at the same time
-                rest = d.saddle(r).rest
-                same = at_time(sp.diff(rest, next(a for a in rest.free_symbols if a.name == c)), d, "t")
+                cidx = dict(d.orders)[c]                    # d rest / d c[mu', ...](t) for an indexed one
+                part = diff_indexed(d.saddle(r).rest, quantity(c, cidx), [index_symbol(i + "'") for i in cidx])
+                same = at_time(part, d, "t")
             past = sp.Integer(0)
             for pt in d.past_terms:
                 if pt.row == r and pt.col == c:
                     term = at_time(pt.at_t, d, "t") * at_time(pt.at_s, d, "s")
                     if pt.dummies:
-                        from dmftc.derive.symbolic import index_symbol
                         term = sp.Sum(term, *[(index_symbol(x), 1, sp.Symbol(d.index_size[x])) for x in pt.dummies])
                     past += eta * term
             has_d = (r, c) in tangent_obs

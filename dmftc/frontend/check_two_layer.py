@@ -256,6 +256,8 @@ class Checker:
             self._source_use(sym, e.pos, ctx, in_log, integral_var)
             return
         if isinstance(e, ast.Indexed):
+            if e.name == "eye" and e.name not in self.symbols:
+                return self._kronecker(e, ctx, bound)
             sym = self.lookup(e.name, e.pos, locals_)
             if sym.kind == "param" and sym.indices == (self.spec.time.steps_name,) and ctx != "default":
                 return self._per_step(e, time, integral_var)
@@ -414,6 +416,22 @@ class Checker:
             raise self.err(StructureSpecError, "causal integrals inside the single-site average are not supported",
                            e.pos, hint="define a field with the integral and use the field in the observable")
         self.expr(e.body, ctx=ctx, bound=bound, time=None, locals_=locals_, integral_var=e.var, in_log=in_log)
+
+    def _kronecker(self, e, ctx, bound):
+        """eye[c, d]: the Kronecker delta of two indices of one range (1 if c = d, else 0)."""
+        if ctx == "default":
+            raise self.err(SpecError, "eye[...] with indices is the Kronecker delta of equations", e.pos,
+                           hint="in a parameter value write the matrix eye(P)")
+        if len(e.indices) != 2:
+            raise self.err(ShapeSpecError, f"eye[...] takes two indices, got {len(e.indices)}", e.pos,
+                           hint="write eye[c, d] for the Kronecker delta of the indices c and d")
+        sym = Symbol("param", "eye", tuple(e.indices), None)
+        self._check_indices(sym, e.indices, e.pos, bound)
+        a, b = e.indices
+        if self.index_size[a] != self.index_size[b]:
+            raise self.err(ShapeSpecError, f"eye[{a}, {b}]: '{a}' runs over 1..{self.index_size[a]} and '{b}' over "
+                           f"1..{self.index_size[b]}", e.pos, hint="a Kronecker delta compares two indices of one "
+                                                                  "range")
 
     def _per_step(self, e, time, integral_var):
         """A per-step parameter ``lr[T]`` read at a time in scope, possibly shifted: lr[t], lr[t - 1], lr[s]."""

@@ -38,9 +38,10 @@ class OrderParameter:
     response ``q(t, s) = <d observable(t) / d wrt(s)>`` ('response').
 
     ``indices``: sample axes; ``layer``: the layer axis (deep families, responses); ``times``: 1 or 2.
-    ``averages``: single-site averages a constraint reads (:class:`Average`).  ``same_time``: the scalar order
+    ``averages``: single-site averages a constraint reads (:class:`Average`).  ``same_time``: the order
     parameters declared earlier whose value at the same time ``rest`` reads (a derived order parameter such as
-    r(t) = -log(Delta(t) / y)); the march evaluates them first and U gets their same-time partials."""
+    r(t) = -log(Delta(t) / y), or a softmax error signal of the outputs f[mu, d](t)); the march evaluates them
+    first and U gets their same-time partials."""
 
     name: str
     indices: tuple[str, ...]

@@ -104,6 +104,8 @@ class _Lowering(IndexNames):
             return quantity(e.name)
         if isinstance(e, ast.Indexed):
             s = sym.get(e.name)
+            if e.name == "eye" and s is None:                   # the Kronecker delta eye[c, d]
+                return sp.KroneckerDelta(*(index_symbol(rename.get(i, i)) for i in e.indices))
             if s is not None and s.kind == "param" and s.indices == (self.spec.time.steps_name,):
                 (i,) = e.indices
                 k = int(i[i.index("+"):]) if "+" in i else -int(i[i.index("-") + 1:]) if "-" in i else 0
@@ -233,16 +235,13 @@ class _Lowering(IndexNames):
         deps = tuple(sorted({_base(a) for a in same_time}, key=declared.index))
         if deps:
             later = [d for d in deps if declared.index(d) >= declared.index(name)]
-            indexed = idx or any(isinstance(a, sp.Indexed) for a in same_time)
-            if later or indexed:
-                names = ", ".join(later or deps)
-                raise self.err(f"the constraint of '{name}' couples it to {names} at the same time", pos,
-                               hint=("an order parameter may be defined from order parameters declared BEFORE it at "
-                                     "the same time (scalar ones, e.g. order Delta(t), r(t) with "
-                                     "r(t) = -log(Delta(t) / y)); other same-time couplings need an iterative solve, "
-                                     "which is not supported; use a causal integral") if not indexed else
-                               ("same-time definitions are supported between scalar order parameters only; use a "
-                                "causal integral"))
+            if later:
+                raise self.err(f"the constraint of '{name}' couples it to {', '.join(later)} at the same time", pos,
+                               hint="an order parameter may be defined from order parameters declared BEFORE it at "
+                                    "the same time (e.g. order Delta(t), r(t) with r(t) = -log(Delta(t) / y), or "
+                                    "order f[mu, c](t), Delta[mu, c](t) with Delta a function of f[mu, d](t)); other "
+                                    "same-time couplings need an iterative solve, which is not supported; use a "
+                                    "causal integral")
         if sp.simplify(coeff) == 0:
             raise self.err(f"the constraint of '{name}' does not contain {name}(t)", pos)
         return OrderParameter(name, idx, coeff, rest, None if o == 0 else o,

@@ -207,6 +207,9 @@ def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
         U[:, ro:ro + geo.size(row), :, co:co + geo.size(col)] += block
     tt = np.arange(T)
     for row, col in getattr(mod, "SAME_TIME", ()):    # d rest_row / d col(t) at the same time (scalars)
+        if geo.size(row) != 1 or geo.size(col) != 1:
+            raise NotImplementedError(f"the reference engine's same-time partials are for scalar order parameters; "
+                                      f"{row} reads {col}: use the site engine (dmftc.runtime.site_engine)")
         def part(x, qt, rt, row=row, col=col):
             return jnp.sum(jnp.asarray(mod.rest({**qt, col: x}, rt, p, sz)[row]))
         qj = {k: jnp.asarray(v) for k, v in q.items()}
