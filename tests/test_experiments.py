@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
 
 SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "two_time_deep_linear",
-           "rates", "two_layer_sgd")   # each writes <name>.png / .npz
+           "rates", "two_layer_sgd", "two_layer_softmax")   # each writes <name>.png / .npz
 # figure script -> the default test comparing the same spec's theory with finite-width networks
 COVERED = {
     "fig2_lazy": "tests/test_validation.py::test_theory_matches_finite_width_networks[two_layer_multi_lazy]",
