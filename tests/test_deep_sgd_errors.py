@@ -74,6 +74,7 @@ def test_bad_coefficient_is_located(edits, exc, at, message, hint):
     assert "^" in rendered[2]
 
 
+@pytest.mark.slow
 def test_token_edits_never_escape():
     """Deleting or replacing one token of the coefficient lines gives a valid spec or a located SpecError."""
     start, end = TEXT.index("  q(t, s) ="), TEXT.index("  u[l] ~")
