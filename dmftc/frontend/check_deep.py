@@ -213,6 +213,10 @@ class _DeepChecker(DeepExpressionChecks, Checker):
                                self.symbols[name].pos, hint=f"add '{name}({tm.var}) = ...'")
         self.boundaries = boundaries
         self.families, self.responses = set(families), set(responses)
+        if coef_eqs and self.points is not None:
+            raise self.err(StructureSpecError, "time coefficients are not supported in a spec on several points",
+                           self.word_pos(coef_eqs[0].name, coef_eqs[0].pos),
+                           hint="write the optimiser for one training point")
         coefficients = plan_coefficients(coef_eqs, time_var=tm.var, params={p.name: p.dims for p in s.params},
                                          per_step=per_step, err=lambda cls, msg, pos, hint=None: self.err(
                                              cls, msg, pos, hint=hint), word_pos=self.word_pos)
