@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from dmftc.errors import CausalitySpecError, NameSpecError, ShapeSpecError, StructureSpecError
 from dmftc.frontend import ast
+from dmftc.frontend.names import BUILTIN_FUNCTIONS
 from dmftc.frontend.recurrence import time_offset
 
 __all__ = ["Coefficient", "is_coefficient", "plan_coefficients", "step_offset"]
@@ -140,7 +141,7 @@ def _check(body, owner, tv, s, names, params, per_step, err, diag):
                               hint=f"read it at the previous step, {owner}({tv} - 1, {s})")
                 same.append(e.name)
             continue
-        if isinstance(e, ast.Call) and not e.indices and e.name not in params and _builtin(e.name):
+        if isinstance(e, ast.Call) and not e.indices and e.name not in params and e.name in BUILTIN_FUNCTIONS:
             continue
         if isinstance(e, (ast.Call, ast.PrimeCall, ast.Integral, ast.TimeSum, ast.LayerSum, ast.Expectation,
                           ast.Response, ast.Hat, ast.IndexSum, ast.Matrix)):
@@ -148,11 +149,6 @@ def _check(body, owner, tv, s, names, params, per_step, err, diag):
             raise err(StructureSpecError, f"{where} cannot read " + (f"'{what}'" if what else "this construct"),
                       e.pos, hint=f"a time coefficient depends on the parameters only: it may read {allowed}")
     return tuple(dict.fromkeys(same))
-
-
-def _builtin(name):
-    from dmftc.frontend.names import BUILTIN_FUNCTIONS
-    return name in BUILTIN_FUNCTIONS
 
 
 def step_offset(text, tv):
