@@ -60,11 +60,19 @@ def test_causal_propagator_equals_dense_inverse(L, T):
             np.testing.assert_allclose(short.sigma[a][b], dense.sigma[a][b], rtol=0, atol=1e-12 * scale)
 
 
-@pytest.mark.parametrize("odd", [False, True])
+def _timed(d):
+    """A coefficient that depends on (t, s) (as a spec's time coefficients do), sized by Delta (1, T)."""
+    import jax.numpy as jnp
+
+    n = jnp.shape(d)[-1]
+    return 1.0 + 0.1 * jnp.arange(n)[:, None] + 0.05 * jnp.arange(n)[None, :] ** 2
+
+
+@pytest.mark.parametrize("odd", [False, True, "timed"])
 def test_theta_jacobian_matches_autodiff(odd):
     """The sparse chain rule v -> (C, E, hats) used by the local Hessians (elementwise partials of the model's
-    couplings) equals jax.jacfwd / jax.hessian of the whole map, for the standard network and for couplings
-    nonlinear in the kernels and in Delta."""
+    couplings) equals jax.jacfwd / jax.hessian of the whole map, for the standard network, for couplings
+    nonlinear in the kernels and in Delta, and for couplings whose coefficients depend on (t, s)."""
     import jax.numpy as jnp
 
     from dmftc.runtime.deep_model import DeepModel
@@ -76,6 +84,10 @@ def test_theta_jacobian_matches_autodiff(odd):
         key=("odd-theta",), label="odd", k_h=lambda q, d: 0.3 * d * q + 0.1 * d ** 2 * q ** 2 + 0.2 * q ** 3,
         k_z=lambda q, d: jnp.sin(d) * q / (1 + 0.2 * q ** 2), readout=(0.6, -0.9, 0.5), phi0=0.7, g_top=1.3,
         k_of=lambda P, G: sum(G[l] * P[l] for l in range(len(P))))
+    if odd == "timed":
+        model = DeepModel(key=("timed-theta",), label="timed", k_h=lambda q, d: _timed(d) * (0.3 * d * q + 0.1 * q ** 2),
+                          k_z=lambda q, d: _timed(d).T * jnp.sin(d) * q ** 2, readout=(0.6, -0.9, 0.5), phi0=0.7,
+                          g_top=1.3, k_of=lambda P, G: sum(G[l] * P[l] for l in range(len(P))))
     T = 4
     nt = T * (T + 1) // 2
     rng = np.random.default_rng(5)

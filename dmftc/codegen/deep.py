@@ -12,6 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dmftc.version import __version__
+from dmftc.codegen.coefficients import emit_coefficients
 from dmftc.codegen.printer import ExprPrinter, prune_imports
 from dmftc.codegen.two_layer import emit_defaults
 from dmftc.derive.deep import DeepDerivation
@@ -134,6 +135,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     prev = {sp.Function(f"{r[k]}[{lv}-1]")(t, s): f"prev[{r[k]!r}]" for k in ("Phi", "A")}
     nxt = {sp.Function(f"{r[k]}[{lv}+1]")(t, s): f"nxt[{r[k]!r}]" for k in ("G", "B")}
     base = {sp.Symbol(n): f"p[{n!r}]" for n in d.params} | {sp.Function(err)(s): err}
+    base |= {sp.Function(k.name)(t, s): f"_c[{k.name!r}]" for k in m.coefficients}
+    emit_coefficients(w, m.coefficients, m.time_var)
+    # the coefficients' (T, T) arrays at the size of the rows (Delta is one over s)
+    coef = f"    _c = coefficients(p, jnp.shape({err})[-1])\n" if m.coefficients else ""
     c = d.couplings
     hc, zc = _Code(base | prev), _Code(base | nxt)
     w(f"\ndef h_coupling(prev, {err}, p):\n")
@@ -141,12 +146,14 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
       f"sum_s c_h(t, s) {r['g']}[{lv}](s).\n\n")
     w(f"    prev: rows t of layer {lv}-1 ({r['Phi']}, {r['A']}); {err}: the error signal over s.  "
       f"c_h = {sp.sstr(c.h_past)}\n    \"\"\"\n")
+    w(coef)
     w(f"    return {_row(hc(c.h_past), c.h_past)}\n\n")
     w(f"\ndef z_coupling(nxt, {err}, p):\n")
     w(f"    \"\"\"(c0_z(t, s) for s <= t, c_z(t, s) for s < t): coefficients of {m.activation.name}({r['h']}[{lv}](s)) "
       f"in {r['z']}[{lv}](t).\n\n")
     w(f"    nxt: rows t of layer {lv}+1 ({r['G']}, {r['B']}).  c0_z = {sp.sstr(c.z_upto)};  c_z = "
       f"{sp.sstr(c.z_past)}\n    \"\"\"\n")
+    w(coef)
     w(f"    return ({_row(zc(c.z_upto), c.z_upto)}, {_row(zc(c.z_past), c.z_past)})\n\n")
     # readout
     w(f"\ndef readout_average(last, nxt, {err}, past, upto, p):\n")
@@ -176,7 +183,8 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     if d.site is not None:
         from dmftc.codegen.site import emit_site
 
-        emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params))
+        emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params),
+                  coefficients=tuple(k.name for k in m.coefficients))
     text = "".join(out)
     return prune_imports(text.rstrip("\n") + "\n")
 

@@ -19,6 +19,7 @@ step t of the layer being computed:
     E.p[name]                   a parameter value
     E.step                      the step number t as a value (time in an expression, dmftc.derive.symbolic.STEP)
     E.per_step(name, k)         a per-step parameter (lr[T]) at step t + k
+    E.coef(name)                row t of a time coefficient (the generated ``coefficients(p, T)``)
 
 ``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
 averages, the path factors of the fields' sums and the same-time reads of every quantity (which order one time
@@ -39,8 +40,9 @@ class _SitePrinter(ExprPrinter):
 
     dirac_width = "E.width"
 
-    def __init__(self, prog: SiteProgram, scalars: set, params: set, terms: bool = False):
+    def __init__(self, prog: SiteProgram, scalars: set, params: set, terms: bool = False, coefficients=()):
         self.prog, self.scalars, self.params = prog, scalars, params
+        self.coefficients = set(coefficients)         # time coefficients (dmftc.frontend.coefficients_deep)
         self.terms = {f: sp.sstr(f) for f in prog.terms} if terms else {}      # read the kept path factors at s
         self.fields = {n for n, _ in prog.fields}
         self.sources = {n for n, _, _ in prog.sources} | set(prog.normals)
@@ -176,6 +178,8 @@ class _SitePrinter(ExprPrinter):
                 return f"E.diag({base!r}, {ref!r})"
         if base in self.scalars and len(e.args) == 1:
             return f"E.q({base!r}, {self.time(e.args[0])})"
+        if base in self.coefficients and tuple(e.args) == (self.t, self.s):
+            return f"E.coef({base!r})"
         raise NotImplementedError(f"the site program cannot read {e}")
 
     def path_dependent(self, e) -> bool:
@@ -189,9 +193,10 @@ class _SitePrinter(ExprPrinter):
             self.vec = False
 
 
-def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
-    """Append ``SITE`` and the program's functions to a generated deep module (``w`` writes text)."""
-    pr = _SitePrinter(prog, set(scalars), set(params))
+def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficients: tuple = ()) -> None:
+    """Append ``SITE`` and the program's functions to a generated deep module (``w`` writes text); ``coefficients``:
+    the names of its time coefficients."""
+    pr = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients)
     lv, tv = prog.layer, prog.time
     site = {
         "fields": tuple(n for n, _ in prog.fields),
@@ -227,7 +232,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")
     w("}\n\n")
-    fp = _SitePrinter(prog, set(scalars), set(params), terms=True)
+    fp = _SitePrinter(prog, set(scalars), set(params), terms=True, coefficients=coefficients)
     stored = dict(prog.stored)
     for n, e in prog.fields:
         ix = "".join(f", {i}" for i in stored.get(n, ()))
@@ -266,7 +271,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple) -> None:
                 w(f"\ndef site_stein_{sym}(E):\n    \"\"\"Y = d({sp.sstr(e)}) / d(field at t): {sym} by Stein's lemma\"\"\"\n"
                   f"    return {pr.p(stein[sym])}\n\n")
         sol = sp.sstr(-rest / coeff)
-        v = _SitePrinter(prog, set(scalars), set(params))
+        v = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients)
         v.atom = _with_averages(v.atom, {sym for sym, _ in avgs})
         w(f"\ndef site_constraint_{name}(E, v):\n    \"\"\"{name}(t) = {sol}; v: the averages\"\"\"\n"
           f"    return {v.p(sp.simplify(-rest / coeff))}\n\n")

@@ -297,7 +297,7 @@ class _Deriver(DeepLowering):
         return sp.simplify(out["<"]), sp.simplify(out["<="])
 
     def restrict(self, coeff, allowed, eq, which):
-        scal = {o.name for o in self.ir.orders if o.times == 1}
+        scal = {o.name for o in self.ir.orders if o.times == 1} | {c.name for c in self.m.coefficients}
         for f in coeff.atoms(sp.Function):
             n = str(f.func)
             if n in allowed or n in scal:

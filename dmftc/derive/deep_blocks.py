@@ -258,6 +258,9 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({r['h']}(s)) + sum_{{s<t}} "
       f"c_{r['z']}(t, s) {m.activation.name}({r['h']}(s)),")
     w(f"      c0_{r['z']}(t, s) = {f(d.couplings.z_upto)},   c_{r['z']}(t, s) = {f(d.couplings.z_past)}")
+    for k in m.coefficients:      # time coefficients (dmftc.frontend.coefficients_deep)
+        w(f"  time coefficient {k.name}(t, {k.time2}) = {ast.to_text(k.body)} for t > {k.time2},  "
+          f"{k.name}({k.time2}, {k.time2}) = {ast.to_text(k.init)},  0 for t < {k.time2}")
     ga, gb = (dsl_str(e.subs(d.act_arg, sp.Symbol(f"{r['h']}(t)"))) for e in d.grad_abstract)
     w(f"  {r['g']}(t) = a({r['h']}(t)) {r['z']}(t) + b({r['h']}(t)),   a = {ga},   b = {gb}"
       + ("   (gradient descent)" if d.standard_gradient else "   (not gradient descent: a != "

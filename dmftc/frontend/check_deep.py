@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dmftc.frontend import ast
 from dmftc.frontend.action_deep import lower_deep_action
 from dmftc.frontend.check_two_layer import Checker
+from dmftc.frontend.coefficients_deep import is_coefficient, plan_coefficients
 from dmftc.frontend.names import suggest
 from dmftc.frontend.check_deep_expr import DeepExpressionChecks, LayerRef, kind_phrase
 from dmftc.frontend.points_deep import fold_points
@@ -56,6 +57,7 @@ class DeepModel:
     boundaries: dict                                # family/response name -> ((LayerRef, equation), ...)
     from_action: tuple = ()                         # the definitions derived from the spec's action, if any
     points: object = None                           # the point index (dmftc.frontend.points_deep.PointAxis)
+    coefficients: tuple = ()                        # time coefficients (dmftc.frontend.coefficients_deep), in order
 
     @property
     def name(self) -> str:
@@ -78,8 +80,9 @@ class _DeepChecker(DeepExpressionChecks, Checker):
         if s.time is None:
             raise self.err(StructureSpecError, "the spec declares no time grid", s.model.pos,
                            hint="add a line such as 'time t: T = 20 steps of eta = 0.05'")
-        if any(p.dims for p in s.params) and not s.indices:
-            p = next(p for p in s.params if p.dims)
+        per_step = {p.name for p in s.params if s.time is not None and p.dims == (s.time.steps_name,)}
+        if any(p.dims and p.name not in per_step for p in s.params) and not s.indices:
+            p = next(p for p in s.params if p.dims and p.name not in per_step)
             raise self.err(StructureSpecError, f"array parameter '{p.name}' in a deep spec without a point index",
                            self.word_pos(p.name, p.pos), hint="declare the training points, e.g. 'index mu, nu in "
                            f"1..{p.dims[0]}', and write the per-point quantities with it")
@@ -146,9 +149,12 @@ class _DeepChecker(DeepExpressionChecks, Checker):
                                                                                                  hint=hint))
             self.spec = s = dataclasses.replace(s, fields=s.fields + derived, actions=())
         # ---------------------------------------------------------------- equations: classify
-        responses, fields, definitions, boundaries = [], [], {}, {}
+        responses, fields, definitions, boundaries, coef_eqs = [], [], {}, {}, []
         for f in s.fields:
             sym = self.symbols.get(f.name)
+            if is_coefficient(f, self.symbols) or (f.time == f.time2 and f.name in {c.name for c in coef_eqs}):
+                coef_eqs.append(f)              # a time coefficient (dmftc.frontend.coefficients_deep)
+                continue
             if sym is not None and sym.kind in ("family", "order", "response"):
                 pass
             elif f.time2 is not None and sym is None:
@@ -207,6 +213,15 @@ class _DeepChecker(DeepExpressionChecks, Checker):
                                self.symbols[name].pos, hint=f"add '{name}({tm.var}) = ...'")
         self.boundaries = boundaries
         self.families, self.responses = set(families), set(responses)
+        if coef_eqs and self.points is not None:
+            raise self.err(StructureSpecError, "time coefficients are not supported in a spec on several points",
+                           self.word_pos(coef_eqs[0].name, coef_eqs[0].pos),
+                           hint="write the optimiser for one training point")
+        coefficients = plan_coefficients(coef_eqs, time_var=tm.var, params={p.name: p.dims for p in s.params},
+                                         per_step=per_step, err=lambda cls, msg, pos, hint=None: self.err(
+                                             cls, msg, pos, hint=hint), word_pos=self.word_pos)
+        for c in coefficients:
+            self.declare("coefficient", c.name, (), c.pos)
         # ---------------------------------------------------------------- bodies
         params = [p.name for p in s.params]
         for n, p in enumerate(s.params):
@@ -243,7 +258,7 @@ class _DeepChecker(DeepExpressionChecks, Checker):
             raise deferred[0]
         return DeepModel(s, dict(self.symbols), tm.var, lay.var, lay.depth, act, tuple(scalars), tuple(families),
                          tuple(responses), gps, tuple(byname[n] for n in order), definitions, boundaries, derived,
-                         self.points)
+                         self.points, coefficients)
 
     # ------------------------------------------------------------ pieces
     def lookup(self, name, pos, locals_=frozenset(), extra=()):

@@ -138,7 +138,7 @@ class DeepExpressionChecks:
         if ctx == "boundary":
             raise self.err(StructureSpecError, "boundary values are constants (numbers and parameters)", e.pos)
         # ---- arity: layer index and number of times
-        two = sym.kind in ("family", "response")
+        two = sym.kind in ("family", "response", "coefficient")
         if sym.indices and len(e.indices) != 1:
             raise self.err(ShapeSpecError, f"{kind_phrase(sym)} '{e.name}' needs one layer index, got {len(e.indices)}",
                            e.pos, hint=f"write {self.usage(sym)}")
@@ -166,6 +166,9 @@ class DeepExpressionChecks:
                                hint=f"use a number, '{self.depth}', or sum(l = 0..{self.depth}: ...)")
         # ---- per context
         kind = sym.kind
+        if kind == "coefficient" and ctx != "field":
+            raise self.err(StructureSpecError, f"the time coefficient '{e.name}' is read in field equations only",
+                           e.pos, hint=f"write sum(s < {tm}: {e.name}({tm}, s) ...) in a field equation")
         if ctx == "field":
             if kind == "source":
                 if ref != LayerRef(self.layer_var, 0):
@@ -192,7 +195,7 @@ class DeepExpressionChecks:
             if two and targs != [tm, sum_var]:
                 raise self.err(CausalitySpecError, f"a kernel in a field equation is taken at ({tm}, {sum_var})",
                                e.pos, hint=f"write {e.name}[...]({tm}, {sum_var})")
-            if two:
+            if two and kind != "coefficient":
                 self.check_range(e.name, ref, e.pos, layers)
             return
         if ctx == "average":
@@ -233,6 +236,8 @@ class DeepExpressionChecks:
         tm = self.spec.time.var
         if sym.kind in ("family", "response"):
             return f"{sym.name}[{self.layer_var}]({tm}, {second})"
+        if sym.kind == "coefficient":
+            return f"{sym.name}({tm}, {second})"
         if sym.indices:
             return f"{sym.name}[{self.layer_var}]({tm})"
         return f"{sym.name}({tm})"
@@ -243,5 +248,6 @@ def kind_phrase(sym) -> str:
     words = {"param": "a parameter", "time": "the time variable", "layer": "the layer index",
              "activation": "an activation", "builtin": "a built-in function", "order": "an order parameter",
              "family": "an order parameter", "response": "a response function", "source": "a source",
-             "field": "a field", "local": "a local name", "index": "an index"}
+             "field": "a field", "local": "a local name", "index": "an index",
+             "coefficient": "a time coefficient"}
     return words.get(sym.kind, sym.kind) if sym is not None else "undefined"

@@ -20,7 +20,8 @@ SOLVE_OPTIONS = ("samples", "seed", "groups", "dirac_width", "backend", "sampler
 DEEP_HINT = "deep-network specs declare a layer index first, e.g. 'layers l = 1..L'"
 KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
                "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable",
-               "layer": "the layer index", "family": "an order parameter", "response": "a response function"}
+               "layer": "the layer index", "family": "an order parameter", "response": "a response function",
+               "coefficient": "a time coefficient"}
 
 
 @dataclass(frozen=True)

@@ -288,7 +288,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
                              f"{4 * L * (samples // groups) * T * T:.3g} floats (budget {MEMORY_BUDGET:.0e}); "
                              "use more groups or fewer samples")
     prm = traced((spec_params or {}) | {"dirac width": dirac_width})
-    host = {k: float(v) for k, v in (spec_params or {}).items()}
+    host = {k: float(v) if np.ndim(v) == 0 else np.asarray(v, float) for k, v in (spec_params or {}).items()}
     params = dict(activation=label, L=L, gamma=gamma, y=y, eta=eta, T=T, backend="exact" if exact else "mc",
                   dirac_width=dirac_width)
     t0 = _time.perf_counter()

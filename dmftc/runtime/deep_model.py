@@ -155,9 +155,10 @@ class DeepModel:
         return C, E
 
     def partials(self, which, q, Delta):
-        """Elementwise partial derivatives of k (``which`` 'h' or 'z') at kernel entries q (n,) and Delta (n,):
-        (k_q, k_D, k_qq, k_qD, k_DD), each (n,).  One compiled program per coupling and model family
-        (:func:`family_jit`)."""
+        """Elementwise partial derivatives of k (``which`` 'h' or 'z') at the kernel q (T, T) and Delta (T,):
+        (k_q, k_D, k_qq, k_qD, k_DD), each (T, T), entry (t, s) the derivative of k(t, s) in q(t, s) and Delta(s)
+        (k may depend on (t, s) itself, through a spec's time coefficients).  One compiled program per coupling
+        and model family (:func:`family_jit`)."""
         fn = family_jit(_K_PARTIALS, (which,), self, lambda model_of: lambda q, d, vals: _k_partials(
             model_of(vals).k_h if which == "h" else model_of(vals).k_z, q, d))
         return tuple(np.asarray(v) for v in fn(jnp.asarray(q, jnp.float64), jnp.asarray(Delta, jnp.float64)))
@@ -191,10 +192,16 @@ _K_PARTIALS: dict = {}
 
 
 def _k_partials(k, q, d):
-    """(k_q, k_D, k_qq, k_qD, k_DD) of a coupling k(q, D), elementwise over the entries of q and d."""
-    kq, kd = jax.vmap(jax.grad(k, argnums=(0, 1)))(q, d)
-    (hqq, hqd), (_, hdd) = jax.vmap(jax.hessian(k, argnums=(0, 1)))(q, d)
-    return kq, kd, hqq, hqd, hdd
+    """(k_q, k_D, k_qq, k_qD, k_DD) (T, T) of a coupling k(q, D) at the kernel q (T, T) and D (T,).  Entry (t, s)
+    of k depends on q(t, s) and D(s) only (checked by :func:`from_spec`), so a forward derivative with a tangent of
+    ones gives every entry's partial derivative at once, and nesting two gives the second ones."""
+    oq, od = jnp.ones_like(q), jnp.ones_like(d)
+    f = lambda q, d: k(q, d[None, :])                                          # noqa: E731
+    dq = lambda q, d: jax.jvp(lambda x: f(x, d), (q,), (oq,))[1]                # noqa: E731
+    dd = lambda q, d: jax.jvp(lambda x: f(q, x), (d,), (od,))[1]                # noqa: E731
+    full = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64), q.shape)    # noqa: E731
+    return (full(dq(q, d)), full(dd(q, d)), full(jax.jvp(lambda x: dq(x, d), (q,), (oq,))[1]),
+            full(jax.jvp(lambda x: dq(q, x), (d,), (od,))[1]), full(jax.jvp(lambda x: dd(q, x), (d,), (od,))[1]))
 
 
 def _k_columns(k_of, base, L):

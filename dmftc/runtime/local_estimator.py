@@ -229,7 +229,7 @@ def _theta_jacobian(v, m, T, model: DeepModel):
     for k, (o_k, ker, which) in enumerate(((o_pp, pp, "h"), (o_gn, gn, "z"))):   # C from (pp, a), E from (gn, b)
         r = k * T2 + np.flatnonzero(causal)
         ic, ds = tri[t[causal], s[causal]], s[causal]
-        kq, kd, kqq, kqd, kdd = model.partials(which, ker[ic], Delta[ds])
+        kq, kd, kqq, kqd, kdd = (x[t[causal], s[causal]] for x in model.partials(which, ker[tri], Delta))
         rows += [r, r]
         cols += [o_k + ic, o_D + ds]
         vals += [kq, kd]

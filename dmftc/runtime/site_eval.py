@@ -55,6 +55,10 @@ class Evaluator:
         v = jnp.asarray(self._given[name], jnp.float64)
         return v[jnp.clip(self.t + k, 0, v.shape[0] - 1)]
 
+    def coef(self, name):
+        """Row t of the time coefficient ``name`` (the generated module's ``coefficients``)."""
+        return self.mod.coefficients(self._given, self.T)[name][self.t]
+
     def at(self, l):
         """The same step seen from layer l."""
         return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
