@@ -2,7 +2,8 @@
 size, written with time coefficients) against networks trained by optax (widths N and 2N extrapolated in 1/N), at
 two settings chosen before looking at the results: momentum 0.5 with a linearly decaying step and a negative
 target, and momentum 0.9 with a warm-up + cosine schedule from optax.schedules ending at 0.1 in rich training.
-Means within 1% of their peak; N Var within z <= 4 pointwise (both standard errors) and within 5% of its peak
+In the default suite at a quick size: pointwise z <= 4 on means and N Var (both standard errors).  At the resolved
+size (slow): means within 1% of their peak; N Var within z <= 4 pointwise and within 5% of its peak
 (networks of widths 64 and 128, 32000 each: the extrapolated N Var has a standard error of about 1.7% of its peak,
 so that 5% is a real test; widths 32 and 64 left an O(1/N^2) bias of 3% of the peak in N Var of Phi[1] at t = 0,
 where the exact value is known).
@@ -43,22 +44,41 @@ def test_without_momentum_it_is_deep_tanh():
         assert np.max(np.abs(a.var(q) - b.var(q))) <= 1e-9 * np.max(np.abs(a.var(q))), q
 
 
-@pytest.mark.parametrize("setting", ["beta0.5", "beta0.9"])
-def test_against_optax_networks(setting):
+def _compare(setting, E, samples, propagator_samples, resolved):
+    """dmftc against optax networks (N = 64 and 128, E each, extrapolated): pointwise z <= 4 on means and N Var
+    (both standard errors); with ``resolved`` also means within 1% and N Var within 5% of their peaks."""
     pytest.importorskip("optax")
     if setting == "beta0.5":
         kw, lr = dict(gamma=1.2, y=-1.0, beta=0.5, eta=0.1), np.linspace(1.0, 0.5, T)
     else:
         kw, lr = dict(gamma=1.5, y=0.8, beta=0.9, eta=0.1), _cosine()
-    tr = optax_truth(L=2, activation="tanh", T=T, N=64, E=32000, lr=lr, **kw)
-    sol = dmftc.load(ROOT / "specs" / "deep_sgd.dmft").solve(L=2, T=T, lr=lr, samples=256000, groups=16, propagator_samples=32000,
+    tr = optax_truth(L=2, activation="tanh", T=T, N=64, E=E, lr=lr, **kw)
+    sol = dmftc.load(ROOT / "specs" / "deep_sgd.dmft").solve(L=2, T=T, lr=lr, samples=samples, groups=16,
+                                                             propagator_samples=propagator_samples,
                                                              propagator_groups=8, seed=1, progress=False, **kw)
     for q in NAMES:
         m = _diag(sol.mean(q))
         peak = np.max(np.abs(m))
-        assert np.max(np.abs(m - tr.mean[q])) <= 0.01 * peak, (q, np.max(np.abs(m - tr.mean[q])) / peak)
+        se = np.sqrt(tr.mean_se[q] ** 2 + _diag(sol.mean_stderr(q)) ** 2)
+        z = np.max(np.abs(m - tr.mean[q]) / np.maximum(se, 1e-9 * peak))   # floor: steps where nothing moves yet
+        assert z <= 4, ("mean", q, z)
         v, pv = sol.var(q), np.max(np.abs(sol.var(q)))
         se = np.sqrt(tr.nvar_se[q] ** 2 + sol.var_stderr(q) ** 2)
-        z = np.max(np.abs(v - tr.nvar[q]) / np.maximum(se, 1e-12 * pv))
-        assert z <= 4, (q, z)
-        assert np.max(np.abs(v - tr.nvar[q])) <= 0.05 * pv, (q, np.max(np.abs(v - tr.nvar[q])) / pv)
+        z = np.max(np.abs(v - tr.nvar[q]) / np.maximum(se, 1e-9 * pv))
+        assert z <= 4, ("N Var", q, z)
+        if resolved:
+            assert np.max(np.abs(m - tr.mean[q])) <= 0.01 * peak, (q, np.max(np.abs(m - tr.mean[q])) / peak)
+            assert np.max(np.abs(v - tr.nvar[q])) <= 0.05 * pv, (q, np.max(np.abs(v - tr.nvar[q])) / pv)
+
+
+@pytest.mark.parametrize("setting", ["beta0.5", "beta0.9"])
+def test_against_optax_networks_quick(setting):
+    """The default suite's size (8000 networks per width, 64000 paths; about 25 s each): pointwise z only, since
+    the standard errors there are 2-5% of the peaks (measured), too coarse for the 1% and 5% bounds."""
+    _compare(setting, E=8000, samples=64000, propagator_samples=8000, resolved=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["beta0.5", "beta0.9"])
+def test_against_optax_networks(setting):
+    _compare(setting, E=32000, samples=256000, propagator_samples=32000, resolved=True)
