@@ -268,7 +268,7 @@ def test_abs_activation_propagator(tmp_path):
     path.write_text(MULTI.replace("sqrt(2) * max(0, h)", "abs(h)").replace("model two_layer_multi ", "model abs_multi "))
     pair = _pair(path, tmp_path / "generated")
     assert pair[0].SITE is not None
-    _assert_same_propagator(pair, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
+    _assert_same_propagator(pair, dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
 
 
 @pytest.mark.parametrize("spec, params, batch, segments", [
