@@ -20,6 +20,9 @@ from dmftc.reference.two_layer_engine import saddle_on_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LAYER = (ROOT / "specs" / "two_layer.dmft").read_text()
+# One number of steps (T = 15) and of paths for every round-off comparison of a spec: XLA compiles a program per
+# (spec, steps, paths), so tests of one spec at the same sizes share its compiled marches.
+PATHS = 200
 
 
 def _variant_path(tmp_path, name, text):
@@ -46,7 +49,7 @@ def _draws(mod, p, sz, S, seed):
     return out
 
 
-def _assert_same_saddle(pair, params, S=400, seed=0):
+def _assert_same_saddle(pair, params, S=PATHS, seed=0):
     mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
     draws = _draws(mod, p, sz, S, seed)
@@ -61,10 +64,10 @@ def _assert_same_saddle(pair, params, S=400, seed=0):
 
 
 @pytest.mark.parametrize("spec, params", [
-    ("two_layer", dict(T=30, gamma=1.0)),
-    ("two_layer", dict(T=30, gamma=2.5, y=-0.7, kx=-0.3, eta=0.05)),
-    ("rates", dict(T=30, gamma=0.5, y=-1.2)),
-    ("eos", dict(T=25, gamma=3.0)),
+    ("two_layer", dict(T=15, gamma=1.0)),
+    ("two_layer", dict(T=15, gamma=2.5, y=-0.7, kx=-0.3, eta=0.05)),
+    ("rates", dict(T=15, gamma=0.5, y=-1.2)),
+    ("eos", dict(T=15, gamma=3.0)),
 ])
 def test_shipped_specs_march_to_the_two_layer_saddle(spec, params):
     _assert_same_saddle(_pair(ROOT / "specs" / f"{spec}.dmft"), params, seed=len(params))
@@ -75,12 +78,12 @@ def test_other_activations(tmp_path, act):
     """Activations and a spec nobody shipped: relu (a kink: the saddle needs no derivative of it), erf, sin."""
     pair = _variant(tmp_path, "site_two_layer_act", TWO_LAYER.replace("activation phi(h) = tanh(h)",
                                                                       f"activation phi(h) = {act}"))
-    _assert_same_saddle(pair, dict(T=30, gamma=1.5, y=-0.5), seed=3)
+    _assert_same_saddle(pair, dict(T=15, gamma=1.5, y=-0.5), seed=3)
 
 
 def test_order_running_sums_and_same_time_constraints():
     """Error updates through the NTK: running sums of order parameters (integral(K(s) Delta(s), s < t))."""
-    _assert_same_saddle(_pair(ROOT / "tests" / "specs" / "two_layer_ntk.dmft"), dict(T=30, gamma=0.7), seed=5)
+    _assert_same_saddle(_pair(ROOT / "tests" / "specs" / "two_layer_ntk.dmft"), dict(T=15, gamma=0.7), seed=5)
 
 
 MULTI = (ROOT / "specs" / "two_layer_multi.dmft").read_text()
@@ -92,9 +95,9 @@ def _gram(P, seed):
 
 
 @pytest.mark.parametrize("spec, params", [
-    ("specs/two_layer_multi.dmft", dict(T=25, gamma=0.5)),
-    ("specs/linear_whitened.dmft", dict(T=25, P=3, gamma=1.5)),
-    ("specs/online_linear.dmft", dict(T=25, D=3, gamma=0.8)),
+    ("specs/two_layer_multi.dmft", dict(T=15, gamma=0.5)),
+    ("specs/linear_whitened.dmft", dict(T=15, P=3, gamma=1.5)),
+    ("specs/online_linear.dmft", dict(T=15, D=3, gamma=0.8)),
 ])
 def test_sample_axes(spec, params):
     """Sample axes (h[mu], K[mu, nu], sums over nu inside the causal integrals) lowered to the layout
@@ -104,7 +107,7 @@ def test_sample_axes(spec, params):
 
 def test_sample_axes_random_gram_both_signs():
     """Relu on P = 3 points with a random Gram matrix and targets of both signs, rich training."""
-    _assert_same_saddle(_pair(ROOT / "specs" / "two_layer_multi.dmft"), dict(T=30, P=3, gamma=1.0, Kx=_gram(3, 2), y=np.array([1.0, -0.5, 0.8])), seed=4)
+    _assert_same_saddle(_pair(ROOT / "specs" / "two_layer_multi.dmft"), dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 2), y=np.array([1.0, -0.5, 0.8])), seed=4)
 
 
 def test_no_program():
@@ -131,12 +134,12 @@ def _two_layer_engine_sigma(mod, draws, params, dirac_width=0.1, full=False):
 
 
 @pytest.mark.parametrize("spec, params", [
-    ("specs/two_layer.dmft", dict(T=20, gamma=1.5, y=-0.6, kx=0.4)),
-    ("specs/linear_whitened.dmft", dict(T=15, P=2, gamma=1.2)),
+    ("specs/two_layer.dmft", dict(T=15, gamma=1.5, y=-0.6, kx=0.4)),
+    ("specs/linear_whitened.dmft", dict(T=15, P=3, gamma=1.2)),
     ("specs/two_layer_multi.dmft", dict(T=15, P=3, gamma=0.7, Kx=_gram(3, 5), y=np.array([0.9, -1.1, 0.4]))),
-    ("specs/rates.dmft", dict(T=20, gamma=0.5)),
-    ("specs/eos.dmft", dict(T=20, gamma=2.0, eta=0.1)),
-    ("tests/specs/two_layer_ntk.dmft", dict(T=20, gamma=0.8)),
+    ("specs/rates.dmft", dict(T=15, gamma=0.5)),
+    ("specs/eos.dmft", dict(T=15, gamma=2.0, eta=0.1)),
+    ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=0.8)),
 ])
 def test_propagator_is_the_two_layer_engine(spec, params):
     """Sigma = U^-1 kappa U^-T with U = 1 - dF/dq by autodiff of the march (explicit couplings, same-time
@@ -155,7 +158,7 @@ def test_relu_kink_is_the_mollified_delta(width):
 def _assert_same_propagator(pair, params, width):
     mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=width)
-    draws = _draws(mod, p, sz, 300, 7)
+    draws = _draws(mod, p, sz, PATHS, 7)
     got = two_layer_propagator(mod, draws, p, sz, T)
     want = _two_layer_engine_sigma(ref, draws, params, width)
     scale = np.abs(want).max()
@@ -167,7 +170,7 @@ def _assert_same_propagator(pair, params, width):
 @pytest.mark.parametrize("spec, params, width", [
     ("specs/rates.dmft", dict(T=15, gamma=0.7, y=-1.0), 0.1),
     ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.2), 0.1),
-    ("specs/two_layer_multi.dmft", dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 9), y=np.array([0.7, -0.9, 0.2])), 0.0),
+    ("specs/two_layer_multi.dmft", dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 9), y=np.array([0.7, -0.9, 0.2])), 0.0),
 ])
 def test_mean_correction_is_the_two_layer_engine(spec, params, width):
     """The O(1/N) mean correction m1 through the site march (the per-path marches differentiated to second order,
@@ -180,7 +183,7 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
 
     mod, ref = _pair(ROOT / spec)
     p, sz, T = resolve_params(mod, params, dirac_width=width)
-    draws = _draws(mod, p, sz, 200, 13)
+    draws = _draws(mod, p, sz, PATHS, 13)
     got = two_layer_propagator(mod, draws, p, sz, T, correction=True)["m1"]
     mod = ref
     geo = Geometry(mod, sz)
@@ -198,9 +201,9 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
 
 
 @pytest.mark.parametrize("spec, params", [
-    ("specs/linear_whitened.dmft", dict(T=20, P=3, gamma=1.3)),
-    ("specs/eos.dmft", dict(T=20, gamma=2.0, eta=0.1)),
-    ("specs/online_linear.dmft", dict(T=20, D=3, gamma=0.7)),
+    ("specs/linear_whitened.dmft", dict(T=15, P=3, gamma=1.3)),
+    ("specs/eos.dmft", dict(T=15, gamma=2.0, eta=0.1)),
+    ("specs/online_linear.dmft", dict(T=15, D=3, gamma=0.7)),
 ])
 def test_exact_backend_is_the_two_layer_engine(spec, params):
     """Linear specs without sampling: the march on the 2n points +-sqrt(n) e_i (exact averages of quadratics)
@@ -245,9 +248,9 @@ def test_compiled_model_saddle_on_draws_runs_the_program():
     """CompiledModel.saddle_on_draws (the common-random-number reference of dmftc.validation.truth) marches the
     single-site program: the two-layer engine's trajectories to round-off, and its errors are kept."""
     m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
-    params = dict(T=20, P=3, gamma=0.8, Kx=_gram(3, 21), y=np.array([1.0, -1.0, 0.5]))
+    params = dict(T=15, P=3, gamma=0.8, Kx=_gram(3, 21), y=np.array([1.0, -1.0, 0.5]))
     p, sz, T = resolve_params(m.module, params)
-    draws = _draws(m.module, p, sz, 250, 2)
+    draws = _draws(m.module, p, sz, PATHS, 2)
     ref = reference_module(ROOT / "specs" / "two_layer_multi.dmft")
     got, want = m.saddle_on_draws(draws, **params), saddle_on_draws(ref, draws, **params)
     for k in want:
@@ -265,13 +268,13 @@ def test_abs_activation_propagator(tmp_path):
     path.write_text(MULTI.replace("sqrt(2) * max(0, h)", "abs(h)").replace("model two_layer_multi ", "model abs_multi "))
     pair = _pair(path, tmp_path / "generated")
     assert pair[0].SITE is not None
-    _assert_same_propagator(pair, dict(T=12, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
+    _assert_same_propagator(pair, dict(T=15, P=3, gamma=1.0, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.2])), 0.1)
 
 
 @pytest.mark.parametrize("spec, params, batch, segments", [
     ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), 7, 1),
     ("tests/specs/two_layer_ntk.dmft", dict(T=15, gamma=1.1, y=-0.8), None, 3),
-    ("specs/two_layer_multi.dmft", dict(T=12, P=3, gamma=0.8, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.9])), 64, 5),
+    ("specs/two_layer_multi.dmft", dict(T=15, P=3, gamma=0.8, Kx=_gram(3, 4), y=np.array([0.5, -1.0, 0.9])), 64, 5),
 ])
 def test_batches_and_causal_pieces_of_the_tangent_march_add_up(spec, params, batch, segments):
     """The driving directions' tangents marched in batches of paths (the last one padded with zero-weight
@@ -280,7 +283,7 @@ def test_batches_and_causal_pieces_of_the_tangent_march_add_up(spec, params, bat
     sums of order parameters (NTK update) and sample axes."""
     mod = dmftc.load(ROOT / spec).module
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
-    draws = _draws(mod, p, sz, 250, 17)
+    draws = _draws(mod, p, sz, PATHS, 17)
     whole = two_layer_propagator(mod, draws, p, sz, T, segments=1)
     parts = two_layer_propagator(mod, draws, p, sz, T, batch=batch, segments=segments)
     for k in ("U", "sigma"):
