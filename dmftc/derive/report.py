@@ -104,6 +104,22 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
     return "\n".join(L)
 
 
+def _axis_names(axes) -> list[str]:
+    """The program's array axes by name, a fresh summation index ``d#10`` printed as ``d2`` (``d3``, ... if taken),
+    as :func:`dmftc.derive.printing.clean_dummies` prints it in the formulas."""
+    names = [a for a, _ in axes]
+    taken, out = {a for a in names if "#" not in a}, []
+    for a in names:
+        if "#" in a:
+            base, k = a.split("#")[0], 2
+            while f"{base}{k}" in taken:
+                k += 1
+            a = f"{base}{k}"
+            taken.add(a)
+        out.append(a)
+    return out
+
+
 def site_program_text(site) -> str:
     """A two-layer spec's single-site program (dmftc.derive.site_lowering), as the site engine runs it."""
     from dmftc.derive.deep_blocks import site_text
@@ -111,7 +127,7 @@ def site_program_text(site) -> str:
     ix = dict(site.stored)
     out = ["single-site program (one layer l; dmftc.derive.site_lowering, run by dmftc.runtime.site_engine):"]
     out.append(f"  sources constant in time: {', '.join(n + _ix(ix.get(n, ())) for n in site.normals)}"
-               + (f";  array axes (paths, {', '.join(a for a, _ in site.axes)}, time)" if site.axes else ""))
+               + (f";  array axes (paths, {', '.join(_axis_names(site.axes))}, time)" if site.axes else ""))
     out += site_text(site)[1:]
     for n, idx, scope, inc in site.sums:
         out.append(f"  running sum {n}{_ix(idx)}(t + 1) = {n}{_ix(idx)}(t) + {dsl_str(inc)}   ({scope}; after the "
