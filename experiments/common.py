@@ -37,6 +37,12 @@ def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
     return args
 
 
+def ensemble_options(ap: argparse.ArgumentParser) -> None:
+    """--E (networks per width) and --samples (Monte Carlo paths of the solve), each defaulting by mode."""
+    ap.add_argument("--E", type=int, default=None, help="networks per width (default: by mode)")
+    ap.add_argument("--samples", type=int, default=None, help="Monte Carlo paths of the solve (default: by mode)")
+
+
 # ----------------------------------------------------------------------------- statistics
 def sample_stats(x: np.ndarray, N: int):
     """mean, N*var (ddof=1) and their standard errors over axis 0 (formulas of dmftc.validation.ensemble)."""
@@ -289,6 +295,33 @@ def finish_deep(agree: Agreement, out: Path, rel_max: float, **extra) -> None:
     if too_far:
         sys.exit(f"FAILED: {agree.name}: N Var differs by more than {100 * rel_max:g}% of its peak: "
                  + ", ".join(f"{k} {v:.3f}" for k, v in too_far.items()))
+
+
+def finish_bounds(agree: Agreement, out: Path, rel_mean: float, rel_nvar: float) -> None:
+    """:meth:`Agreement.finish` (z <= Z_MAX); in full mode also the means within ``rel_mean`` and N Var within
+    ``rel_nvar`` of their peaks (max over time of the difference)."""
+    rel = {k: (r["rel_max"], rel_nvar if "N Var" in k else rel_mean) for k, r in agree.rows.items()}
+    agree.finish(out, max_rel_mean=max(v for k, (v, _) in rel.items() if "N Var" not in k),
+                 max_rel_nvar=max(v for k, (v, _) in rel.items() if "N Var" in k))
+    far = {k: v for k, (v, lim) in rel.items() if v > lim}
+    if far and not agree.quick:
+        sys.exit(f"FAILED: {agree.name}: differences beyond {100 * rel_mean:g}% (means) or {100 * rel_nvar:g}% "
+                 "(N Var) of the peak: " + ", ".join(f"{k} {v:.3f}" for k, v in far.items()))
+
+
+def schedule(kind: str, T: int) -> np.ndarray:
+    """Per-step factors lr[0..T-1] of the step size: 'constant' (ones), 'linear' (from 1 down to 0.5) or
+    'cosine' (optax.schedules.warmup_cosine_decay_schedule: a warm-up over T/6 steps to 1, then a cosine decay
+    to 0.1 at T)."""
+    if kind == "constant":
+        return np.ones(T)
+    if kind == "linear":
+        return np.linspace(1.0, 0.5, T)
+    import optax
+
+    s = optax.schedules.warmup_cosine_decay_schedule(init_value=0.0, peak_value=1.0, warmup_steps=max(1, T // 6),
+                                                     decay_steps=T, end_value=0.1)
+    return np.array([float(s(t)) for t in range(T)])
 
 
 def save_figure(fig, out: Path, name: str) -> Path:

@@ -51,23 +51,8 @@ SETTINGS = {
 QUICK = ("GD", "beta=0.5, lam=0.1, cosine", "beta=0.9, lam=0.1, cosine, lazy")
 
 
-def schedule(kind: str, T: int) -> np.ndarray:
-    """The per-step factors lr[0..T-1]: ones, or a warm-up over T/6 steps to 1 then a cosine decay to 0.1."""
-    if kind == "constant":
-        return np.ones(T)
-    import optax
-
-    s = optax.schedules.warmup_cosine_decay_schedule(init_value=0.0, peak_value=1.0, warmup_steps=max(1, T // 6),
-                                                     decay_steps=T, end_value=0.1)
-    return np.array([float(s(t)) for t in range(T)])
-
-
 def main():
-    def options(ap):
-        ap.add_argument("--E", type=int, default=None, help="networks per width (default: by mode)")
-        ap.add_argument("--samples", type=int, default=None, help="Monte Carlo paths of the solve (default: by mode)")
-
-    args = common.parse_args("two_layer_sgd", __doc__, options)
+    args = common.parse_args("two_layer_sgd", __doc__, common.ensemble_options)
     if args.quick:
         T, N, E, samples, labels = 10, 32, 6000, 20000, QUICK
     else:
@@ -80,7 +65,7 @@ def main():
     arrays, curves = {}, {}
     for k, label in enumerate(labels):
         s = dict(SETTINGS[label])
-        lr = schedule(s.pop("lr"), T)
+        lr = common.schedule(s.pop("lr"), T)
         sol = model.solve(T=T, lr=lr, backend="mc", samples=samples, seed=SEED + 10 * k, progress=False, **s)
         nets = optax_truth(T=T, N=N, E=E, lr=lr, seed=SEED + 10 * k + 1, **s)
         for n in NAMES:
@@ -119,19 +104,7 @@ def main():
                  fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.975))
     common.save_figure(fig, args.out, "two_layer_sgd")
-    finish(agree, args.out)
-
-
-def finish(agree: common.Agreement, out: Path) -> None:
-    """:meth:`common.Agreement.finish` (z <= 4); in full mode also the means within REL_MEAN and N Var within
-    REL_NVAR of their peaks (max over time of the difference)."""
-    rel = {k: (r["rel_max"], REL_NVAR if "N Var" in k else REL_MEAN) for k, r in agree.rows.items()}
-    agree.finish(out, max_rel_mean=max(v for k, (v, _) in rel.items() if "N Var" not in k),
-                 max_rel_nvar=max(v for k, (v, _) in rel.items() if "N Var" in k))
-    far = {k: v for k, (v, lim) in rel.items() if v > lim}
-    if far and not agree.quick:
-        sys.exit(f"FAILED: {agree.name}: differences beyond 1% (means) or 5% (N Var) of the peak: "
-                 + ", ".join(f"{k} {v:.3f}" for k, v in far.items()))
+    common.finish_bounds(agree, args.out, REL_MEAN, REL_NVAR)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-from two_layer_sgd import finish  # noqa: E402
 
 import dmftc  # noqa: E402
 from dmftc.validation.optax_nets import optax_truth  # noqa: E402
@@ -62,11 +61,7 @@ def components(name: str, P: int, C: int) -> list:
 
 
 def main():
-    def options(ap):
-        ap.add_argument("--E", type=int, default=None, help="networks per width (default: by mode)")
-        ap.add_argument("--samples", type=int, default=None, help="Monte Carlo paths of the solve (default: by mode)")
-
-    args = common.parse_args("two_layer_softmax", __doc__, options)
+    args = common.parse_args("two_layer_softmax", __doc__, common.ensemble_options)
     if args.quick:
         T, N, E, samples, labels = 6, 32, 6000, 20000, QUICK
     else:
@@ -124,7 +119,7 @@ def main():
                  fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.975))
     common.save_figure(fig, args.out, "two_layer_softmax")
-    finish(agree, args.out)
+    common.finish_bounds(agree, args.out, 0.01, 0.05)
 
 
 if __name__ == "__main__":
