@@ -14,12 +14,13 @@ from dmftc.frontend.check import check
 from dmftc.frontend.parse import parse
 
 TEXT = (Path(__file__).resolve().parent.parent / "specs" / "deep_sgd.dmft").read_text()
-Q = "q(t, s) = beta * q(t - 1, s)"
+Q = "q(t, s) = beta * q(t - 1, s) - eta * lam * c(t, s)"
 C = "c(t, s) = c(t - 1, s) + lr[t - 1] * q(t - 1, s)"
-H = "integral(c(t, s) Delta(s) Phi[l-1](t, s) g[l](s), s < t)"
+H = "integral(c(t, s) / a(t) Delta(s) Phi[l-1](t, s) g[l](s), s < t)"
+A = "a(t) = a(t - 1) - eta * lr[t - 1] * v(t - 1)"
 
 CASES = [
-    ("no-initial-value", ((";                        q(s, s) = 1", ""),), StructureSpecError, "q(t, s)",
+    ("no-initial-value", ((";  q(s, s) = 1", ""),), StructureSpecError, "q(t, s)",
      "the coefficient 'q' has no initial value", "q(s, s) = ..."),
     ("initial-without-recurrence", ((Q, "q2(t, s) = beta * q2(t - 1, s)"),), StructureSpecError, "q(s, s)",
      "'q(s, s)' is the initial value of a coefficient", None),
@@ -31,10 +32,10 @@ CASES = [
      "q(t - 2, s)", "at other times than", None),
     ("per-step-now", ((C, "c(t, s) = c(t - 1, s) + lr[t] * q(t - 1, s)"),), CausalitySpecError, "lr[t]",
      "reads 'lr[t]'", "lr[t - 1]"),
-    ("same-time-cycle", ((Q, "q(t, s) = beta * c(t, s)"), (C, "c(t, s) = c(t - 1, s) + lr[t - 1] * q(t, s)")),
-     CausalitySpecError, "beta * c(t, s)",
-     "coefficients depend on each other at the same time", None),
-    ("initial-reads-a-time", (("c(s, s) = 0\n", "c(s, s) = s\n"),), StructureSpecError, "s\n  u[l]",
+    ("same-time-cycle", ((C, "c(t, s) = c(t - 1, s) + lr[t - 1] * q(t, s)"),),
+     CausalitySpecError, "c(t - 1, s) + lr[t - 1] * q(t, s)",
+     "coefficients depend on each other at the same time", "(t - 1, s)"),
+    ("initial-reads-a-time", (("c(s, s) = 0\n", "c(s, s) = s\n"),), StructureSpecError, "s\n  q(t, s)",
      "the initial value c(s, s) cannot read 's'", "numbers and parameters"),
     ("outside-a-sum", (("h[l](t) = u[l](t) +", "h[l](t) = u[l](t) + c(t, t) +"),), CausalitySpecError, "c(t, t)",
      "enters field equations only through causal sums", None),
@@ -46,6 +47,31 @@ CASES = [
      "has no layer index", None),
     ("second-time-is-t", (("c(s, s) = 0\n", "c(t, t) = 0\n"),), NameSpecError, "t, t) = 0",
      "is written at its second time", None),
+    # one-time coefficients (the weight decay's a(t), v(t))
+    ("one-time-no-initial-value", ((";       a(0) = 1", ""),), StructureSpecError, A,
+     "the one-time coefficient 'a' has no initial value", "a(0) = ..."),
+    ("one-time-initial-not-at-0", (("a(0) = 1", "a(1) = 1"),), StructureSpecError, "a(1) = 1",
+     "the initial value of the one-time coefficient 'a' is given at 0", "a(0) = ..."),
+    ("one-time-reads-itself-now", ((A, "a(t) = a(t) - eta * lr[t - 1] * v(t - 1)"),), CausalitySpecError,
+     "a(t) - eta", "'a(t)' is defined in terms of itself", "a(t - 1)"),
+    ("one-time-cycle", ((A, "a(t) = a(t - 1) - eta * lr[t - 1] * v(t)"),), CausalitySpecError,
+     "a(t - 1) - eta", "coefficients depend on each other at the same time: a -> v -> a", "(t - 1)"),
+    ("one-time-reads-two-time", (("v(t) = beta * v(t - 1)", "v(t) = beta * c(t - 1, s)"),), StructureSpecError,
+     "c(t - 1, s) + lam", "the recurrence of 'v' cannot read 'c'", None),
+    ("one-time-two-times", ((H, H.replace("a(t)", "a(t, s)")),), ShapeSpecError, "a(t, s)",
+     "a one-time coefficient 'a' takes 1 time argument, got 2", "write a(t)"),
+    ("one-time-with-a-layer-index", ((H, H.replace("a(t)", "a[l](t)")),), ShapeSpecError, "a[l](t)",
+     "has no layer index", "write a(t)"),
+    ("one-time-in-a-scalar", (("K(t) - sum(l = 0..L:", "K(t) - a(t) * sum(l = 0..L:"),), StructureSpecError,
+     "a(t) * sum", "the one-time coefficient 'a' is read in field equations and averages only", None),
+    ("decay-per-step", (("param lam = 0.0", "param lam[T] = 0.0"),), StructureSpecError, "lam * a(t)",
+     "the recurrence of 'v' cannot read 'lam'", None),
+    ("activation-argument-differs", (("B[l+1](t, s) phi(a(s) h[l](s))", "B[l+1](t, s) phi(a(t) h[l](s))"),),
+     StructureSpecError, "r[l](t) + sum(s <= t", "the activation's argument differs between the sums", None),
+    ("gradient-field-unscaled", (("g[l](t) = a(t) phi'", "g[l](t) = phi'"),), StructureSpecError,
+     "phi'(a(t) h[l](t)) z", "the gradient field must be g[l](t) = a(t) * phi'(a(t)*h[l](t)) * z[l](t)", None),
+    ("readout-unscaled", (("E[a(t) z[L](t)", "E[z[L](t)"),), StructureSpecError, "E[z[L](t)",
+     "reads the output from E[a(t) z[L](t) phi(a(t) h[L](t))]", None),
 ]
 
 
@@ -58,8 +84,9 @@ def _locate(text, needle):
 def test_bad_coefficient_is_located(edits, exc, at, message, hint):
     text = TEXT
     for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
+        i0 = 0 if old.startswith("param") else text.index("\nprocess:")      # (not the header's equations)
+        assert old in text[i0:], old
+        text = text[:i0] + text[i0:].replace(old, new, 1)
     with pytest.raises(SpecError) as info:
         derive(check(parse(text, "specs/deep_sgd.dmft")))
     err = info.value
@@ -77,7 +104,7 @@ def test_bad_coefficient_is_located(edits, exc, at, message, hint):
 @pytest.mark.slow
 def test_token_edits_never_escape():
     """Deleting or replacing one token of the coefficient lines gives a valid spec or a located SpecError."""
-    start, end = TEXT.index("  q(t, s) ="), TEXT.index("  u[l] ~")
+    start, end = TEXT.index("  a(t) =", TEXT.index("\nprocess:")), TEXT.index("  u[l] ~")
     located = 0
     toks = list(re.finditer(r"[A-Za-z_][A-Za-z_0-9]*|[0-9.]+|<=|>=|\S", TEXT[start:end]))
     for m in toks[::5]:

@@ -1,7 +1,8 @@
 """Print a deep spec's time coefficients (:mod:`dmftc.frontend.coefficients_deep`) into its generated module:
 ``coefficients(p, T)`` runs their recurrences in t, every row a vector over s, and returns each as a (T, T) array
-(row t, column s; 0 for s > t).  The recurrences read the parameters only, so the function is JAX-traceable in
-them and its rows for t < T do not depend on T (the propagator's structure checks call it on a shorter grid)."""
+(row t, column s; 0 for s > t), and each one-time coefficient as a (T,) array.  The recurrences read the
+parameters only, so the function is JAX-traceable in them and its rows for t < T do not depend on T (the
+propagator's structure checks call it on a shorter grid)."""
 from __future__ import annotations
 
 import sympy as sp
@@ -55,7 +56,8 @@ def coefficient_expr(body, tv: str, s: str, names: dict):
         return BUILTINS[body.name](*[c(a) for a in body.args])
     if isinstance(body, ast.Call):                         # another coefficient at (t - 1, s) or (t, s)
         k = time_offset(body.args[0], tv)
-        sym = sp.Symbol(f"{body.name}({tv} - 1, {s})" if k else f"{body.name}({tv}, {s})")
+        at = f", {s})" if len(body.args) == 2 else ")"
+        sym = sp.Symbol(f"{body.name}({tv} - 1{at}" if k else f"{body.name}({tv}{at}")
         names[sym] = f"{'prev' if k else 'cur'}[{body.name!r}]"
         return sym
     raise AssertionError(type(body))  # pragma: no cover - the checker admits nothing else
@@ -67,14 +69,17 @@ def emit_coefficients(w, coefficients, tv: str) -> None:
         return
     w("\ndef _per_step(v, k):\n    \"\"\"A per-step parameter at step k (clipped to the values given).\"\"\"\n"
       "    v = jnp.atleast_1d(jnp.asarray(v, jnp.float64))\n    return v[min(max(k, 0), v.shape[0] - 1)]\n\n")
-    doc = "; ".join(f"{c.name}({tv}, s) = {sp.sstr(coefficient_expr(c.body, tv, c.time2, {}))}, "
-                    f"{c.name}(s, s) = {sp.sstr(coefficient_expr(c.init, tv, c.time2, {}))}" for c in coefficients)
+    doc = "; ".join(f"{c.name}({tv}{'' if c.one_time else ', s'}) = "
+                    f"{sp.sstr(coefficient_expr(c.body, tv, c.time2, {}))}, "
+                    f"{c.name}({'0' if c.one_time else 's, s'}) = {sp.sstr(coefficient_expr(c.init, tv, c.time2, {}))}"
+                    for c in coefficients)
+    ones = any(c.one_time for c in coefficients)
     w("\ndef coefficients(p, T):\n")
-    w(f"    \"\"\"The time coefficients as (T, T) arrays, row t over s (0 for s > t), by their recurrences for t > s:\n"
-      f"    {doc}\n    \"\"\"\n")
+    w(f"    \"\"\"The time coefficients as (T, T) arrays, row t over s (0 for s > t), by their recurrences for t > s"
+      f"{chr(10) + '    (one-time coefficients: (T,) arrays, for t > 0)' if ones else ''}:\n    {doc}\n    \"\"\"\n")
     w("    s = jnp.arange(T, dtype=jnp.float64)\n")
     names = [c.name for c in coefficients]
-    w(f"    prev = {{{', '.join(f'{n!r}: jnp.zeros(T)' for n in names)}}}\n")
+    w(f"    prev = {{{', '.join(f'{c.name!r}: ' + ('0.0' if c.one_time else 'jnp.zeros(T)') for c in coefficients)}}}\n")
     w(f"    rows = {{{', '.join(f'{n!r}: []' for n in names)}}}\n")
     w("    for t in range(T):\n        cur = {}\n")
     for c in coefficients:
@@ -82,6 +87,10 @@ def emit_coefficients(w, coefficients, tv: str) -> None:
         body = coefficient_expr(c.body, tv, c.time2, table)
         init_table = {_S: "s"}
         init = coefficient_expr(c.init, tv, c.time2, init_table)
+        if c.one_time:
+            w(f"        cur[{c.name!r}] = jnp.asarray({_Code(table)(body)} if t > 0 else {_Code(init_table)(init)}, "
+              "jnp.float64)\n")
+            continue
         w(f"        cur[{c.name!r}] = jnp.where(s < t, {_Code(table)(body)}, jnp.where(s == t, {_Code(init_table)(init)}, "
           "0.0))\n")
     w("        for k in rows:\n            rows[k].append(cur[k])\n        prev = cur\n")

@@ -79,6 +79,12 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"LINEAR = {d.linear!r}\n")
     w("# the gradient field is phi'(h) z (gradient descent), or else a(h) z + b(h) as in gradient()\n")
     w(f"STANDARD_GRADIENT = {d.standard_gradient!r}\n")
+    if d.scale != 1:
+        ones = tuple(k.name for k in m.coefficients if k.one_time)
+        w(f"# the activation's argument is {sp.sstr(d.scale)} {r['h']}[{lv}](t) and the gradient field {sp.sstr(d.scale)} "
+          f"phi'({sp.sstr(d.scale)} {r['h']}[{lv}](t)) {r['z']}[{lv}](t):\n"
+          "# the local functions read these one-time coefficients (coefficients(p, T)) at their time step\n")
+        w(f"ONE_TIME_COEFFICIENTS = {ones!r}\n")
     w("# lowest derivative of phi (<= 4; a and b of the gradient field count one order more) holding a delta\n"
       "# function, mollified to a Gaussian of the solve's dirac_width in the generated code (None: smooth)\n")
     w(f"KINK_ORDER = {d.kink_order!r}\n")
@@ -135,7 +141,10 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     prev = {sp.Function(f"{r[k]}[{lv}-1]")(t, s): f"prev[{r[k]!r}]" for k in ("Phi", "A")}
     nxt = {sp.Function(f"{r[k]}[{lv}+1]")(t, s): f"nxt[{r[k]!r}]" for k in ("G", "B")}
     base = {sp.Symbol(n): f"p[{n!r}]" for n in d.params} | {sp.Function(err)(s): err}
-    base |= {sp.Function(k.name)(t, s): f"_c[{k.name!r}]" for k in m.coefficients}
+    base |= {sp.Function(k.name)(t, s): f"_c[{k.name!r}]" for k in m.coefficients if not k.one_time}
+    # one-time coefficients: a column over the rows t, or one value over s (the rows are (T, T) arrays)
+    base |= {sp.Function(k.name)(x): f"_c[{k.name!r}]{ix}" for k in m.coefficients if k.one_time
+             for x, ix in ((t, "[:, None]"), (s, ""))}
     emit_coefficients(w, m.coefficients, m.time_var)
     # the coefficients' (T, T) arrays at the size of the rows (Delta is one over s)
     coef = f"    _c = coefficients(p, jnp.shape({err})[-1])\n" if m.coefficients else ""
@@ -163,7 +172,12 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"    last: rows t of layer {depth} ({r['Phi']}, {r['A']}); nxt: of layer {depth}+1; past / upto: masks s < t / "
       "s <= t.\n    \"\"\"\n")
     w(f"    c0, c = z_coupling(nxt, {err}, p)\n")
-    w(f"    return (jnp.sum(past * nxt[{r['G']!r}] * last[{r['A']!r}]) + jnp.sum(upto * c0 * last[{r['Phi']!r}])\n"
+    scale = ""
+    if d.scale != 1:           # the activation's argument k(t) h(t): the average is k(t) times the sums at row t
+        w(f"    _c = coefficients(p, jnp.shape({err})[-1])\n    _t = jnp.sum(upto).astype(int) - 1\n")
+        scale = _Code({sp.Function(k.name)(t): f"_c[{k.name!r}][_t]" for k in m.coefficients if k.one_time})(
+            d.scale) + " * "
+    w(f"    return {scale}(jnp.sum(past * nxt[{r['G']!r}] * last[{r['A']!r}]) + jnp.sum(upto * c0 * last[{r['Phi']!r}])\n"
       f"            + jnp.sum(past * c * last[{r['Phi']!r}]))\n\n")
     sc = next(x for x in d.scalars if x.in_march)
     names = {sp.Symbol(n): f"p[{n!r}]" for n in d.params}
@@ -184,7 +198,8 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
         from dmftc.codegen.site import emit_site
 
         emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params),
-                  coefficients=tuple(k.name for k in m.coefficients))
+                  coefficients=tuple(k.name for k in m.coefficients if not k.one_time),
+                  one_time=tuple(k.name for k in m.coefficients if k.one_time))
     text = "".join(out)
     return prune_imports(text.rstrip("\n") + "\n")
 

@@ -19,7 +19,9 @@ step t of the layer being computed:
     E.p[name]                   a parameter value
     E.step                      the step number t as a value (time in an expression, dmftc.derive.symbolic.STEP)
     E.per_step(name, k)         a per-step parameter (lr[T]) at step t + k
-    E.coef(name)                row t of a time coefficient (the generated ``coefficients(p, T)``)
+    E.coef(name)                row t of a time coefficient (the generated ``coefficients(p, T)``); a one-time
+                                coefficient's value at t
+    E.coef(name, k)             a one-time coefficient's value at the fixed time k
 
 ``SITE`` holds the program's structure: names, the sources' covariances, the Stein plans of the readout
 averages, the path factors of the fields' sums and the same-time reads of every quantity (which order one time
@@ -40,9 +42,11 @@ class _SitePrinter(ExprPrinter):
 
     dirac_width = "E.width"
 
-    def __init__(self, prog: SiteProgram, scalars: set, params: set, terms: bool = False, coefficients=()):
+    def __init__(self, prog: SiteProgram, scalars: set, params: set, terms: bool = False, coefficients=(),
+                 one_time=()):
         self.prog, self.scalars, self.params = prog, scalars, params
         self.coefficients = set(coefficients)         # time coefficients (dmftc.frontend.coefficients_deep)
+        self.one_time = set(one_time)                 # the one-time ones among them
         self.terms = {f: sp.sstr(f) for f in prog.terms} if terms else {}      # read the kept path factors at s
         self.fields = {n for n, _ in prog.fields}
         self.sources = {n for n, _, _ in prog.sources} | set(prog.normals)
@@ -135,10 +139,12 @@ class _SitePrinter(ExprPrinter):
             for term in sp.Add.make_args(e.function):       # sum_s P(s) C(t, s): the paths' factor P times a row C
                 path = [f for f in sp.Mul.make_args(term) if self.path_dependent(f)]
                 coef = sp.Mul(*[f for f in sp.Mul.make_args(term) if not self.path_dependent(f)])
-                P = self.p(sp.Mul(*path)) if path else "None"
-                own, others, _ = split_path(term, self.fields, self.t, self.prog.layer, self.prog.activation)
+                own, others, _ = split_path(term, self.fields, self.t, self.prog.layer, self.prog.activation,
+                                            self.prog.known)
                 if self.terms and own is not None:                 # the kept path factor at s (and the rest)
                     P = " * ".join([f"E.term({self.terms[own]!r})"] + [self.p(f) for f in others])
+                else:
+                    P = self.p(sp.Mul(*path)) if path else "None"
                 parts.append(f"E.causal_dot({P}, {self.p(coef)}, upto={hi == self.t})")
             self.vec = outer
             out = parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
@@ -180,6 +186,8 @@ class _SitePrinter(ExprPrinter):
             return f"E.q({base!r}, {self.time(e.args[0])})"
         if base in self.coefficients and tuple(e.args) == (self.t, self.s):
             return f"E.coef({base!r})"
+        if base in self.one_time and len(e.args) == 1 and (e.args[0] == self.t or e.args[0].is_Integer):
+            return f"E.coef({base!r})" if e.args[0] == self.t else f"E.coef({base!r}, {int(e.args[0])})"
         raise NotImplementedError(f"the site program cannot read {e}")
 
     def path_dependent(self, e) -> bool:
@@ -193,10 +201,11 @@ class _SitePrinter(ExprPrinter):
             self.vec = False
 
 
-def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficients: tuple = ()) -> None:
+def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficients: tuple = (),
+              one_time: tuple = ()) -> None:
     """Append ``SITE`` and the program's functions to a generated deep module (``w`` writes text); ``coefficients``:
     the names of its time coefficients."""
-    pr = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients)
+    pr = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients, one_time=one_time)
     lv, tv = prog.layer, prog.time
     site = {
         "fields": tuple(n for n, _ in prog.fields),
@@ -232,7 +241,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
     for k, v in site.items():
         w(f"    {k!r}: {v!r},\n")
     w("}\n\n")
-    fp = _SitePrinter(prog, set(scalars), set(params), terms=True, coefficients=coefficients)
+    fp = _SitePrinter(prog, set(scalars), set(params), terms=True, coefficients=coefficients, one_time=one_time)
     stored = dict(prog.stored)
     for n, e in prog.fields:
         ix = "".join(f", {i}" for i in stored.get(n, ()))
@@ -271,7 +280,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
                 w(f"\ndef site_stein_{sym}(E):\n    \"\"\"Y = d({sp.sstr(e)}) / d(field at t): {sym} by Stein's lemma\"\"\"\n"
                   f"    return {pr.p(stein[sym])}\n\n")
         sol = sp.sstr(-rest / coeff)
-        v = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients)
+        v = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients, one_time=one_time)
         v.atom = _with_averages(v.atom, {sym for sym, _ in avgs})
         w(f"\ndef site_constraint_{name}(E, v):\n    \"\"\"{name}(t) = {sol}; v: the averages\"\"\"\n"
           f"    return {v.p(sp.simplify(-rest / coeff))}\n\n")

@@ -78,6 +78,7 @@ class DeepDerivation:
     site: object = None         # the single-site program (dmftc.derive.site.SiteProgram), printed for the site march
     grad: tuple = ()            # (a, a', a'', a''', b, b', b'', b''') of g = a(h) z + b(h), concrete, in act_arg
     grad_abstract: tuple = ()   # (a, b) with the activation's derivatives as abstract functions (printing)
+    scale: sp.Expr = sp.Integer(1)   # k(t) of the activation's argument k(t) h(t): one-time coefficients, or 1
 
     @property
     def standard_gradient(self) -> bool:
@@ -87,7 +88,7 @@ class DeepDerivation:
     @property
     def linear(self) -> bool:
         """phi(h) = h and g = z exactly: every field is Gaussian, and the network is the deep linear one."""
-        return sp.simplify(self.phi[0] - self.act_arg) == 0 and self.standard_gradient
+        return sp.simplify(self.phi[0] - self.act_arg) == 0 and self.standard_gradient and self.scale == 1
 
     @property
     def kink_order(self):
@@ -141,16 +142,22 @@ class _Deriver(DeepLowering):
         lv = m.layer_var
         F = lambda n, arg: sp.Function(f"{n}[{lv}]")(arg)  # noqa: E731
         phi = self.phi_f[0]
+        # the activation's argument: k(t) h(t), k a product of one-time coefficients (1 without any)
+        k = self.activation_scale(parsed[z], F(h, s), eqs[z])
+        kt = k.subs(s, t)
         # gradient field
-        grad_abstract = self.gradient_field(parsed[g], F(h, t), F(z, t), eqs[g], g, h, z)
+        if k == 1:
+            grad_abstract = self.gradient_field(parsed[g], F(h, t), F(z, t), eqs[g], g, h, z)
+        else:
+            grad_abstract = self.scaled_gradient(parsed[g], F(h, t), F(z, t), kt, eqs[g], g)
         h_past, h_upto = self.split(h, parsed[h], src(fwd_name), F(g, s), eqs[h])
         if h_upto != 0:  # pragma: no cover - a same-time cycle, rejected by the checker
             raise self.err("the forward field cannot use the gradient field at the same time", eqs[h].body.pos)
-        z_past, z_upto = self.split(z, parsed[z], src(bwd_name), phi(F(h, s)), eqs[z])
+        z_past, z_upto = self.split(z, parsed[z], src(bwd_name), phi(k * F(h, s)), eqs[z])
         # families and responses
         if fwd_cov == bwd_cov:
             raise self.err("the forward and backward sources need different kernels", decl[bwd_name].cov.pos)
-        want = {fwd_cov: phi(F(h, t)) * phi(F(h, s)), bwd_cov: F(g, t) * F(g, s)}
+        want = {fwd_cov: phi(kt * F(h, t)) * phi(k * F(h, s)), bwd_cov: F(g, t) * F(g, s)}
         for o in (o for o in ir.orders if o.kind == "average" and o.times == 2):
             name, eq = o.name, m.definitions[o.name]
             if name not in want:
@@ -162,7 +169,7 @@ class _Deriver(DeepLowering):
         roles = {"h": h, "z": z, "g": g, "u": fwd_name, "r": bwd_name, "Phi": fwd_cov, "G": bwd_cov}
         for o in (o for o in ir.orders if o.kind == "response"):
             name, eq, of = o.name, m.definitions[o.name], o.observable
-            if o.wrt == bwd_name and of == phi(F(h, t)):
+            if o.wrt == bwd_name and of == phi(kt * F(h, t)):
                 roles["A"] = name
             elif o.wrt == fwd_name and of == F(g, t):
                 roles["B"] = name
@@ -187,7 +194,7 @@ class _Deriver(DeepLowering):
         scalars = []
         used = {str(a.func) for f in ir.fields for a in f.expr.atoms(sp.Function)}
         for o in (o for o in ir.orders if o.times == 1):
-            placeholders = tuple((a.symbol, self.readout_average(a, roles)) for a in o.averages)
+            placeholders = tuple((a.symbol, self.readout_average(a, roles, k)) for a in o.averages)
             scalars.append(ScalarDef(o.name, -o.rest / o.coeff, placeholders, o.name in used))
         march = [sc for sc in scalars if sc.in_march]
         for sc in scalars:
@@ -206,7 +213,7 @@ class _Deriver(DeepLowering):
                                        for f in sc.expr.atoms(sp.Function)):
                 raise self.err(f"'{sc.name}' may use kernels and parameters only", m.definitions[sc.name].pos)
         Lp1 = {"G": f"{roles['G']}[{m.depth}+1]", "B": f"{roles['B']}[{m.depth}+1]"}
-        stein = (sp.Sum(sp.Function(Lp1["G"])(t, s) * sp.Function(f"{roles['A']}[{m.depth}]")(t, s), (s, 0, t - 1))
+        stein = kt * (sp.Sum(sp.Function(Lp1["G"])(t, s) * sp.Function(f"{roles['A']}[{m.depth}]")(t, s), (s, 0, t - 1))
                  + sp.Sum(z_upto.subs(_layer_subs(z_upto, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
                           (s, 0, t))
                  + sp.Sum(z_past.subs(_layer_subs(z_past, lv, m.depth)) * sp.Function(f"{roles['Phi']}[{m.depth}]")(t, s),
@@ -224,8 +231,41 @@ class _Deriver(DeepLowering):
 
         grad = self.gradient_derivatives(grad_abstract, phis, eqs[g])
         return DeepDerivation(m, t, s, self.x, phis, roles, Couplings(h_past, z_upto, z_past), bounds,
-                              tuple(scalars), stein, params, tuple((k, p) for k, p in positions if p is not None),
-                              site_program(self.ir), grad, grad_abstract)
+                              tuple(scalars), stein, params, tuple((w, p) for w, p in positions if p is not None),
+                              site_program(self.ir), grad, grad_abstract, kt)
+
+    # ------------------------------------------------------------ a scaled activation argument
+    def activation_scale(self, parsed, H, eq):
+        """k(s) of the activation's argument k(s) h(s) in the backward field's sums: 1, or a product of one-time
+        coefficients at s (a weight decay, specs/deep_sgd.dmft); a located error for anything else."""
+        ones = {c.name for c in self.m.coefficients if c.one_time}
+        args = {a.args[0] for _, (_, body, _) in parsed[1].items() for a in body.atoms(self.phi_f[0])}
+        if not args:
+            return sp.Integer(1)              # (the split of the field reports a driver it does not find)
+        if len(args) > 1:
+            raise self.err(f"the activation's argument differs between the sums of the backward field: "
+                           f"{', '.join(sorted(map(str, args)))}", eq.body.pos,
+                           hint=f"write {self.act.name}({H}) (or a one-time coefficient at s times it) in every sum")
+        k = sp.simplify(next(iter(args)) / H)
+        fs = k.atoms(sp.Function)
+        if k == 1 or (fs and not k.free_symbols - {self.s} and k.is_Mul in (True, False) and all(
+                str(f.func) in ones and f.args == (self.s,) for f in fs) and all(
+                isinstance(x, sp.Function) for x in sp.Mul.make_args(k))):
+            return k
+        raise self.err(f"the activation's argument must be {H} or a one-time coefficient at s times it, "
+                       f"not {next(iter(args))}", eq.body.pos,
+                       hint="one-time coefficients a(t) = ...; a(0) = ... scale the activation's argument")
+
+    def scaled_gradient(self, parsed, H, Z, kt, eq, g):
+        """With the activation's argument k(t) h(t), the gradient field of gradient descent is the derivative of
+        phi(k h) in h times z, k(t) phi'(k(t) h(t)) z(t): (a, b) = (phi'(x), 0) at the argument x = k h."""
+        gexpr, gsums = parsed
+        if gsums or sp.simplify(gexpr - kt * self.phi_f[1](kt * H) * Z) != 0:
+            lv, tv = self.m.layer_var, self.m.time_var
+            raise self.err(f"with the activation's argument {kt * H}, the gradient field must be "
+                           f"{g}[{lv}]({tv}) = {kt} * {self.act.name}'({kt * H}) * {Z}", eq.body.pos,
+                           hint="the derivative of phi(k h) in h, times z (gradient descent)")
+        return self.phi_f[1](self.x), sp.Integer(0)
 
     # ------------------------------------------------------------ the gradient field
     def gradient_field(self, parsed, H, Z, eq, g, h, z):
@@ -306,19 +346,22 @@ class _Deriver(DeepLowering):
                 raise self.err(f"the {which} field's coupling uses {f}; the deep runtime supports the adjacent "
                                f"layer's {' and '.join(sorted(allowed))} and the error signal", eq.body.pos)
 
-    def readout_average(self, avg, roles):
-        """The time ('t' or '0') of a readout average E[z[L](t1) phi(h[L](t1))]; anything else is an error."""
+    def readout_average(self, avg, roles, k=sp.Integer(1)):
+        """The time ('t' or '0') of a readout average E[z[L](t1) phi(h[L](t1))] (E[k z phi(k h)] with the
+        activation's argument k(t1) h(t1)); anything else is an error."""
         m = self.m
         for t1 in (self.t, sp.Integer(0)):
             z = sp.Function(f"{roles['z']}[{m.depth}]")(t1)
             h = sp.Function(f"{roles['h']}[{m.depth}]")(t1)
-            if sp.simplify(avg.expr - z * self.phi_f[0](h)) == 0:
+            k1 = k.subs(self.s, t1)
+            if sp.simplify(avg.expr - k1 * z * self.phi_f[0](k1 * h)) == 0:
                 return str(t1)
         if not (isinstance(avg.expr, sp.Mul) and len(avg.expr.args) == 2):
             raise self.err(f"averages in '{avg.symbol}' must be E[{roles['z']}[{m.depth}](t) {self.act.name}("
                            f"{roles['h']}[{m.depth}](t))]", avg.pos)
-        raise self.err(f"the deep runtime reads the output from E[{roles['z']}[{m.depth}](t) {self.act.name}("
-                       f"{roles['h']}[{m.depth}](t))] (and the same at time 0)", avg.pos,
+        kt = "" if k == 1 else f"{k.subs(self.s, self.t)} "
+        raise self.err(f"the deep runtime reads the output from E[{kt}{roles['z']}[{m.depth}](t) {self.act.name}("
+                       f"{kt}{roles['h']}[{m.depth}](t))] (and the same at time 0)", avg.pos,
                        hint="the network output is the last layer's readout average")
 
 

@@ -255,16 +255,25 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
     w(f"  {r['u']}[{lv}] ~ GP(0, {r['Phi']}[{lv}-1]),  {r['r']}[{lv}] ~ GP(0, {r['G']}[{lv}+1])  (independent)")
     w(f"  {r['h']}(t) = {r['u']}(t) + sum_{{s<t}} c_{r['h']}(t, s) {r['g']}(s),     c_{r['h']}(t, s) = "
       f"{f(d.couplings.h_past)}")
-    w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({r['h']}(s)) + sum_{{s<t}} "
-      f"c_{r['z']}(t, s) {m.activation.name}({r['h']}(s)),")
+    arg = f"{r['h']}(s)" if d.scale == 1 else f"{dsl_str(d.scale.subs(d.t, d.s))} {r['h']}(s)"
+    w(f"  {r['z']}(t) = {r['r']}(t) + sum_{{s<=t}} c0_{r['z']}(t, s) {m.activation.name}({arg}) + sum_{{s<t}} "
+      f"c_{r['z']}(t, s) {m.activation.name}({arg}),")
     w(f"      c0_{r['z']}(t, s) = {f(d.couplings.z_upto)},   c_{r['z']}(t, s) = {f(d.couplings.z_past)}")
     for k in m.coefficients:      # time coefficients (dmftc.frontend.coefficients_deep)
+        if k.one_time:
+            w(f"  one-time coefficient {k.name}(t) = {ast.to_text(k.body)} for t > 0,  {k.name}(0) = "
+              f"{ast.to_text(k.init)}")
+            continue
         w(f"  time coefficient {k.name}(t, {k.time2}) = {ast.to_text(k.body)} for t > {k.time2},  "
           f"{k.name}({k.time2}, {k.time2}) = {ast.to_text(k.init)},  0 for t < {k.time2}")
     ga, gb = (dsl_str(e.subs(d.act_arg, sp.Symbol(f"{r['h']}(t)"))) for e in d.grad_abstract)
-    w(f"  {r['g']}(t) = a({r['h']}(t)) {r['z']}(t) + b({r['h']}(t)),   a = {ga},   b = {gb}"
-      + ("   (gradient descent)" if d.standard_gradient else "   (not gradient descent: a != "
-                                                              f"{m.activation.name}' or b != 0)"))
+    if d.scale != 1:              # the activation's argument k(t) h(t): gradient descent in it
+        k = dsl_str(d.scale)
+        w(f"  {r['g']}(t) = {k} {m.activation.name}'({k} {r['h']}(t)) {r['z']}(t)   (gradient descent)")
+    else:
+        w(f"  {r['g']}(t) = a({r['h']}(t)) {r['z']}(t) + b({r['h']}(t)),   a = {ga},   b = {gb}"
+          + ("   (gradient descent)" if d.standard_gradient else "   (not gradient descent: a != "
+                                                                  f"{m.activation.name}' or b != 0)"))
     w("")
     w("saddle-point equations (l = 1..L), boundaries:")
     for name in m.families + m.responses:

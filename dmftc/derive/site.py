@@ -65,6 +65,7 @@ class SiteProgram:
     tangents: tuple = ()     # ((kind 'field' | 'sum' | 'average', name, its tangent), ...) (two-layer: the Jacobian)
     drivers: tuple = ()      # the one-time order parameters the fields and running sums read (two-layer)
     factors: tuple = ()      # ((field, (the path factors its causal sums read, ...)), ...) (deep)
+    known: tuple = ()        # the one-time coefficients the program reads (deep: a weight decay's a(t))
 
     @property
     def tangent_sources(self) -> tuple:
@@ -124,30 +125,31 @@ def time_sum(e) -> bool:
 PAST = sp.Symbol("[s<t]")     # the indicator of s < t inside a sum over s <= t (E.past in the generated code)
 
 
-def _own_past(f, fields: set, tsym, layer: str, activation: str) -> bool:
-    """Whether the factor ``f`` is a function of fields of its own layer at s alone (parameters and the
-    activation aside): its value at s is known from step s on."""
+def _own_past(f, fields: set, tsym, layer: str, activation: str, known=()) -> bool:
+    """Whether the factor ``f`` is a function of fields of its own layer at s alone (parameters, the activation
+    and the one-time coefficients ``known`` aside): its value at s is known from step s on."""
     s = sp.Symbol("s")
     if f.has(sp.Sum) or f.has(PAST) or tsym in f.free_symbols:
         return False
     apps = f.atoms(sp.core.function.AppliedUndef)
     own = [a for a in apps if split_name(type(a).__name__)[0] in fields]
-    other = [a for a in apps if a not in own and type(a).__name__.rstrip("'") != activation]
+    other = [a for a in apps if a not in own and type(a).__name__.rstrip("'") != activation
+             and not (type(a).__name__ in known and a.args == (s,))]
     return bool(own) and not other and all(a.args == (s,) and split_name(type(a).__name__)[1] == layer
                                             for a in own)
 
 
-def split_path(term, fields: set, tsym, layer: str, activation: str):
+def split_path(term, fields: set, tsym, layer: str, activation: str, known=()):
     """One term of a causal sum's body -> (its path factors at s alone, as one product (None if none); the other
     path-dependent factors; the other factors).  A field of this layer at s inside an 'other' path factor
     (one that reads a time t quantity as well) is a path factor of its own (:func:`path_factors`)."""
     path = [f for f in sp.Mul.make_args(term) if _path_dependent(f, fields)]
-    own = [f for f in path if _own_past(f, fields, tsym, layer, activation)]
+    own = [f for f in path if _own_past(f, fields, tsym, layer, activation, known)]
     rest = [f for f in sp.Mul.make_args(term) if not _path_dependent(f, fields)]
     return (sp.Mul(*own) if own else None), [f for f in path if f not in own], rest
 
 
-def path_factors(expr, fields: set, tsym, layer: str, activation: str):
+def path_factors(expr, fields: set, tsym, layer: str, activation: str, known=()):
     """The path factors at s of the causal sums in a field equation (module doc), in order of appearance, and
     those read at the same time (the sums over s <= t): (factors, same-time factors)."""
     s = sp.Symbol("s")
@@ -157,7 +159,7 @@ def path_factors(expr, fields: set, tsym, layer: str, activation: str):
             continue
         hi = sm.limits[-1][2]
         for term in sp.Add.make_args(sm.function):
-            own, others, _ = split_path(term, fields, tsym, layer, activation)
+            own, others, _ = split_path(term, fields, tsym, layer, activation, known)
             found = [own] if own is not None else []
             for f in others:
                 found += [a for a in _apps(f) if split_name(type(a).__name__)[0] in fields and a.args == (s,)
@@ -210,9 +212,10 @@ def merge_sums(expr, fields: set, tsym):
 
 
 def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, normals=(), axes=None,
-             stored=(), sums=(), tangents=(), drivers=()) -> SiteProgram:
+             stored=(), sums=(), tangents=(), drivers=(), known=()) -> SiteProgram:
     """The program from its parts (fields with merged sums, gp sources, kernels, responses, readouts): the Stein
-    plans, fixed-time averages, path factors and same-time reads (module doc)."""
+    plans, fixed-time averages, path factors and same-time reads (module doc); ``known``: the one-time
+    coefficients (deterministic functions of time) a path factor may read besides the fields."""
     tsym = sp.Symbol(time)
     names = {n for n, _ in fields}
     two = {n for n, _ in fams} | {n for n, _, _ in resp}
@@ -237,7 +240,7 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
     s_sym = sp.Symbol("s")
     terms, node_reads, factors = {}, [], []
     for n, e in fields:
-        found, same = path_factors(e, names, tsym, layer, act)
+        found, same = path_factors(e, names, tsym, layer, act, known)
         terms.update(dict.fromkeys(found))
         factors.append((n, tuple(sp.sstr(f) for f in found)))
         node_reads.append((("field", n), tuple(sorted(set(_reads(e, names, src_names, two, tsym, n))
@@ -255,4 +258,4 @@ def assemble(fields, srcs, fams, resp, reads, time: str, act: str, layer: str, n
     return SiteProgram(tuple(fields), tuple(srcs), tuple(fams), tuple(resp), tuple(reads), tuple(stein),
                        tuple(fixed), tuple(node_reads), time, act, layer, history, tuple(terms), tuple(normals),
                        axes, tuple(stored), tuple(sums), tuple(tangents), tuple(drivers),
-                       tuple(factors) if axes is None else ())
+                       tuple(factors) if axes is None else (), tuple(known))

@@ -164,4 +164,5 @@ def site_program(ir: ModelIR) -> SiteProgram:
                   for o in ir.orders if o.kind == "constraint" and o.averages)
     srcs = tuple((s.targets[0][0], s.depends_on[0], s.layer_offset) for s in ir.sources)
     layer = next(a.name for a in ir.axes if a.kind == "layer")
-    return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer)
+    known = tuple(c.name for c in ir.model.coefficients if c.one_time)
+    return assemble(fields, srcs, fams, resp, reads, ir.time[0], ir.activations[0][0], layer, known=known)

@@ -20,9 +20,11 @@ def check(spec: ast.Spec):
     Specs with a ``layers`` declaration (deep networks) are checked by :mod:`dmftc.frontend.check_deep` and give a
     :class:`dmftc.frontend.check_deep.DeepModel`; all others a :class:`Model`.
     """
-    if spec.layers and spec.initials:
+    ones = {f.name for f in spec.fields if not f.indices and f.time2 is None}     # one-time coefficients' names
+    bad = [i for i in spec.initials if i.name not in ones] if spec.layers else ()
+    if bad:
         raise StructureSpecError("fields in recurrence form (with an initial value) are available in two-layer "
-                                 "specs only", spec.initials[0].pos, hint="write the deep field with causal sums",
+                                 "specs only", bad[0].pos, hint="write the deep field with causal sums",
                                  source=spec.source, filename=spec.filename)
     if spec.layers:
         return check_deep(spec)

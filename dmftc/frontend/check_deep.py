@@ -152,7 +152,8 @@ class _DeepChecker(DeepExpressionChecks, Checker):
         responses, fields, definitions, boundaries, coef_eqs = [], [], {}, {}, []
         for f in s.fields:
             sym = self.symbols.get(f.name)
-            if is_coefficient(f, self.symbols) or (f.time == f.time2 and f.name in {c.name for c in coef_eqs}):
+            if is_coefficient(f, self.symbols, {i.name for i in s.initials}) or (
+                    f.time == f.time2 and f.name in {c.name for c in coef_eqs}):
                 coef_eqs.append(f)              # a time coefficient (dmftc.frontend.coefficients_deep)
                 continue
             if sym is not None and sym.kind in ("family", "order", "response"):
@@ -217,11 +218,19 @@ class _DeepChecker(DeepExpressionChecks, Checker):
             raise self.err(StructureSpecError, "time coefficients are not supported in a spec on several points",
                            self.word_pos(coef_eqs[0].name, coef_eqs[0].pos),
                            hint="write the optimiser for one training point")
-        coefficients = plan_coefficients(coef_eqs, time_var=tm.var, params={p.name: p.dims for p in s.params},
+        read = {e.name for f in coef_eqs for e in ast.walk(f.body) if isinstance(e, ast.Call)}
+        for f in fields:
+            if not f.indices and f.time2 is None and f.name in read:
+                raise self.err(StructureSpecError, f"the one-time coefficient '{f.name}' has no initial value",
+                               self.word_pos(f.name, f.pos),
+                               hint=f"add '{f.name}(0) = ...' (its value at {tm.var} = 0; the recurrence holds for "
+                                    f"{tm.var} > 0)")
+        coefficients = plan_coefficients(coef_eqs, time_var=tm.var, initials=s.initials,
+                                         params={p.name: p.dims for p in s.params} | {tm.step_name: ()},
                                          per_step=per_step, err=lambda cls, msg, pos, hint=None: self.err(
                                              cls, msg, pos, hint=hint), word_pos=self.word_pos)
         for c in coefficients:
-            self.declare("coefficient", c.name, (), c.pos)
+            self.declare("coefficient1" if c.one_time else "coefficient", c.name, (), c.pos)
         # ---------------------------------------------------------------- bodies
         params = [p.name for p in s.params]
         for n, p in enumerate(s.params):

@@ -166,6 +166,12 @@ class DeepExpressionChecks:
                                hint=f"use a number, '{self.depth}', or sum(l = 0..{self.depth}: ...)")
         # ---- per context
         kind = sym.kind
+        if kind == "coefficient1":
+            if ctx not in ("field", "average"):
+                raise self.err(StructureSpecError, f"the one-time coefficient '{e.name}' is read in field equations "
+                               "and averages only", e.pos,
+                               hint=f"write it in the field equations, e.g. {e.name}({tm}) * ...")
+            return
         if kind == "coefficient" and ctx != "field":
             raise self.err(StructureSpecError, f"the time coefficient '{e.name}' is read in field equations only",
                            e.pos, hint=f"write sum(s < {tm}: {e.name}({tm}, s) ...) in a field equation")
@@ -238,6 +244,8 @@ class DeepExpressionChecks:
             return f"{sym.name}[{self.layer_var}]({tm}, {second})"
         if sym.kind == "coefficient":
             return f"{sym.name}({tm}, {second})"
+        if sym.kind == "coefficient1":
+            return f"{sym.name}({tm})"
         if sym.indices:
             return f"{sym.name}[{self.layer_var}]({tm})"
         return f"{sym.name}({tm})"
@@ -249,5 +257,5 @@ def kind_phrase(sym) -> str:
              "activation": "an activation", "builtin": "a built-in function", "order": "an order parameter",
              "family": "an order parameter", "response": "a response function", "source": "a source",
              "field": "a field", "local": "a local name", "index": "an index",
-             "coefficient": "a time coefficient"}
+             "coefficient": "a time coefficient", "coefficient1": "a one-time coefficient"}
     return words.get(sym.kind, sym.kind) if sym is not None else "undefined"

@@ -9,10 +9,21 @@ t = s::
     c(t, s) = c(t - 1, s) + lr[t - 1] * q(t - 1, s);    c(s, s) = 0
 
 The recurrence holds for t > s, the diagonal equation gives t = s, and a coefficient is 0 for t < s.  A right
-side may read numbers, parameters, per-step parameters at earlier steps (lr[t - 1]), the times t and s as values,
-coefficients at (t - 1, s), and other coefficients at (t, s) (without a same-time cycle); field equations read a
-coefficient at (t, s) inside their causal sums.  Anything else (an order parameter, a field, another time) is a
-located error.  The generated module evaluates the recurrences (``coefficients(p, T)``, :mod:`dmftc.codegen.deep`).
+side may read numbers, parameters (and the step size), per-step parameters at earlier steps (lr[t - 1]), the
+times t and s as values, coefficients at (t - 1, s), and other coefficients at (t, s) (without a same-time cycle);
+field equations read a coefficient at (t, s) inside their causal sums.
+
+A one-time coefficient (a weight decay's shrinking factor of the initial weights) is a recurrence in t from its
+value at t = 0, written with one time::
+
+    a(t) = a(t - 1) - eta * lr[t - 1] * v(t - 1);       a(0) = 1
+    v(t) = beta * v(t - 1) + lam * a(t);                v(0) = lam
+
+Its right side may read what a two-time one does, with one-time coefficients at t - 1 or t in place of the
+two-time ones; field equations and averages read it at t, at the time of a causal sum, or (in an average) at 0.
+Anything else (an order parameter, a field, another time) is a located error.  The generated module evaluates the
+recurrences (``coefficients(p, T)``, :mod:`dmftc.codegen.deep`): a (T, T) array of each two-time coefficient and
+a (T,) array of each one-time one.
 """
 from __future__ import annotations
 
@@ -28,26 +39,41 @@ __all__ = ["Coefficient", "is_coefficient", "plan_coefficients", "step_offset"]
 
 @dataclass(frozen=True)
 class Coefficient:
-    """``name(t, s) = body`` for t > s, ``name(s, s) = init``; ``after``: the coefficients it reads at (t, s)."""
+    """``name(t, s) = body`` for t > s, ``name(s, s) = init``; ``after``: the coefficients it reads at (t, s).  A
+    one-time coefficient (``time2`` None): ``name(t) = body`` for t > 0, ``name(0) = init``."""
 
     name: str
     body: ast.Expr
     init: ast.Expr
     pos: object
     after: tuple[str, ...] = ()
-    time2: str = "s"
+    time2: str | None = "s"
+
+    @property
+    def one_time(self) -> bool:
+        return self.time2 is None
 
 
-def is_coefficient(f: ast.FieldDecl, symbols: dict) -> bool:
-    """An equation without a layer index, of two times, defining a name not declared otherwise."""
-    return not f.indices and f.time2 is not None and f.name not in symbols
+def is_coefficient(f: ast.FieldDecl, symbols: dict, initials=frozenset()) -> bool:
+    """An equation without a layer index, of two times (or of one time, with an initial value ``name(0) = ...``
+    among ``initials``), defining a name not declared otherwise."""
+    return not f.indices and f.name not in symbols and (f.time2 is not None or f.name in initials)
 
 
-def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, word_pos) -> tuple[Coefficient, ...]:
-    """The coefficients of the equations ``eqs`` (each ``c(t, s) = ...`` or ``c(s, s) = ...``), checked and in
-    same-time dependency order.  ``params``: parameter name -> dims; ``per_step``: the per-step parameters."""
+def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, word_pos,
+                      initials=()) -> tuple[Coefficient, ...]:
+    """The coefficients of the equations ``eqs`` (each ``c(t, s) = ...``, ``c(s, s) = ...`` or ``a(t) = ...``) and
+    the initial values ``initials`` (``a(0) = ...``, :class:`ast.InitialDecl`), checked and in same-time
+    dependency order.  ``params``: parameter name -> dims; ``per_step``: the per-step parameters."""
     tv = time_var
     bodies, inits = {}, {}
+    for i in initials:
+        if i.time != 0:
+            raise err(StructureSpecError, f"the initial value of the one-time coefficient '{i.name}' is given at 0",
+                      word_pos(i.name, i.pos), hint=f"write {i.name}(0) = ...")
+        if i.name in inits:
+            raise err(NameSpecError, f"'{i.name}(0)' is given twice", word_pos(i.name, i.pos))
+        inits[i.name] = i
     for f in eqs:
         if f.time == f.time2:
             if f.time in (tv,) or f.time in params:
@@ -65,6 +91,9 @@ def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, w
                       word_pos(f.name, f.pos))
         bodies[f.name] = f
     for name, f in inits.items():
+        if name not in bodies and isinstance(f, ast.InitialDecl):    # pragma: no cover - check.py routes these
+            raise err(StructureSpecError, f"'{name}(0)' is the initial value of a one-time coefficient, but "
+                      f"'{name}({tv}) = ...' is not defined", word_pos(name, f.pos))
         if name not in bodies:
             raise err(StructureSpecError, f"'{name}(s, s)' is the initial value of a coefficient, but '{name}({tv}, "
                       f"s) = ...' is not defined", word_pos(name, f.pos),
@@ -74,11 +103,18 @@ def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, w
             raise err(StructureSpecError, f"the coefficient '{name}' has no initial value", word_pos(name, f.pos),
                       hint=f"add '{name}(s, s) = ...' (its value at {tv} = s; the recurrence holds for {tv} > s). "
                            "Response functions and kernels carry a layer index: " f"{name}[l]({tv}, s)")
-    names = set(bodies)
+    for name, f in bodies.items():
+        if (f.time2 is None) != isinstance(inits[name], ast.InitialDecl):
+            i = inits[name]
+            raise err(ShapeSpecError, f"the initial value of '{name}' has {'one time' if f.time2 else 'two times'}, "
+                      f"its recurrence {'two' if f.time2 else 'one'}", word_pos(name, i.pos),
+                      hint=f"write {name}(s, s) = ..." if f.time2 else f"write {name}(0) = ...")
+    names = {n for n, f in bodies.items() if f.time2 is not None}
+    ones = {n for n, f in bodies.items() if f.time2 is None}
     after = {}
     for name, f in bodies.items():
         s = f.time2
-        after[name] = _check(f.body, name, tv, s, names, params, per_step, err, diag=False)
+        after[name] = _check(f.body, name, tv, s, names if s else ones, params, per_step, err, diag=False)
         _check(inits[name].body, name, tv, s, set(), params, set(), err, diag=True)
     order, state = [], {}
 
@@ -88,7 +124,8 @@ def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, w
         if state.get(n) == 1:
             cyc = chain[chain.index(n):] + [n]
             raise err(CausalitySpecError, f"coefficients depend on each other at the same time: {' -> '.join(cyc)}",
-                      bodies[cyc[0]].body.pos, hint=f"read one of them at ({tv} - 1, s)")
+                      bodies[cyc[0]].body.pos,
+                      hint=f"read one of them at ({tv} - 1{', s' if bodies[cyc[0]].time2 else ''})")
         state[n] = 1
         for d in after[n]:
             visit(d, chain + [n])
@@ -104,10 +141,13 @@ def plan_coefficients(eqs, *, time_var: str, params: dict, per_step: set, err, w
 def _check(body, owner, tv, s, names, params, per_step, err, diag):
     """Located errors for anything a coefficient's right side may not read; the coefficients read at (t, s)."""
     same = []
-    where = f"the initial value {owner}({s}, {s})" if diag else f"the recurrence of '{owner}'"
+    at, prev = (f"({tv}, {s})", f"({tv} - 1, {s})") if s else (f"({tv})", f"({tv} - 1)")
+    where = ((f"the initial value {owner}({s}, {s})" if s else f"the initial value {owner}(0)") if diag
+             else f"the recurrence of '{owner}'")
     allowed = ("numbers and parameters" if diag else
-               f"numbers, parameters, per-step parameters at earlier steps, {tv}, {s}, coefficients at ({tv} - 1, "
-               f"{s}) and other coefficients at ({tv}, {s})")
+               f"numbers, parameters, per-step parameters at earlier steps, {tv}{', ' + s if s else ''}, "
+               f"{'' if s else 'one-time '}coefficients at {prev} and other {'' if s else 'one-time '}coefficients "
+               f"at {at}")
     for e in ast.walk(body):
         if isinstance(e, ast.Name):
             if e.name in params and not params[e.name]:
@@ -128,17 +168,18 @@ def _check(body, owner, tv, s, names, params, per_step, err, diag):
                       hint=f"a per-step parameter is read at an earlier step, e.g. {e.name}[{tv} - 1]" if ok
                       else f"it may read {allowed}")
         if isinstance(e, ast.Call) and e.name in names:
-            if e.indices or len(e.args) != 2:
-                raise err(ShapeSpecError, f"the coefficient '{e.name}' takes two times and no layer index", e.pos,
-                          hint=f"write {e.name}({tv} - 1, {s})")
+            n = 2 if s else 1
+            if e.indices or len(e.args) != n:
+                raise err(ShapeSpecError, f"the coefficient '{e.name}' takes {'two times' if s else 'one time'} and "
+                          "no layer index", e.pos, hint=f"write {e.name}{prev}")
             k = time_offset(e.args[0], tv)
-            if not (isinstance(e.args[1], ast.Name) and e.args[1].name == s) or k not in (0, -1):
-                raise err(CausalitySpecError, f"{where} reads '{e.name}' at other times than ({tv} - 1, {s}) or "
-                          f"({tv}, {s})", e.pos, hint=f"write {e.name}({tv} - 1, {s})")
+            if (s and not (isinstance(e.args[1], ast.Name) and e.args[1].name == s)) or k not in (0, -1):
+                raise err(CausalitySpecError, f"{where} reads '{e.name}' at other times than {prev} or {at}", e.pos,
+                          hint=f"write {e.name}{prev}")
             if k == 0:
                 if e.name == owner:
-                    raise err(CausalitySpecError, f"'{owner}({tv}, {s})' is defined in terms of itself", e.pos,
-                              hint=f"read it at the previous step, {owner}({tv} - 1, {s})")
+                    raise err(CausalitySpecError, f"'{owner}{at}' is defined in terms of itself", e.pos,
+                              hint=f"read it at the previous step, {owner}{prev}")
                 same.append(e.name)
             continue
         if isinstance(e, ast.Call) and not e.indices and e.name not in params and e.name in BUILTIN_FUNCTIONS:

@@ -60,13 +60,15 @@ class ClosedFormMoments(SiteMoments):
         self.oc = np.concatenate([(T + ss).ravel(), ss.ravel()])
         self.jc = np.concatenate([tt.ravel(), (T + tt).ravel()])
 
-    def pattern(self, X0):
-        """Every term of the formulas (the runtime's sums read only which kernel factors coincide: all do)."""
+    def pattern(self, X0, CV=None):
+        """Every term of the formulas (the runtime's sums read only which kernel factors coincide: all do); the
+        closed forms have no one-time coefficients (``CV`` None)."""
+        assert CV is None, "the closed-form moments have no one-time coefficients"
         return MomentPattern(y2=(), y3=(), same=(True, True), a_out=(0, 1), b_out=(0, 1), a2=((), ()), b2=((), ()),
                         r2=())
 
     # ------------------------------------------------------------------ one path
-    def _path(self, C, E, w, x0, fa, fb, pat=None):
+    def _path(self, C, E, w, x0, fa, fb, pat=None, CV=None):
         T, n = self.T, 2 * self.T
         h, z = x0[:T], x0[T:]
         p, p1, p2, p3, _ = self.activation.fn(h)        # phi and its derivatives

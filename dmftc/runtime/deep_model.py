@@ -75,6 +75,8 @@ class DeepModel:
     linear_readout: bool = True           # False until linearised at a saddle when readout_fn is set
     affine_readout: bool = True           # readout_fn affine (per-point coefficients): its linearisation is exact
     trained: tuple | None = None          # on P points: 1 where the network trains on the point, 0 on a test point
+    one_time: Callable | None = field(default=None, repr=False, compare=False)   # T -> (T, nc): the spec's
+    #                                       one-time coefficients (the local functions read them), None: none
     march: Callable | None = field(default=None, repr=False, compare=False)  # (activation, model) -> kernels
     #                                       with .params(L) and .march(...): how a model without a compiled spec is
     #                                       marched (the tests' models: dmftc.reference.structured_march.ModelKernels)
@@ -125,6 +127,10 @@ class DeepModel:
         if family is not None and (_LINEARISED,) not in family:     # (compiled once for every saddle)
             family = tuple(family) + ((_LINEARISED,),)
         return replace(self, readout=lin, linear_readout=True, values=values, family=family)
+
+    def one_time_rows(self, T: int):
+        """(T, nc): the one-time coefficients the local functions read at each step, or None."""
+        return None if self.one_time is None else self.one_time(T)
 
     def strict(self, n: int):
         """(n, n) mask [time of s < time of t] over the steps (time, point), times the update mask of the point of
@@ -342,7 +348,7 @@ def from_spec(mod, p: dict) -> DeepModel:
                      values=free, bind=lambda vals: _spec_bound(mod, vals | static, readout_fn is not None, affine),
                      module=mod, points=points,
                      readout_fn=readout_fn, linear_readout=readout_fn is None, affine_readout=affine,
-                     trained=trained_mask(mod, q))
+                     trained=trained_mask(mod, q), one_time=_spec_one_time(mod, q))
 
 
 def trained_mask(mod, q):
@@ -373,6 +379,14 @@ def _spec_couplings(mod, q):
         return mod.z_coupling(nxt(G, 0.0 * G), Delta, q)[1]
 
     return k_h, k_z
+
+
+def _spec_one_time(mod, q):
+    """T -> (T, nc): the spec's one-time coefficients (generated ``coefficients``), None when it has none."""
+    names = tuple(getattr(mod, "ONE_TIME_COEFFICIENTS", ()))
+    if not names:
+        return None
+    return lambda T: jnp.stack([jnp.asarray(mod.coefficients(q, T)[n], jnp.float64) for n in names], axis=-1)
 
 
 def _spec_k_of(mod, q):
@@ -421,4 +435,4 @@ def _spec_bound(mod, q, nonlinear: bool = False, affine: bool = True) -> DeepMod
                      phi0=bnd.get("Phi", 1.0), g_top=bnd.get("G", 1.0), k_of=_spec_k_of(mod, q),
                      points=int(q[pts["size"]]) if pts else 1, readout_fn=fn,
                      linear_readout=not nonlinear or lin is not None, affine_readout=affine,
-                     trained=trained_mask(mod, q))
+                     trained=trained_mask(mod, q), one_time=_spec_one_time(mod, q))

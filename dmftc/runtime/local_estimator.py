@@ -142,7 +142,7 @@ class LocalEstimator:
         C0, E0, _ = local_couplings(jnp.asarray(v), self.T, model)
         feature = model.features() if top else (0.0, 0.0)
         return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
-                                  stein=stein)
+                                  stein=stein, coefficients=model.one_time_rows(self.T))
 
     def log_z(self, v, W, X0, *, top, model, weights=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are

@@ -55,9 +55,10 @@ class Evaluator:
         v = jnp.asarray(self._given[name], jnp.float64)
         return v[jnp.clip(self.t + k, 0, v.shape[0] - 1)]
 
-    def coef(self, name):
-        """Row t of the time coefficient ``name`` (the generated module's ``coefficients``)."""
-        return self.mod.coefficients(self._given, self.T)[name][self.t]
+    def coef(self, name, time=None):
+        """Row t of the time coefficient ``name`` (the generated module's ``coefficients``); a one-time
+        coefficient's value at t, or at the fixed time ``time``."""
+        return self.mod.coefficients(self._given, self.T)[name][self.t if time is None else self.fixed(time)]
 
     def at(self, l):
         """The same step seen from layer l."""

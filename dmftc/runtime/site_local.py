@@ -28,6 +28,11 @@ the rest of the width's bias by the propagator's extrapolation to width 0: for g
 eta = 0.1, 8192 paths in 8 groups, same paths) the extrapolated N Var of Delta, K, G[1], Phi[2] is within 0.3% of
 each peak, and 0.26 standard errors, of the symbolic derivatives' (the closed forms that the runtime used before).
 
+A spec with one-time coefficients (``ONE_TIME_COEFFICIENTS``, e.g. a weight decay's a(t) in ``phi(a(t) h)``,
+:mod:`dmftc.frontend.coefficients_deep`) has local functions that depend on the step: their values at each
+point's step come along with the field values (``CV``, from :meth:`dmftc.runtime.deep_model.DeepModel.
+one_time_rows`), and the derivatives are taken in the fields only.
+
 The couplings are the x-fields' sums: kind 'C' (the forward field's: h reads g) and 'E' (the backward field's: z
 reads phi(h)), as :class:`dmftc.runtime.local_estimator.LocalEstimator` builds them from the spec's action
 (:mod:`dmftc.runtime.deep_model`).
@@ -78,8 +83,9 @@ class _LocalEvaluator:
     the x-fields at that time (values given): derived fields are computed by their own ``site_field_*``; kernel
     observables read their path factor at s through ``term`` (``terms``: name -> value)."""
 
-    def __init__(self, mod, x: dict, p: dict, acts, kink, terms=None):
+    def __init__(self, mod, x: dict, p: dict, acts, kink, terms=None, coefs=None):
         self.mod, self.x, self.p, self._acts, self.kink, self.terms = mod, x, p, acts, kink, terms or {}
+        self._coefs = coefs or {}
         self.width = kink
         self._cur = {}
 
@@ -97,6 +103,15 @@ class _LocalEvaluator:
 
     def term(self, name):
         return self.terms[name]
+
+    def coef(self, name, time=None):
+        """A one-time coefficient's value at this step (given with the field values)."""
+        if time is not None:
+            raise StructureSpecError(f"{name} at time {time}: not a function of the fields at the same time")
+        if name not in self._coefs:
+            raise StructureSpecError(f"the single-site program reads the one-time coefficient {name!r}: the local "
+                                     "map needs its value at each step (CV, DeepModel.one_time_rows)")
+        return self._coefs[name]
 
     def __getattr__(self, what):              # rows, sources, sums: not local in time
         raise StructureSpecError(f"the single-site program reads {what!r} where the propagator needs a function "
@@ -122,6 +137,11 @@ class LocalMap:
     kink: float = 0.0
 
     @property
+    def coefficients(self):
+        """The one-time coefficients the program reads (``E.coef``), in the order of ``CV``'s last axis."""
+        return tuple(getattr(self.mod, "ONE_TIME_COEFFICIENTS", ()))
+
+    @property
     def nx(self):
         return len(self.xfields)
 
@@ -129,36 +149,38 @@ class LocalMap:
     def ny(self):
         return len(self.outputs)
 
-    def _ev(self, xv, terms=None):
-        return _LocalEvaluator(self.mod, dict(zip(self.xfields, xv)), self.p, self.acts, self.kink, terms)
+    def _ev(self, xv, terms=None, cv=None):
+        coefs = {} if cv is None else dict(zip(self.coefficients, cv))
+        return _LocalEvaluator(self.mod, dict(zip(self.xfields, xv)), self.p, self.acts, self.kink, terms, coefs)
 
-    def outputs_at(self, xv):
+    def outputs_at(self, xv, cv=None):
         """The outputs y (ny,) at one time, x-field values xv (nx,)."""
-        ev = self._ev(list(xv))
+        ev = self._ev(list(xv), cv=cv)
         return jnp.stack([getattr(self.mod, f"site_term_{self._term_index(o)}")(ev) for o in self.outputs])
 
-    def features_at(self, xv):
+    def features_at(self, xv, cv=None):
         """(the kernels' factors at t (nk,), their factors at s (nk,), the readout observable ()) at one time."""
         xs = list(xv)
-        ev = self._ev(xs)
+        ev = self._ev(xs, cv=cv)
         s_fac = jnp.stack([getattr(self.mod, f"site_term_{self._term_index(self._kernel_term(k))}")(ev)
                            for k in self.kernels])
         t_fac = []
         for k in self.kernels:
-            one = self._ev(xs, {self._kernel_term(k): 1.0})
+            one = self._ev(xs, {self._kernel_term(k): 1.0}, cv)
             t_fac.append(jnp.asarray(getattr(self.mod, f"site_kernel_{k}")(one)).reshape(()))
         readout = jnp.asarray(getattr(self.mod, f"site_average_{self._readout()}")(ev)).reshape(())
         return jnp.stack(t_fac), s_fac, readout
 
     # ---------------------------------------------------------------- derivatives, vectorised over (paths, T)
-    def output_tensors(self, X):
-        """X (..., nx) -> (y, Y1, Y2, Y3): (..., ny), (..., ny, nx), (..., ny, nx, nx), (..., ny, nx, nx, nx)."""
-        return _vmap_lead(_derivatives(self.outputs_at, 3), X)
+    def output_tensors(self, X, CV=None):
+        """X (..., nx) -> (y, Y1, Y2, Y3): (..., ny), (..., ny, nx), (..., ny, nx, nx), (..., ny, nx, nx, nx).
+        ``CV`` (..., nc): the one-time coefficients at each point's time (``coefficients``)."""
+        return _vmap_lead(_derivatives(self.outputs_at, 3), X, CV)
 
-    def feature_tensors(self, X):
+    def feature_tensors(self, X, CV=None):
         """X (..., nx) -> ((a, A1, A2), (b, B1, B2), (r, R1, R2)): the kernels' factors at t and at s (..., nk),
         (..., nk, nx), (..., nk, nx, nx) and the readout observable (...), (..., nx), (..., nx, nx)."""
-        v, d1, d2 = _vmap_lead(_derivatives(self.features_at, 2), X)
+        v, d1, d2 = _vmap_lead(_derivatives(self.features_at, 2), X, CV)
         return tuple((v[i], d1[i], d2[i]) for i in range(3))
 
     # ---------------------------------------------------------------- structure read from SITE
@@ -179,29 +201,33 @@ class LocalMap:
 
 
 def _derivatives(f, order):
-    """x -> (f(x), f'(x), ..., f^(order)(x)) by nested forward mode, each level traced once (the lower orders
-    ride along as auxiliary outputs instead of being traced again inside every higher one)."""
+    """(x, c) -> (f(x, c), f'(x, c), ..., f^(order)(x, c)), derivatives in x by nested forward mode, each level
+    traced once (the lower orders ride along as auxiliary outputs instead of being traced again inside every
+    higher one)."""
     def level(fn):
-        def top(x):
-            t, lower = fn(x)
+        def top(x, c):
+            t, lower = fn(x, c)
             return t, lower + (t,)
-        return lambda x: jax.jacfwd(top, has_aux=True)(x)
+        return lambda x, c: jax.jacfwd(top, has_aux=True)(x, c)
 
-    fn = lambda x: (f(x), ())                                  # noqa: E731
+    fn = lambda x, c: (f(x, c), ())                            # noqa: E731
     for _ in range(order):
         fn = level(fn)
 
-    def all_orders(x):
-        t, lower = fn(x)
+    def all_orders(x, c):
+        t, lower = fn(x, c)
         return lower + (t,)
     return all_orders
 
 
-def _vmap_lead(fn, X):
-    """fn of one (nx,) vector applied over the leading axes of X."""
+def _vmap_lead(fn, X, CV=None):
+    """fn of one (nx,) vector (and its one-time coefficients) applied over the leading axes of X."""
     lead = X.shape[:-1]
     flat = X.reshape((-1, X.shape[-1]))
-    out = jax.vmap(fn)(flat)
+    if CV is None:
+        out = jax.vmap(lambda x: fn(x, None))(flat)
+    else:
+        out = jax.vmap(fn)(flat, jnp.broadcast_to(CV, lead + CV.shape[-1:]).reshape((flat.shape[0], -1)))
     return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
 
 
@@ -274,11 +300,13 @@ def _check_products(lm: LocalMap):
     rng = np.random.default_rng(0)
     for _ in range(3):
         xt, xs = rng.standard_normal(lm.nx) * 0.7, rng.standard_normal(lm.nx) * 0.7
-        a, _, _ = lm.features_at(jnp.asarray(xt))
-        _, b, _ = lm.features_at(jnp.asarray(xs))
+        ct, cs = ((jnp.asarray(rng.uniform(0.5, 1.5, len(lm.coefficients))) if lm.coefficients else None)
+                  for _ in range(2))
+        a, _, _ = lm.features_at(jnp.asarray(xt), ct)
+        _, b, _ = lm.features_at(jnp.asarray(xs), cs)
         for i, k in enumerate(lm.kernels):
             term = lm._kernel_term(k)
-            full = getattr(lm.mod, f"site_kernel_{k}")(lm._ev(list(xt), {term: b[i]}))
+            full = getattr(lm.mod, f"site_kernel_{k}")(lm._ev(list(xt), {term: b[i]}, ct))
             if not np.isclose(float(jnp.asarray(full).reshape(())), float(a[i] * b[i]), rtol=1e-12, atol=1e-14):
                 raise StructureSpecError(f"the observable of {k} is not a product of a factor at s and one at t; the "
                                          "propagator needs E[a(t) b(s)]")

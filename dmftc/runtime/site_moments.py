@@ -98,13 +98,13 @@ class MomentPattern:
         return tuple(sorted({(i, j) for _, i, j in self.y2}))
 
 
-def _pattern_scan(local, X):
+def _pattern_scan(local, X, CV=None):
     """Largest |.| over the field values X (points, nx) of every entry of Y2 and Y3, of each kernel's two factors'
     differences (with their derivatives) from each other and from each output, and of the factors' and the
     readout's second derivatives (:class:`MomentPattern`)."""
-    y, Y1, Y2, Y3 = local.output_tensors(X)
+    y, Y1, Y2, Y3 = local.output_tensors(X, CV)
     y2, y3 = jnp.max(jnp.abs(Y2), axis=0), jnp.max(jnp.abs(Y3), axis=0)
-    (a, A1, A2), (b, B1, B2), (_, _, R2) = local.feature_tensors(X)
+    (a, A1, A2), (b, B1, B2), (_, _, R2) = local.feature_tensors(X, CV)
 
     def dist(f, F1, F2, g, G1, G2):             # max |f - g| with the first and second derivatives
         return (jnp.max(jnp.abs(f - g), axis=0) + jnp.max(jnp.abs(F1 - G1), axis=(0, -1))
@@ -180,20 +180,24 @@ class SiteMoments:
         self.chunk = chunk or int(max(4, min(512, 2e9 / per_path)))
         self._fns = {}
         if local.key not in _SCANS:                          # one compiled scan per program, any T
-            _SCANS[local.key] = jax.jit(lambda X: _pattern_scan(local, X))
+            _SCANS[local.key] = jax.jit(lambda X, CV=None: _pattern_scan(local, X, CV))
         self._scan = _SCANS[local.key]
 
     # ------------------------------------------------------------------ which local derivatives vanish
-    def pattern(self, X0) -> MomentPattern:
+    def pattern(self, X0, CV=None) -> MomentPattern:
         """Which local derivatives are nonzero on the paths X0 (rows (nx T,)): scanned at every time of every path,
         _SCAN_POINTS field values per call."""
         acc, nx = None, self.local.nx
         pts = np.swapaxes(np.asarray(X0).reshape(X0.shape[0], nx, self.T), 1, 2).reshape(-1, nx)
+        cvs = None if CV is None else np.tile(np.asarray(CV), (X0.shape[0], 1))       # rows (path, t)
         for i0 in range(0, pts.shape[0], _SCAN_POINTS):
             Xc = pts[i0:i0 + _SCAN_POINTS]
+            Cc = None if cvs is None else cvs[i0:i0 + _SCAN_POINTS]
             if Xc.shape[0] < _SCAN_POINTS:            # padded with a point already there (maxima unchanged)
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], _SCAN_POINTS - Xc.shape[0], axis=0)])
-            out = [np.asarray(o) for o in self._scan(jnp.asarray(Xc))]
+                Cc = None if Cc is None else np.concatenate([Cc, np.repeat(Cc[:1], _SCAN_POINTS - Cc.shape[0], axis=0)])
+            out = [np.asarray(o) for o in (self._scan(jnp.asarray(Xc)) if Cc is None
+                                           else self._scan(jnp.asarray(Xc), jnp.asarray(Cc)))]
             acc = out if acc is None else [np.maximum(a, o) for a, o in zip(acc, out)]
         y2, y3, same, a_out, b_out, a2, b2, r2 = acc
         nz = lambda a: tuple(tuple(int(i) for i in e) for e in zip(*np.nonzero(a)))     # noqa: E731
@@ -202,12 +206,12 @@ class SiteMoments:
                         b_out=out(b_out), a2=tuple(nz(x) for x in a2), b2=tuple(nz(x) for x in b2), r2=nz(r2))
 
     # ------------------------------------------------------------------ one path
-    def _path(self, C, E, w, x0, fa, fb, pat: MomentPattern):
+    def _path(self, C, E, w, x0, fa, fb, pat: MomentPattern, CV=None):
         T, lm = self.T, self.local
         nx, ny, n, m = lm.nx, lm.ny, self.n, self.m
         X = x0.reshape(nx, T)
-        y, Y1, Y2, Y3 = lm.output_tensors(X.T)                     # (T, ny), (T, ny, nx), ...
-        (a, A1, A2), (b, B1, B2), (r, R1, R2) = lm.feature_tensors(X.T)
+        y, Y1, Y2, Y3 = lm.output_tensors(X.T, CV)                 # (T, ny), (T, ny, nx), ...
+        (a, A1, A2), (b, B1, B2), (r, R1, R2) = lm.feature_tensors(X.T, CV)
         yv = y.T.reshape(m)
         K = jnp.zeros((n, m))
         for (kind, i, o), Kk in zip(lm.kinds, (C, E)):
@@ -296,10 +300,10 @@ class SiteMoments:
         return yv, Xi, Xi2, Df, f, Xi3, D2f, res @ res, (a, b)
 
     # ------------------------------------------------------------------ sums over a chunk of paths
-    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Z=None, *, pat):
+    def _chunk_sums(self, C, E, W, X0, mask, fa, fb, Z=None, CV=None, *, pat):
         T = self.T
         y, Xi, Xi2, Df, f, Xi3, D2f, res, (ka, kb) = jax.vmap(
-            lambda w, x: self._path(C, E, w, x, fa, fb, pat))(W, X0)
+            lambda w, x: self._path(C, E, w, x, fa, fb, pat, CV))(W, X0)
         m = mask
         oc, jc, anti = self.oc, self.jc, self.anti
         lam = Xi[:, oc, jc]                                                   # (S, 2T^2)
@@ -382,7 +386,7 @@ class SiteMoments:
         Sc = jnp.einsum("na,ncb->acb", zeta, Xi2[:, oc[anti], jc[anti]][:, :, vb])   # Xi2 part (S, T^2, T)
         return out + (Sf, Sc)
 
-    def moments(self, C, E, W, X0, *, feature, weights=None, stein=None):
+    def moments(self, C, E, W, X0, *, feature, weights=None, stein=None, coefficients=None):
         """Sums over the paths (rows of W, X0), each weighted by ``weights`` (default 1; e.g. the weights of a
         cubature rule, normalised by the caller).  ``stein``: a (T, T) matrix Z over the first varying source block
         (u when it varies); then two more sums follow the tuple, Sf (T, nf, T) = sum_n (Z w)(a) df/dw_b and Sc
@@ -390,7 +394,8 @@ class SiteMoments:
         (Gaussian integration by parts of the Price blocks, :mod:`dmftc.runtime.price_by_parts`)."""
         S, c = W.shape[0], self.chunk
         wts = np.ones(S) if weights is None else np.asarray(weights, float)
-        pat = self.pattern(X0)
+        CV = None if coefficients is None else jnp.asarray(coefficients, jnp.float64)    # (T, nc)
+        pat = self.pattern(X0, CV)
         if pat not in self._fns:
             self._fns[pat] = jax.jit(lambda *args: self._chunk_sums(*args, pat=pat))
         fn = self._fns[pat]
@@ -406,7 +411,7 @@ class SiteMoments:
             if k < c:                                   # pad to the fixed chunk shape (one compilation)
                 Wc = np.concatenate([Wc, np.repeat(Wc[:1], c - k, axis=0)])
                 Xc = np.concatenate([Xc, np.repeat(Xc[:1], c - k, axis=0)])
-            out = fn(*fixed, jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask), fa, fb, Z)
+            out = fn(*fixed, jnp.asarray(Wc), jnp.asarray(Xc), jnp.asarray(mask), fa, fb, Z, CV)
             if acc is None:
                 acc = [np.array(o) for o in out]
             else:

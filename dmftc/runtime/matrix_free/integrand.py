@@ -36,18 +36,22 @@ def coupling_matrix(lm: LocalMap, C, E, T):
     return K
 
 
-def _system(lm: LocalMap, K, w, x, T):
-    """(residual x - w - K y(x), J = K dy/dx) of the single-site equations at x."""
+def _system(lm: LocalMap, K, w, x, T, CV=None):
+    """(residual x - w - K y(x), J = K dy/dx) of the single-site equations at x; ``CV`` (T, nc): the one-time
+    coefficients at each step (None without any)."""
     X = x.reshape(lm.nx, T).T                                         # (T, nx)
-    y = jax.vmap(lm.outputs_at)(X)                                    # (T, ny)
-    Y1 = jax.vmap(jax.jacfwd(lm.outputs_at))(X)                       # (T, ny, nx)
+    CV = jnp.zeros((T, 0)) if CV is None else CV
+    y = jax.vmap(lambda xv, cv: lm.outputs_at(xv, cv if cv.shape[0] else None))(X, CV)              # (T, ny)
+    Y1 = jax.vmap(jax.jacfwd(lambda xv, cv: lm.outputs_at(xv, cv if cv.shape[0] else None)))(X, CV)  # (T, ny, nx)
     Y1m = jnp.einsum("tki,ts->ktis", Y1, jnp.eye(T)).reshape(lm.ny * T, lm.nx * T)
     return x - w - K @ y.T.reshape(-1), K @ Y1m
 
 
-def _features(lm: LocalMap, x, T, fa, fb):
+def _features(lm: LocalMap, x, T, fa, fb, CV=None):
     """f(x): each kernel's entries -a(t) b(s) (t >= s), then the readout fa (r - r(0)) + (fa + fb) r(0)."""
-    a, b, r = jax.vmap(lm.features_at)(x.reshape(lm.nx, T).T)         # (T, nk), (T, nk), (T,)
+    CV = jnp.zeros((T, 0)) if CV is None else CV
+    a, b, r = jax.vmap(lambda xv, cv: lm.features_at(xv, cv if cv.shape[0] else None))(
+        x.reshape(lm.nx, T).T, CV)                                    # (T, nk), (T, nk), (T,)
     t0, t1 = np.tril_indices(T)
     kern = [-(a[t0, k] * b[t1, k]) for k in range(len(lm.kernels))]
     return jnp.concatenate(kern + [fa * (r - r[0]) + (fa + fb) * r[0]])
@@ -58,7 +62,8 @@ def log_integrand(lm: LocalMap, model, v, w, x0, *, T, fa, fb):
     sources (nx T,), x0 the march's fields (nx T,), (fa, fb) the readout coefficients (0 below the last layer)."""
     C, E, hats = local_couplings(v, T, model)
     K = coupling_matrix(lm, C, E, T)
-    J0 = jax.lax.stop_gradient(_system(lm, K, w, x0, T)[1])
+    CV = model.one_time_rows(T)
+    J0 = jax.lax.stop_gradient(_system(lm, K, w, x0, T, CV)[1])
     R0 = nilpotent_inverse(J0)
 
     def solve(Jm, r):                                  # (I - Jm)^-1 r through O(|Jm - J0|^ORDER)
@@ -72,11 +77,11 @@ def log_integrand(lm: LocalMap, model, v, w, x0, *, T, fa, fb):
 
     x = x0
     for _ in range(NEWTON):
-        res, Jm = _system(lm, K, w, x, T)
+        res, Jm = _system(lm, K, w, x, T, CV)
         x = x - solve(Jm, res)
-    M = R0 @ (_system(lm, K, w, x, T)[1] - J0)
+    M = R0 @ (_system(lm, K, w, x, T, CV)[1] - J0)
     logdet, Mk = 0.0, jnp.eye(M.shape[0])
     for k in range(1, ORDER + 1):
         Mk = Mk @ M
         logdet = logdet - jnp.trace(Mk) / k
-    return hats @ _features(lm, x, T, fa, fb) - logdet
+    return hats @ _features(lm, x, T, fa, fb, CV) - logdet
