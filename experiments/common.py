@@ -175,6 +175,17 @@ def add_truth(agree: Agreement, label: str, sol, truth, names, raw=None, check=T
                   raw=None if raw is None else raw.nvar[n], check=check, note=note)
 
 
+def add_mean_nvar(agree: Agreement, label: str, name: str, theory: dict, networks: dict, curves: dict,
+                  arrays: dict) -> None:
+    """Compare the mean and N Var of one quantity (``theory`` / ``networks``: 'mean' and 'nvar' -> (value, se));
+    keep the curves for the figure (``curves[(label, name, what)]``) and the arrays for the script's .npz."""
+    for what, tag in (("mean", f"<{name}>"), ("nvar", f"N Var({name})")):
+        agree.add(f"{label}: {tag}", *theory[what], *networks[what])
+        curves[(label, name, what)] = theory[what] + networks[what]
+        for side, (x, se) in (("theory", theory[what]), ("networks", networks[what])):
+            arrays[f"{label}_{side}_{what}_{name}"], arrays[f"{label}_{side}_{what}_se_{name}"] = x, se
+
+
 # ----------------------------------------------------------------------------- plotting
 def pyplot():
     import matplotlib

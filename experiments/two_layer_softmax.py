@@ -82,11 +82,7 @@ def main():
         for n in NAMES:
             th = {"mean": (sol.mean(n), sol.mean_stderr(n)), "nvar": (sol.var(n), sol.var_stderr(n))}
             ens = {"mean": (nets.mean[n], nets.mean_se[n]), "nvar": (nets.nvar[n], nets.nvar_se[n])}
-            for what, tag in (("mean", f"<{n}>"), ("nvar", f"N Var({n})")):
-                agree.add(f"{label}: {tag}", *th[what], *ens[what])
-                curves[(label, n, what)] = th[what] + ens[what]
-                for side, (x, se) in (("theory", th[what]), ("networks", ens[what])):
-                    arrays[f"{label}_{side}_{what}_{n}"], arrays[f"{label}_{side}_{what}_se_{n}"] = x, se
+            common.add_mean_nvar(agree, label, n, th, ens, curves, arrays)
         arrays[f"{label}_Kx"], arrays[f"{label}_y"] = d["Kx"], d["y"]
     times = np.arange(T)
     np.savez_compressed(args.out / "two_layer_softmax.npz", steps=times, **arrays)
