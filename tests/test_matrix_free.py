@@ -19,10 +19,8 @@ def _group(L, T, S=32):
     return xi, act, sad, fields
 
 
-@pytest.mark.slow
-def test_layer_products_equal_dense_hessian():
-    L, T = 2, 4
-    _, act, sad, fields = _group(L, T)
+def _assert_products_equal_dense_hessian(act, sad, fields, L, T, chunk):
+    """Each layer's matrix-free products U h equal U times the structured estimator's dense Hessian h (1e-10)."""
     model, lay = sad.model, Layout(L, T)
     x0 = saddle_point_vector(sad)
     for l in range(1, L + 1):
@@ -31,10 +29,17 @@ def test_layer_products_equal_dense_hessian():
         est.price_tol = None
         _, _, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
         lp = LayerProducts(T=T, activation=act, vary_u=l > 1, vary_r=l < L, model=model, v=np.asarray(v),
-                           W=fields.w[l - 1], X0=fields.x[l - 1], top=l == L, chunk=32)
+                           W=fields.w[l - 1], X0=fields.x[l - 1], top=l == L, chunk=chunk)
         U = np.random.default_rng(2).standard_normal((3, lp.nv))
         ref = U @ h
         assert np.abs(lp.apply(U) - ref).max() < 1e-10 * np.abs(ref).max()
+
+
+@pytest.mark.slow
+def test_layer_products_equal_dense_hessian():
+    L, T = 2, 4
+    _, act, sad, fields = _group(L, T)
+    _assert_products_equal_dense_hessian(act, sad, fields, L, T, chunk=32)
 
 
 @pytest.mark.slow
@@ -67,15 +72,4 @@ def test_layer_products_with_one_time_coefficients():
     act = SpecKernels(mod).site_activation(p, 0.1)
     xi = np.random.default_rng(1).standard_normal((2, L, 16, T))
     sad, fields = mc_saddle(activation=act, L=L, T=T, xiu=xi[0], xir=xi[1], model=from_spec(mod, p))
-    model, lay = sad.model, Layout(L, T)
-    x0 = saddle_point_vector(sad)
-    for l in range(1, L + 1):
-        v, _ = gather_local(x0, lay, l, phi0=model.phi0, g_top=model.g_top)
-        est = LocalEstimator(T=T, activation=act, vary_u=l > 1, vary_r=l < L)
-        est.price_tol = None
-        _, _, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L), model=model)
-        lp = LayerProducts(T=T, activation=act, vary_u=l > 1, vary_r=l < L, model=model, v=np.asarray(v),
-                           W=fields.w[l - 1], X0=fields.x[l - 1], top=l == L, chunk=16)
-        U = np.random.default_rng(2).standard_normal((3, lp.nv))
-        ref = U @ h
-        assert np.abs(lp.apply(U) - ref).max() < 1e-10 * np.abs(ref).max()
+    _assert_products_equal_dense_hessian(act, sad, fields, L, T, chunk=16)
