@@ -1,10 +1,10 @@
-"""Benchmark: the tangent pass of two_layer (dF/dDelta over all T driving directions) by the site engine's tangent
-march against per-path transfer matrices and matrix products (dmftc.reference.transfer_two_layer), on the same
-paths, in one process.
+"""Benchmark: the tangent pass of two_layer (dF/dDelta over all T driving directions) three ways on the same paths,
+in one process: the site engine's tangent march (tangents='march'), its per-path transfer matrices (the default,
+dmftc.runtime.site_transfer) and the hand-written NumPy transfer form (dmftc.reference.transfer_two_layer).
 
 Run: python benchmarks/bench_transfer_two_layer.py [--T 250] [--samples 10000 100000] [--gamma 1.5]
-Prints, per number of paths, the steady-state time of each (the engine's includes its replay of the paths, which
-the transfer form would also need), their ratio, the largest difference relative to the largest entry, and the
+Prints, per number of paths, the steady-state time of each (the engine's two include its replay of the paths),
+the march's time over the engine's transfer form, the largest differences relative to the largest entry, and the
 time of one 1000 x 1000 matmul measured in the same process.
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ def main():
     t0 = time.perf_counter()
     a @ b
     print(f"T = {T}, gamma = {gamma}; one 1000 x 1000 matmul {1e3 * (time.perf_counter() - t0):.1f} ms")
-    print(f"{'paths':>8} {'engine s':>9} {'transfer s':>11} {'ratio':>6} {'max rel diff':>13}")
+    print(f"{'paths':>8} {'march s':>8} {'transfer s':>11} {'numpy s':>8} {'march/transfer':>15} "
+          f"{'diff transfer':>14} {'diff numpy':>11}")
     for S in args.samples:
         rng = np.random.default_rng(S)
         uu = rng.multivariate_normal([0.0, 0.0], [[1.0, kx], [kx, 1.0]], size=S)
@@ -49,16 +50,20 @@ def main():
         Delta = np.asarray(q["Delta"]).reshape(T)
         times = {}
         for _ in range(2):                                   # the second call: steady state
-            t0 = time.perf_counter()
-            J = se.group_sensitivities(mod, normals, wts, pj, q, {}, T, width)[0]
-            times["engine"] = time.perf_counter() - t0
+            J = {}
+            for how in ("march", "transfer"):
+                t0 = time.perf_counter()
+                J[how] = se.group_sensitivities(mod, normals, wts, pj, q, {}, T, width, tangents=how)[0]
+                times[how] = time.perf_counter() - t0
             t0 = time.perf_counter()
             G = delta_jacobian(uu[:, 0], uu[:, 1], rr[:, 0], Delta, gamma=gamma, kx=kx, eta=eta)
-            times["transfer"] = time.perf_counter() - t0
-        ref = np.stack([J.reshape(T, 4, T, 4)[:, k, :, 0] for k in range(4)])
-        diff = np.abs(G - ref).max() / np.abs(ref).max()
-        print(f"{S:>8} {times['engine']:>9.2f} {times['transfer']:>11.2f} "
-              f"{times['engine'] / times['transfer']:>6.1f} {diff:>13.1e}")
+            times["numpy"] = time.perf_counter() - t0
+        scale = np.abs(J["march"]).max()
+        diff = np.abs(J["transfer"] - J["march"]).max() / scale
+        ref = np.stack([J["march"].reshape(T, 4, T, 4)[:, k, :, 0] for k in range(4)])
+        diff_np = np.abs(G - ref).max() / scale
+        print(f"{S:>8} {times['march']:>8.2f} {times['transfer']:>11.2f} {times['numpy']:>8.2f} "
+              f"{times['march'] / times['transfer']:>15.1f} {diff:>14.1e} {diff_np:>11.1e}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""dmftc.runtime.site_transfer: the drivers' columns of dF/dq by per-path transfer matrices equal the tangent march
+(dmftc.runtime.site_tangents) on the same paths to round-off, for every shipped two-layer spec, in batches of
+paths and causal segments; the programs it does not apply to keep the march; its small pivoted solves."""
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dmftc
+from dmftc.errors import ParameterError
+from dmftc.runtime.march_numerics import small_solve
+from dmftc.runtime.params import resolve_params
+from dmftc.runtime.site_engine import _setup, group_saddle, group_sensitivities, tangent_method
+from dmftc.runtime.site_transfer import transfer_applies
+
+ROOT = Path(__file__).resolve().parent.parent
+T, PATHS = 15, 200
+TWO_LAYER = ["two_layer", "two_layer_multi", "two_layer_sgd", "two_layer_softmax", "rates", "eos", "online_linear",
+             "linear_whitened"]
+
+
+def _draws(mod, p, sz, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((PATHS, np.shape(c)[0])) @ np.linalg.cholesky(np.asarray(c, float)).T
+            for c in mod.source_covariances(p, sz)]
+
+
+def _compare(mod):
+    """The group's dF/dq by the tangent march in one piece and by transfer matrices in batches and segments."""
+    p, sz, _ = resolve_params(mod, {"T": T}, dirac_width=0.1)
+    normals, S, pj, width = _setup(mod, _draws(mod, p, sz, 3), p, sz)
+    wts = jnp.full(S, 1.0 / S)
+    q = group_saddle(mod, normals, wts, pj, sz, T, width)
+    march = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, segments=1, tangents="march")[0]
+    # 4 batches of 50 paths (the constraints' explicit terms in the first only) and 4 segments of 4 steps
+    ours = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch=50, segments=4, tangents="transfer")[0]
+    m = march.shape[0] // T
+    below = np.tril(np.ones((T, T)), -1).astype(bool)
+    across = np.abs(march.reshape(T, m, T, m).transpose(0, 2, 1, 3)[below]).max()
+    assert across > 1e-3 * np.abs(march).max()              # couplings across time, not only the diagonal blocks
+    scale = np.abs(march).max()
+    assert np.abs(ours - march).max() <= 1e-12 * scale, np.abs(ours - march).max() / scale
+    return march
+
+
+@pytest.mark.parametrize("name", TWO_LAYER)
+def test_transfer_matrices_equal_the_tangent_march(name):
+    mod = dmftc.load(ROOT / "specs" / f"{name}.dmft").module
+    assert transfer_applies(mod) and tangent_method(mod) == "transfer"      # the default for the shipped specs
+    _compare(mod)
+
+
+def test_programs_with_order_scope_sums_keep_the_march():
+    mod = dmftc.load(ROOT / "tests" / "specs" / "two_layer_ntk.dmft").module      # a running sum of q (NTK)
+    assert not transfer_applies(mod) and tangent_method(mod) == "march"
+    with pytest.raises(ParameterError, match="tangents='march'"):
+        tangent_method(mod, "transfer")
+    with pytest.raises(ParameterError, match="'transfer' or 'march'"):
+        tangent_method(mod, "adjoint")
+
+
+@pytest.mark.parametrize("k, c", [(1, 1), (2, 1), (5, 4)])
+def test_small_solve_pivots(k, c):
+    rng = np.random.default_rng(k)
+    A = rng.standard_normal((64, k, k))
+    A[0] = np.eye(k)[::-1]                                  # a zero on the diagonal: needs a row swap
+    A[1, 0, 0] = 1e-14                                      # a tiny leading pivot: elimination without a swap
+    B = rng.standard_normal((64, k, c))
+    X = np.asarray(jax.jit(small_solve)(jnp.asarray(A), jnp.asarray(B)))
+    ref = np.linalg.solve(A, B)
+    # would lose about 14 digits in A[1]
+    assert np.abs(X - ref).max() <= 1e-10 * np.abs(ref).max()
