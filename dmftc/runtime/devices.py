@@ -10,13 +10,16 @@ the device count; the same holds for the batches the tangent march and the mean 
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import jax
+from threadpoolctl import threadpool_limits
 
 from dmftc.errors import ParameterError
 
-__all__ = ["check_devices", "path_mesh", "place_paths", "like_paths", "rows_for", "device_count", "describe"]
+__all__ = ["check_devices", "path_mesh", "place_paths", "like_paths", "rows_for", "device_count", "describe",
+           "serial_blas_on_cpu"]
 
 AXIS = "paths"
 
@@ -99,3 +102,14 @@ def describe(mesh, normals: dict) -> dict:
     devs = getattr(getattr(x, "sharding", None), "device_set", None)
     return {"count": device_count(mesh), "platform": mesh.devices.flat[0].platform,
             "normals_sharded_over": len(devs) if devs is not None else 1}
+
+
+def serial_blas_on_cpu():
+    """A context in which NumPy's BLAS runs on one thread when JAX computes on the CPU, else nothing.  A solve
+    alternates XLA's marches with BLAS products (kappa, the propagator); a multithreaded BLAS's idle threads keep
+    spinning after each product and take the cores from the next march.  Measured on two cores (two_layer,
+    T = 250, 10^4 paths in 8 groups, per solve): marches 0.47 -> 0.32 s, kappa 0.16 -> 0.21 s, the whole
+    1.0 -> 0.83 s.  On an accelerator the marches leave the CPU to BLAS, which keeps its threads."""
+    if jax.default_backend() == "cpu":
+        return threadpool_limits(1, user_api="blas")
+    return contextlib.nullcontext()

@@ -37,9 +37,9 @@ from dmftc.runtime.site_transfer import driver_jacobian as transfer_jacobian
 from dmftc.runtime.site_transfer import SEGMENT, transfer_applies
 
 __all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle",
-           "group_sensitivities", "layout_arrays", "normals_of", "pad_rows", "path_batch", "paths_at",
-           "require_program", "tangent_method", "two_layer_exact", "two_layer_mean_correction", "two_layer_propagator",
-           "two_layer_saddle"]
+           "group_sensitivities", "identity_minus", "layout_arrays", "normals_of", "pad_rows", "path_batch",
+           "paths_at", "require_program", "tangent_method", "two_layer_exact", "two_layer_mean_correction",
+           "two_layer_propagator", "two_layer_saddle"]
 
 
 def require_program(mod):
@@ -361,7 +361,16 @@ def centred(Y, wts):
     their weighted mean."""
     w = np.asarray(wts)
     keep = w != 0
-    return Y[keep] - w[keep] @ Y[keep] / w[keep].sum()
+    if not keep.all():
+        Y, w = Y[keep], w[keep]
+    return Y - w @ Y / w.sum()
+
+
+def identity_minus(J):
+    """1 - J, in J's memory (J is not used again)."""
+    J = np.negative(J, out=J)
+    J.flat[:: J.shape[0] + 1] += 1.0
+    return J
 
 
 def _correction_batch(mod, sz, T, width, shapes):
@@ -487,7 +496,7 @@ def two_layer_propagator(mod, draws, p: dict, sz: dict, T: int, *, correction: b
         raise ParameterError("the O(1/N) mean correction pairs independent sample paths; it has no weighted form")
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
     J, Y, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, batch, segments=segments)
-    U = np.eye(J.shape[0]) - J
+    U = identity_minus(J)
     Y = centred(Y, wts)
     if weights is None:
         kappa = Y.T @ Y / (S - 1)
@@ -545,7 +554,7 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
         jax.jacfwd(one_path)(jnp.zeros(n), pj, q), jax.jacfwd(jax.jacfwd(one_path))(jnp.zeros(n), pj, q)))
     b, H = (np.asarray(a) for a in stats(pj, q))
     kappa = b @ b.T + 0.5 * np.einsum("aij,bji->ab", H, H)
-    U = np.eye(J.shape[0]) - J
+    U = identity_minus(J)
     sigma, cond = propagate(U, kappa, T)
     return {"q": layout_arrays(mod, q, sz, T), "sigma": sigma, "U": U, "kappa": kappa, "condition": cond,
             "layout": q, "avg": avg}

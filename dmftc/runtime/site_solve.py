@@ -27,9 +27,9 @@ from dmftc.runtime.devices import describe, path_mesh, place_paths, rows_for
 from dmftc.runtime.geometry import Geometry, source_factors
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
-from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, layout_arrays,
-                                       normals_of, pad_rows, path_batch, paths_at, propagate, require_program,
-                                       two_layer_exact, two_layer_mean_correction)
+from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, identity_minus,
+                                       layout_arrays, normals_of, pad_rows, path_batch, paths_at, propagate,
+                                       require_program, two_layer_exact, two_layer_mean_correction)
 
 __all__ = ["sample_draws", "solve_two_layer"]
 
@@ -155,17 +155,23 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
                                                      kinks if g == 0 else ())
             Y = centred(Y, wts)
             kappa = Y.T @ Y / (b - a - 1)
-            U = np.eye(len(J)) - J
+            U = identity_minus(J)
             t2 = _time.perf_counter()
             bar.advance(note=f"group {g + 1}/{G}: kappa and D")
             sigma, cond = propagate(U, kappa, T)
             ones = bool(np.all(coeff == 1.0))                # the spec's own form: coeff q + rest = <O>
-            results.append((q_arr, sigma, U if ones else coeff[:, None] * U,
-                            kappa if ones else coeff[:, None] * kappa * coeff[None, :], cond))
+            results.append((q_arr, np.diag(sigma).copy(), cond))
+            group = (sigma, U if ones else coeff[:, None] * U,
+                     kappa if ones else coeff[:, None] * kappa * coeff[None, :])
+            if g == 0:                                       # running sums over the groups (three n x n arrays)
+                sums = [x.copy() for x in group]
+            else:
+                for acc, x in zip(sums, group):
+                    acc += x
             if g == 0 and kinks:
                 # kink check: the same group's propagator with the delta functions at half the width
                 Jh = group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2, batch_used)[0]
-                half = propagate(np.eye(len(Jh)) - Jh, kappa, T)[0]
+                half = propagate(identity_minus(Jh), kappa, T)[0]
                 kink = (np.diag(half) - np.diag(sigma), chatter)
             bar.advance(note=f"group {g + 1}/{G}: propagator")
             timings["saddle"] += t1 - t0
@@ -177,9 +183,9 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
                 timings["mean correction"] += _time.perf_counter() - t3
         bar.close()
         means = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
-        sigma, U, kappa = (np.mean([r[i] for r in results], axis=0) for i in (1, 2, 3))
-        cond = max(r[4] for r in results)
-        var_se = np.std([np.diag(r[1]) for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
+        sigma, U, kappa = (x / G for x in sums)
+        cond = max(r[2] for r in results)
+        var_se = np.std([r[1] for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
     if exact or cubature:
         U, kappa = coeff[:, None] * U, coeff[:, None] * kappa * coeff[None, :]
     mean_se = None
