@@ -22,9 +22,15 @@ segmentation fault (on 2026-11-28, three CI runs lost a worker this way, each in
 late in the worker's life; ``tests/test_solve.py`` alone, 32 tests in one process, reaches about 6100
 mappings).  :func:`make_room`, called at the entry of every solve, drops JAX's compiled programs when the process
 holds over half the limit; they are compiled again when next used, with the same results.
+
+The site marches are compiled with :func:`march_options`: on the CPU, without XLA's YNNPACK fusions, which XLA
+(jaxlib 0.10) uses for element-wise work on arrays of 4096 elements or more and which cost a fixed overhead per
+call in a march's loop (two_layer's saddle march, T = 250: 1250 paths 3 ms, 4096 paths 86 ms, 12500 paths
+0.26 s; without them 6 ms and 24 ms).
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
@@ -100,3 +106,19 @@ def make_room(fraction: float = MAP_FRACTION) -> bool:
 def releases() -> int:
     """How many times :func:`make_room` dropped the compiled programs in this process."""
     return _ROOM["releases"]
+
+
+_NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@functools.lru_cache(maxsize=None)
+def march_options() -> dict:
+    """Compiler options for the jitted marches (module doc): XLA's YNNPACK fusions off on the CPU where this
+    jaxlib knows the option, else none (an accelerator, or a jaxlib that predates YNNPACK)."""
+    if jax.default_backend() != "cpu":
+        return {}
+    try:
+        jax.jit(lambda x: x + 1.0, compiler_options=_NO_YNN)(1.0)
+    except Exception:             # an unknown option: this jaxlib has no YNNPACK fusions to turn off
+        return {}
+    return dict(_NO_YNN)

@@ -79,3 +79,35 @@ def test_make_room_drops_compiled_programs_only_when_crowded():
     assert after < before - 100, (before, after)                       # 40 programs' mappings released
     again = range(0, 40, 8)                                            # a few recompiled: same values
     assert [float(fns[k](jnp.arange(3.0 + k))[1]) for k in again] == [first[k] for k in again]
+
+
+def test_march_options_change_no_number():
+    """The marches' compiler options (no YNNPACK fusions on the CPU: a speed setting) leave a march's results as
+    they are: two_layer's saddle on 5000 paths (over the 4096 elements where XLA would use them)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import dmftc
+    from dmftc.jax_setup import march_options
+    from dmftc.runtime.site_march import site_march
+
+    opts = march_options()
+    assert opts in ({}, {"xla_cpu_experimental_ynn_fusion_type": ""})
+    if jax.default_backend() == "cpu" and tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 10):
+        assert opts                                   # this jaxlib knows the option: it is used
+    mod = dmftc.load("specs/two_layer.dmft").module
+    S, T = 5000, 20
+    rng = np.random.default_rng(0)
+    normals = {n: jnp.asarray(rng.standard_normal(S)) for n in ("u", "u_star", "r")}
+    p = {k: jnp.asarray(v, jnp.float64) for k, v in {"gamma": 1.0, "kx": 0.5, "y": 1.0, "eta": 0.1}.items()}
+    wts = jnp.full(S, 1.0 / S)
+
+    def saddle(nm, w, pj):
+        return site_march(mod, (), 1, T, {}, w, pj, direct=True, width=0.0, normals=nm, sizes={})[1]
+
+    plain = jax.jit(saddle)(normals, wts, p)
+    ours = jax.jit(saddle, compiler_options=opts)(normals, wts, p)
+    for k in plain:
+        scale = float(jnp.abs(plain[k]).max())
+        assert scale > 0 and float(jnp.abs(ours[k] - plain[k]).max()) <= 1e-13 * scale

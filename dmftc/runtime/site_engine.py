@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
+from dmftc.jax_setup import march_options
 from dmftc.runtime.devices import like_paths, mesh_of, place_paths, rows_for
 from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import (block_inverses, cross_components, factor, right_solve, sandwich,
@@ -85,7 +86,7 @@ def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn):
     """One jitted function per (module, sizes, steps, paths, delta width): repeated solves reuse it."""
     key = (kind, id(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width)
     if key not in _JIT:
-        _JIT[key] = jax.jit(fn)
+        _JIT[key] = jax.jit(fn, compiler_options=march_options())
     return _JIT[key]
 
 
