@@ -228,8 +228,8 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     G = K[ci, :]
     G += 0.5 * (G[:, ci] @ B.T)
     S = B @ G
-    S += S.T.copy()
-    S += 0.5 * (K + K.T)                                                   # exactly symmetric
+    S += 0.5 * K
+    S += S.T                            # H' + H'^T with H' = B G + K / 2: exactly symmetric
     if identity:                         # the columns of X: unit vectors, and 1 + |B| at the cross components
         norm = 1.0 + float(np.abs(B).sum(axis=0).max(initial=0.0))
     else:
