@@ -81,10 +81,25 @@ def test_exact_backend_is_deterministic_and_needs_no_samples(eos):
     assert a.info["samples"] is None and np.all(a.stderr("K") == 0)
 
 
-def test_auto_picks_exact_only_for_linear_processes(eos):
+def test_auto_picks_exact_for_linear_cubature_for_smooth_three_sources_else_mc(eos):
+    """backend='auto': exact for a linear process; the cubature for a smooth activation on three source
+    coordinates (two_layer, tanh), saying so; Monte Carlo for a kinked activation (two_layer_multi, relu), for
+    more coordinates (two_layer_softmax, tanh, P + C sources: sparse grids), a budget below the smallest rule,
+    and whenever the solve asks for sampled paths (the mean correction, a sampler)."""
     assert eos.solve(T=5).info["diagnostics"]["backend"] == "exact"
     tl = dmftc.load(ROOT / "specs" / "two_layer.dmft")
-    assert tl.solve(T=5, samples=200).info["diagnostics"]["backend"] == "mc"
+    auto = tl.solve(T=5, samples=200)
+    assert auto.info["diagnostics"]["backend"] == "cubature"
+    assert "auto" in auto.info["diagnostics"]["auto"] and "chosen by backend 'auto'" in auto.summary()
+    cub = tl.solve(T=5, samples=200, backend="cubature")
+    assert np.array_equal(auto.blocks.sigma_full, cub.blocks.sigma_full)
+    for kw in (dict(samples=40), dict(samples=200, correction=True), dict(samples=200, sampler="sobol")):
+        sol = tl.solve(T=5, **kw)
+        assert sol.info["diagnostics"]["backend"] == "mc" and "auto" not in sol.info["diagnostics"], kw
+    relu = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
+    assert relu.solve(T=3, P=2, samples=400).info["diagnostics"]["backend"] == "mc"
+    softmax = dmftc.load(ROOT / "specs" / "two_layer_softmax.dmft")
+    assert softmax.solve(T=3, samples=400).info["diagnostics"]["backend"] == "mc"
     with pytest.raises(ParameterError, match=r"field g = .*tanh.*\(line \d+\) is not affine"):
         tl.solve(T=5, backend="exact")
 

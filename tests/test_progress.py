@@ -56,7 +56,7 @@ def test_quiet_run_prints_nothing(tmp_path, capsys):
 
 def test_run_shows_progress_on_stderr(capsys):
     from dmftc.cli import main
-    assert main(["run", "specs/two_layer.dmft", "--set", "T=6", "--samples", "400"]) == 0
+    assert main(["run", "specs/two_layer.dmft", "--set", "T=6", "--samples", "400", "--backend", "mc"]) == 0
     cap = capsys.readouterr()
     assert "two_layer mc" in cap.err and "24/24" in cap.err
     assert "Delta" in cap.out

@@ -76,7 +76,7 @@ def test_two_layer_sobol_solve_agrees_with_random_and_reports_its_own_mean_error
     sqrt(var / samples) formula holds for independent draws only), and it survives save/load."""
     m = dmftc.load(ROOT / "specs" / "two_layer.dmft")
     kw = dict(samples=4096, groups=8, seed=2, T=30, eta=0.05, gamma=1.0)
-    qmc, mc = m.solve(sampler="sobol", **kw), m.solve(**kw)
+    qmc, mc = m.solve(sampler="sobol", **kw), m.solve(backend="mc", **kw)
     assert qmc.info["diagnostics"]["sampler"] == "sobol" and mc.info["diagnostics"]["sampler"] == "random"
     for n in ("Delta", "K"):
         for get, err in ((qmc.mean, qmc.mean_stderr), (qmc.var, qmc.var_stderr)):

@@ -27,9 +27,9 @@ def _draws(mod, p, sz, seed):
             for c in mod.source_covariances(p, sz)]
 
 
-def _compare(mod):
+def _compare(mod, params=None):
     """The group's dF/dq by the tangent march in one piece and by transfer matrices in batches and segments."""
-    p, sz, _ = resolve_params(mod, {"T": T}, dirac_width=0.1)
+    p, sz, _ = resolve_params(mod, {"T": T, **(params or {})}, dirac_width=0.1)
     normals, S, pj, width = _setup(mod, _draws(mod, p, sz, 3), p, sz)
     wts = jnp.full(S, 1.0 / S)
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
@@ -52,6 +52,13 @@ def test_transfer_matrices_equal_the_tangent_march(name):
     _compare(mod)
 
 
+@pytest.mark.parametrize("params", [dict(beta=0.0), dict(beta=0.0, lam=0.3, lr=np.linspace(1.0, 0.2, T))])
+def test_singular_transfer_matrices(params):
+    """Plain gradient descent in recurrence form (beta = 0): a velocity's running sum is replaced at every step,
+    so the per-path transfer matrices M_t are singular; the products never invert them."""
+    _compare(dmftc.load(ROOT / "specs" / "two_layer_sgd.dmft").module, params)
+
+
 def test_programs_with_order_scope_sums_keep_the_march():
     mod = dmftc.load(ROOT / "tests" / "specs" / "two_layer_ntk.dmft").module      # a running sum of q (NTK)
     assert not transfer_applies(mod) and tangent_method(mod) == "march"
@@ -72,3 +79,12 @@ def test_small_solve_pivots(k, c):
     ref = np.linalg.solve(A, B)
     # would lose about 14 digits in A[1]
     assert np.abs(X - ref).max() <= 1e-10 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("name", ["two_layer", "two_layer_multi"])
+def test_the_inverse_free_form_equals_the_march(name, monkeypatch):
+    """Every batch redone without inverses (the condition threshold at 0): the same Jacobian."""
+    import dmftc.runtime.site_engine as engine
+
+    monkeypatch.setattr(engine, "MAX_CONDITION", 0.0)
+    _compare(dmftc.load(ROOT / "specs" / f"{name}.dmft").module)

@@ -306,7 +306,7 @@ def test_solve_is_the_two_layer_engine_group_by_group(tmp_path):
     mod, ref = model.module, reference_module(path)
     assert mod.coefficients({}, {})["K"] == 2.0
     params = dict(T=15, gamma=1.3, y=-0.7, kx=-0.4)
-    sol = model.solve(samples=301, groups=2, seed=4, **params)
+    sol = model.solve(samples=301, groups=2, seed=4, backend="mc", **params)
     p, sz, T = resolve_params(mod, dict(params), dirac_width=0.1)
     draws = sample_draws(mod, p, sz, 301, 4)
     edges = np.linspace(0, 301, 3).astype(int)

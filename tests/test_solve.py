@@ -29,7 +29,7 @@ def multi():
 
 @pytest.fixture(scope="module")
 def sol2(two_layer):
-    return two_layer.solve(samples=2000, seed=3, T=30, eta=0.05, gamma=1.5, kx=0.3)
+    return two_layer.solve(samples=2000, seed=3, T=30, eta=0.05, gamma=1.5, kx=0.3, backend="mc")
 
 
 def test_shapes_single_point(sol2):
@@ -154,7 +154,7 @@ def _symbolic_D(sol, name):
 
 
 def test_symbolic_sensitivities_match_autodiff_two_layer(two_layer):
-    sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0, groups=1)
+    sol = two_layer.solve(samples=300, seed=5, T=12, eta=0.1, gamma=2.0, groups=1, backend="mc")
     for name in ("K", "K_star"):
         ad = np.asarray(_autodiff_D("two_layer", sol, name))[:, 0, :]          # (T, T)
         sym = _symbolic_D(sol, name)[:, 0, :, 0]

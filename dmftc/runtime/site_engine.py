@@ -35,7 +35,7 @@ from dmftc.runtime.linalg import (block_inverses, cross_components, factor, righ
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
 from dmftc.runtime.site_tangents import driver_jacobian
 from dmftc.runtime.site_transfer import driver_jacobian as transfer_jacobian
-from dmftc.runtime.site_transfer import SEGMENT, transfer_applies
+from dmftc.runtime.site_transfer import MAX_CONDITION, SEGMENT, transfer_applies
 
 __all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle",
            "group_sensitivities", "identity_minus", "layout_arrays", "normals_of", "pad_rows", "path_batch",
@@ -221,16 +221,19 @@ def _driver_core(mod, sz, T, width, shapes, segments, method):
 
     def run(normals, wts, pj, q, avg, explicit):
         blocks = [(n, a, b) for n, a, b in zip(F.names, F.edges[:-1], F.edges[1:]) if n in mod.SITE["drivers"]]
-        if method == "transfer":          # the drivers' one-hot at one step: the same at every step (time-major)
+        worst = jnp.float64(1.0)
+        if method in ("transfer", "transfer without inverses"):
+            # the drivers' one-hot at one step: the same at every step (time-major)
             local = {n: F.layout_rows(n, jnp.asarray(basis[:1, a:b, :c]))[0] for n, a, b in blocks}
-            rows = transfer_jacobian(mod, T, wts, pj, q, local, normals=normals, sizes=dict(sz), width=width,
-                                     avg=avg, explicit=explicit, segment=-(-T // segments))
+            rows, worst = transfer_jacobian(mod, T, wts, pj, q, local, normals=normals, sizes=dict(sz),
+                                            width=width, avg=avg, explicit=explicit, segment=-(-T // segments),
+                                            invert=method == "transfer")
         else:
             columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in blocks}
             rows = driver_jacobian(mod, T, wts, pj, q, columns, normals=normals, sizes=dict(sz), width=width,
                                    avg=avg, explicit=explicit, per_step=c, segments=segments)
         per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
-        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size)
+        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size), worst
     return run, idx
 
 
@@ -352,7 +355,13 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
         for k, (a, n) in enumerate(batches):
             nm, w = like_paths(({key: pad_rows(v[a:a + n], B) for key, v in normals.items()},
                                 pad_rows(wts[a:a + n], B)), wts)
-            total += np.asarray(fn(nm, w, pj, q, avg, jnp.float64(k == 0)))
+            part, worst = fn(nm, w, pj, q, avg, jnp.float64(k == 0))
+            if method == "transfer" and not float(worst) <= MAX_CONDITION:    # singular or ill-conditioned
+                exact = "transfer without inverses"
+                fn_exact = _compiled(("drivers", B, K, exact), mod, sz, T, S, width,
+                                     _driver_core(mod, sz, T, width, shapes, K, exact)[0])
+                part = fn_exact(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
+            total += np.asarray(part)
         J[:, idx] = total
     return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime import kernels as _k
-from dmftc.runtime.cubature import two_layer_cubature
+from dmftc.runtime.cubature import auto_prefers_cubature, two_layer_cubature
 from dmftc.runtime.devices import describe, path_mesh, place_paths, rows_for
 from dmftc.runtime.geometry import Geometry, source_factors
 from dmftc.runtime.params import resolve_params
@@ -72,8 +72,10 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
                     progress=False, correction=False, sampler=None, devices=None, **kwargs):
     """Solve the saddle point and the propagator of a two-layer module; returns a Solution (module doc).
 
-    ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (only for processes proven linear) or
-    "auto" (exact when proven); ``batch``: paths per batch of the tangent march (default: sized to memory,
+    ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (only for processes proven linear),
+    "cubature" (:mod:`dmftc.runtime.cubature`, ``samples`` its budget of nodes) or "auto": exact when proven, the
+    cubature where it is more accurate per second (:func:`dmftc.runtime.cubature.auto_prefers_cubature`; not with
+    ``correction``, a ``sampler`` or ``devices``, which ask for sampled paths), else mc; ``batch``: paths per batch of the tangent march (default: sized to memory,
     :func:`dmftc.runtime.site_engine.path_batch`); ``progress``: a progress bar on stderr; ``devices``: None (one
     device), 'all' or a number of JAX devices to shard each group's paths over (:mod:`dmftc.runtime.devices`)."""
     from dmftc.progress import Progress
@@ -81,6 +83,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     from dmftc.runtime.solution import Solution
 
     require_program(mod)
+    sampler_given = sampler
     sampler = "random" if sampler is None else sampler
     if backend == "exact" and mod.NONLINEAR is not None:
         raise ParameterError(f"the exact backend needs a Gaussian single-site process, but {mod.NONLINEAR}")
@@ -90,6 +93,10 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
         raise ParameterError("the cubature backend does not compute the O(1/N) mean correction yet: use "
                              "backend='mc' (or 'exact' for a linear spec) with correction=True")
     p, sz, T = resolve_params(mod, kwargs, dirac_width=dirac_width)
+    chosen = None
+    if backend == "auto" and not exact and not correction and sampler_given is None and devices is None:
+        chosen = auto_prefers_cubature(mod, p, sz, samples)
+        cubature = chosen is not None
     geo = Geometry(mod, sz)
     width = float(p.get("dirac width", 0.0))
     pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
@@ -197,6 +204,8 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     check_variances(np.diag(sigma), var_se, geo)
     diagnostics = {"u_condition": cond, "backend": "exact" if exact else "cubature" if cubature else "mc",
                    "sampler": None if exact or cubature else sampler}
+    if chosen:
+        diagnostics["auto"] = chosen
     if cubature:
         diagnostics["cubature"] = {
             "rule": cub["rule"], "coordinates": cub["dimension"], "nodes": list(cub["nodes"]),

@@ -340,6 +340,8 @@ class Solution:
         elif backend == "cubature":
             c = d.get("cubature", {})
             how = f"cubature: {c.get('rule', 'Gauss-Hermite')}; se = difference to the coarser rule"
+            if d.get("auto"):
+                how += ", chosen by backend 'auto'"
         else:
             how = f"samples = {self.info.get('samples')}"
             if d.get("sampler") == "sobol":
