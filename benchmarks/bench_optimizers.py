@@ -48,7 +48,7 @@ def main():
 
         def solve(model, kw):
             t0 = time.perf_counter()
-            sol = model.solve(T=T, eta=0.05, samples=args.samples, seed=0, progress=False, **kw)
+            sol = model.solve(T=T, eta=0.05, samples=args.samples, seed=0, progress=False, backend="mc", **kw)
             sol.var("K")                                    # the propagator, if the solve left it for later
             return time.perf_counter() - t0
 
