@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("auto", "exact", "mc", "cubature"), default="auto",
                    help="exact: Gaussian moments (linear processes only); mc: Monte Carlo; cubature: Gauss-Hermite "
                         "nodes over the sources, at most --samples of them, error from two levels (two-layer "
-                        "specs); auto (default): exact when the process is proven linear, else mc")
+                        "specs); auto (default): exact when the process is proven linear, cubature for a smooth "
+                        "activation on at most 3 source coordinates (not with --width or --sampler), else mc")
     r.add_argument("--out", metavar="FILE", help="save the results to FILE.npz or FILE.nc (reload with "
                    "dmftc.Solution.load); the directory must exist")
     r.add_argument("--plot", metavar="FILE", help="save a figure of means and variances to FILE.png, .pdf or .svg "

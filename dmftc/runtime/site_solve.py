@@ -75,9 +75,10 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     ``backend``: "mc" (Monte Carlo over the single-site process), "exact" (only for processes proven linear),
     "cubature" (:mod:`dmftc.runtime.cubature`, ``samples`` its budget of nodes) or "auto": exact when proven, the
     cubature where it is more accurate per second (:func:`dmftc.runtime.cubature.auto_prefers_cubature`; not with
-    ``correction``, a ``sampler`` or ``devices``, which ask for sampled paths), else mc; ``batch``: paths per batch of the tangent march (default: sized to memory,
-    :func:`dmftc.runtime.site_engine.path_batch`); ``progress``: a progress bar on stderr; ``devices``: None (one
-    device), 'all' or a number of JAX devices to shard each group's paths over (:mod:`dmftc.runtime.devices`)."""
+    ``correction``, a ``sampler`` or ``devices``, which ask for sampled paths), else mc; ``batch``: paths per
+    batch of the drivers' columns (default: sized to memory, :func:`dmftc.runtime.site_engine.path_batch`);
+    ``progress``: a progress bar on stderr; ``devices``: None (one device), 'all' or a number of JAX devices to
+    shard each group's paths over (:mod:`dmftc.runtime.devices`)."""
     from dmftc.progress import Progress
     from dmftc.runtime.blocks import DenseBlocks
     from dmftc.runtime.solution import Solution

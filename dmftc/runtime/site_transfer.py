@@ -65,8 +65,9 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals:
     """({name: (T, 1, index dims, T c)}: d F_name(t) / d (direction j), direction j perturbing the drivers at
     time j // c in their component j % c, as :func:`dmftc.runtime.site_tangents.driver_jacobian` with
     ``per_step = c``; the largest 1-norm condition number of the segments' products A(t) (1 with ``invert``
-    false: the segments' own columns carried forward step by step, no inverse, about three times the work).  ``local``: {driver: (1, index dims, c)}, the one-hot of the c driver components at one
-    step; ``q``, ``normals``, ``wts``, ``avg``, ``explicit``: as there (a batch of a group's paths)."""
+    false: the segments' own columns carried forward step by step, no inverse, about three times the work).
+    ``local``: {driver: (1, index dims, c)}, the one-hot of the c driver components at one step; ``q``,
+    ``normals``, ``wts``, ``avg``, ``explicit``: as there (a batch of a group's paths)."""
     site = mod.SITE
     S = int(jnp.shape(wts)[0])
     Bf = Buffers(site, sizes, S, T)
