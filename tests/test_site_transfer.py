@@ -12,7 +12,8 @@ import dmftc
 from dmftc.errors import ParameterError
 from dmftc.runtime.march_numerics import small_solve
 from dmftc.runtime.params import resolve_params
-from dmftc.runtime.site_engine import _setup, group_saddle, group_sensitivities, tangent_method
+from dmftc.runtime.site_drivers import tangent_method
+from dmftc.runtime.site_engine import group_saddle, group_sensitivities, normals_of
 from dmftc.runtime.site_transfer import transfer_applies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +31,10 @@ def _draws(mod, p, sz, seed):
 def _compare(mod, params=None):
     """The group's dF/dq by the tangent march in one piece and by transfer matrices in batches and segments."""
     p, sz, _ = resolve_params(mod, {"T": T, **(params or {})}, dirac_width=0.1)
-    normals, S, pj, width = _setup(mod, _draws(mod, p, sz, 3), p, sz)
-    wts = jnp.full(S, 1.0 / S)
+    normals = normals_of(mod, _draws(mod, p, sz, 3))
+    pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
+    width = float(p["dirac width"])
+    wts = jnp.full(PATHS, 1.0 / PATHS)
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
     march = group_sensitivities(mod, normals, wts, pj, q, sz, T, width, segments=1, tangents="march")[0]
     # 4 batches of 50 paths (the constraints' explicit terms in the first only) and 4 segments of 4 steps

@@ -10,7 +10,7 @@ propagator of the one-time order parameters, written here in the solved form of 
     U = 1 - dF/dq   (the whole trajectory: lower triangular in time; explicit couplings, same-time
                      constraints and the sensitivities D of the averages alike: in the order parameters the
                      fields and running sums read, by the program's printed tangents in one march
-                     (dmftc.runtime.site_tangents); in the others, by autodiff of the readouts alone)
+                     (dmftc.runtime.site_drivers); in the others, by autodiff of the readouts alone)
     kappa = Cov_paths(Y),  Y_k(t) = sum_a dF_k(t)/d<O_a(t)> O_a(t)   (the averages' fluctuations)
     Sigma = U^-1 kappa U^-T
 
@@ -33,14 +33,14 @@ from dmftc.runtime.geometry import source_factors
 from dmftc.runtime.linalg import (block_inverses, cross_components, factor, right_solve, sandwich,
                                   time_major_edges)
 from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march, site_march
-from dmftc.runtime.site_tangents import driver_jacobian
-from dmftc.runtime.site_transfer import driver_jacobian as transfer_jacobian
-from dmftc.runtime.site_transfer import MAX_CONDITION, SEGMENT, transfer_applies
+from dmftc.runtime.site_drivers import (driver_columns, equal_batches, pad_rows, path_batch, tangent_method,
+                                        tangent_segments)
+from dmftc.runtime.site_layout import Flat, canonical
+from dmftc.runtime.site_transfer import MAX_CONDITION, SEGMENT
 
-__all__ = ["causal_solver", "centred", "check_finite", "equal_batches", "exact_points", "group_saddle",
-           "group_sensitivities", "identity_minus", "layout_arrays", "normals_of", "pad_rows", "path_batch",
-           "paths_at", "require_program", "tangent_method", "two_layer_exact", "two_layer_mean_correction",
-           "two_layer_propagator", "two_layer_saddle"]
+__all__ = ["causal_solver", "centred", "check_finite", "exact_points", "group_saddle", "group_sensitivities",
+           "identity_minus", "layout_arrays", "normals_of", "paths_at", "require_program", "two_layer_exact",
+           "two_layer_mean_correction", "two_layer_propagator", "two_layer_saddle"]
 
 
 def require_program(mod):
@@ -68,17 +68,6 @@ def normals_of(mod, draws) -> dict:
     return out
 
 
-def _canonical(mod, name, v):
-    """A layout array (1, index dims, T) of an order parameter -> (its components in ``mod.STORED_AXES`` order,
-    T), as the two-layer engine orders them."""
-    axes = tuple(a for a, _ in mod.SITE["axes"])
-    stored = dict(mod.SITE["stored"])[name]
-    v = jnp.asarray(v)[0]
-    keep = [axes.index(i) for i in stored]
-    v = jnp.transpose(v, keep + [k for k in range(len(axes)) if k not in keep] + [len(axes)])
-    return v.reshape(-1, v.shape[-1])
-
-
 _JIT: dict = {}
 
 
@@ -101,7 +90,7 @@ def _setup(mod, draws, p, sz):
 def layout_arrays(mod, q, sz, T):
     stored = dict(mod.SITE["stored"])
     axes = dict(mod.SITE["axes"])
-    return {n: np.asarray(_canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
+    return {n: np.asarray(canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
             for n, v in q.items()}
 
 
@@ -114,45 +103,7 @@ def two_layer_saddle(mod, draws, p: dict, sz: dict, T: int) -> dict:
     return layout_arrays(mod, group_saddle(mod, normals, jnp.full(S, 1.0 / S), pj, sz, T, width), sz, T)
 
 
-class _Flat:
-    """The order parameters' layout arrays {name: (1, index dims, T)} <-> one time-major vector (T m,) over the
-    components of ``mod.ORDERS`` (each in ``mod.STORED_AXES`` order), as the two-layer engine orders them."""
-
-    def __init__(self, mod, shapes: dict, T: int):
-        self.mod, self.shapes, self.T = mod, shapes, T
-        self.names = [n for n, _ in mod.ORDERS]
-        sizes = [int(np.prod(shapes[n][1:-1])) for n in self.names]
-        self.m = sum(sizes)
-        self.edges = np.cumsum([0] + sizes)
-        self.axes = tuple(a for a, _ in mod.SITE["axes"])
-        self.stored = dict(mod.SITE["stored"])
-
-    def flat(self, d: dict):
-        return jnp.concatenate([_canonical(self.mod, n, d[n]) for n in self.names], axis=0).T.reshape(-1)
-
-    def unflat(self, v) -> dict:
-        comp = v.reshape(self.T, self.m).T
-        return {n: self.layout_rows(n, comp[a:b][None])[0] for n, a, b in zip(self.names, self.edges[:-1],
-                                                                               self.edges[1:])}
-
-    def layout_rows(self, name, x):
-        """(R, components, X) of ``name`` -> (R, 1, index dims, X) in the layout: the inverse of ``flat``'s
-        ordering, with X trailing (the time, or the directions of site_tangents)."""
-        axes = self.axes
-        keep = [axes.index(i) for i in self.stored[name]]
-        perm = keep + [k for k in range(len(axes)) if k not in keep]
-        y = x.reshape((x.shape[0],) + tuple(self.shapes[name][1 + k] for k in perm) + (x.shape[-1],))
-        return jnp.transpose(y, [0] + [1 + perm.index(k) for k in range(len(axes))] + [len(axes) + 1])[:, None]
-
-    def drivers(self) -> np.ndarray:
-        """(T m,) True on the components of the order parameters the fields and running sums read."""
-        drive = np.zeros((self.T, self.m), dtype=bool)
-        for n, a, b in zip(self.names, self.edges[:-1], self.edges[1:]):
-            drive[:, a:b] = n in self.mod.SITE["drivers"]
-        return drive.reshape(-1)
-
-
-def _solved_observables(mod, c, F: _Flat):
+def _solved_observables(mod, c, F: Flat):
     """The paths' observables in the solved form of the constraints, {name: (S, index dims, T)}: the sum over a
     readout's averages of d(solution)/d(average) times the path's value of the average."""
     Y = {n: jnp.zeros(F.shapes[n]) for n in F.names}
@@ -162,7 +113,7 @@ def _solved_observables(mod, c, F: _Flat):
     return Y
 
 
-def _flat_paths(mod, c, F: _Flat, S: int):
+def _flat_paths(mod, c, F: Flat, S: int):
     """(S, T m): each path's solved-form observables (:func:`_solved_observables`) from a replay ``c``."""
     Y = _solved_observables(mod, c, F)
     Y = {n: jnp.broadcast_to(v, (S,) + F.shapes[n][1:]) for n, v in Y.items()}
@@ -173,7 +124,7 @@ def paths_at(mod, normals, wts, pj, q, sz, T: int, width: float):
     """(S, T m), uncentred: the solved-form observables of the paths ``normals`` marched with the order
     parameters held at ``q`` (layout), e.g. an exact saddle's."""
     S = int(wts.shape[0])
-    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
+    F = Flat(mod, {n: v.shape for n, v in q.items()}, T)
 
     def run(nm, w, pj, q):
         c = replay_march(mod, (), 1, T, {}, w, pj, q, direct=True, width=width, normals=nm, sizes=dict(sz),
@@ -188,7 +139,7 @@ def _replay_core(mod, normals, wts, pj, q, sz, T, width, kinks):
     {average: (1, index dims, T)} and, per kink field in ``kinks``, the weighted fraction of the paths and
     components whose field changes sign 3 or more times along the trajectory."""
     kw = dict(width=width, normals=normals, sizes=dict(sz))
-    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
+    F = Flat(mod, {n: v.shape for n, v in q.items()}, T)
     q0 = F.flat(q)
     c = replay_march(mod, (), 1, T, {}, wts, pj, q, direct=True, **kw)
     rest = np.flatnonzero(~F.drivers())
@@ -205,116 +156,6 @@ def _replay_core(mod, normals, wts, pj, q, sz, T, width, kinks):
         many = (jnp.sum(side[..., 1:] != side[..., :-1], axis=-1) >= 3).reshape(side.shape[0], -1)
         chatter[f] = wts @ jnp.mean(many, axis=1)
     return J, Yflat, avg, chatter
-
-
-def _driver_core(mod, sz, T, width, shapes, segments, method):
-    """dF/dq in the driving order parameters' columns from one batch of paths: (T m, those columns), by
-    per-path transfer matrices (``method`` 'transfer': dmftc.runtime.site_transfer) or the tangent march
-    ('march': dmftc.runtime.site_tangents); either cut into ``segments`` causal pieces."""
-    F = _Flat(mod, shapes, T)
-    drive = F.drivers()
-    idx = np.flatnonzero(drive)
-    basis = np.zeros((T * F.m, idx.size))
-    basis[idx, np.arange(idx.size)] = 1.0
-    basis = basis.reshape(T, F.m, idx.size)
-    c = idx.size // T
-
-    def run(normals, wts, pj, q, avg, explicit):
-        blocks = [(n, a, b) for n, a, b in zip(F.names, F.edges[:-1], F.edges[1:]) if n in mod.SITE["drivers"]]
-        worst = jnp.float64(1.0)
-        if method in ("transfer", "transfer without inverses"):
-            # the drivers' one-hot at one step: the same at every step (time-major)
-            local = {n: F.layout_rows(n, jnp.asarray(basis[:1, a:b, :c]))[0] for n, a, b in blocks}
-            rows, worst = transfer_jacobian(mod, T, wts, pj, q, local, normals=normals, sizes=dict(sz),
-                                            width=width, avg=avg, explicit=explicit, segment=-(-T // segments),
-                                            invert=method == "transfer")
-        else:
-            columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in blocks}
-            rows = driver_jacobian(mod, T, wts, pj, q, columns, normals=normals, sizes=dict(sz), width=width,
-                                   avg=avg, explicit=explicit, per_step=c, segments=segments)
-        per = [jax.vmap(lambda r, n=n: _canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
-        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size), worst
-    return run, idx
-
-
-def tangent_method(mod, method: str | None = None) -> str:
-    """How the drivers' columns of dF/dq are computed: ``method`` ('transfer' or 'march'), or by default per-path
-    transfer matrices where the program allows them (:func:`dmftc.runtime.site_transfer.transfer_applies`)."""
-    if method is None:
-        return "transfer" if transfer_applies(mod) else "march"
-    if method not in ("transfer", "march"):
-        raise ParameterError(f"tangents: 'transfer' or 'march', not {method!r}")
-    if method == "transfer" and not transfer_applies(mod):
-        raise ParameterError(f"{mod.MODEL}: its program keeps more than sample-scope running sums, so its tangents "
-                             "have no transfer-matrix form; use tangents='march'")
-    return method
-
-
-def pad_rows(x, n: int):
-    """x as a JAX array with its leading axis (paths) zero-padded to n rows."""
-    x = jnp.asarray(x)
-    return x if x.shape[0] == n else jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:])])
-
-
-def equal_batches(S: int, B: int) -> tuple[int, list]:
-    """S paths in batches of at most B, made equal (the last one padded with zero-weight rows, so that one
-    compilation serves them all): (the common size, [(first row, real rows)])."""
-    B = -(-S // -(-S // B))
-    return B, [(a, min(B, S - a)) for a in range(0, S, B)]
-
-
-_BUDGET = 2.5e6           # floats held by one batch's tangents (20 MB): a batch's tangents near the CPU's caches
-# (two_layer, T = 250, 12500 paths: one batch 20 s, batches of 1250 13 s; 1250 paths: one batch 0.81 s, batches
-# of 250 0.65 s)
-
-
-def _tangent_size(mod, sz, T: int) -> tuple[int, int]:
-    """(the fields' and running sums' components per path, the driving directions)."""
-    axes = dict(mod.SITE["axes"])
-    comps = lambda name: int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())]  # noqa: E731
-                                      or [1]))
-    per_path = sum(comps(f) for f in mod.SITE["fields"]) + sum(comps(n) for n, _ in mod.SITE.get("sums", ()))
-    return per_path, T * sum(comps(n) for n, _ in mod.ORDERS if n in mod.SITE["drivers"])
-
-
-def path_batch(mod, sz, T: int, S: int, batch: int | None = None, tangents: str | None = None) -> int:
-    """Paths per batch of the drivers' columns: ``batch``, or as many as keep a batch's arrays within
-    :data:`_BUDGET` floats: the tangent march carries each path's fields' components times the directions, a few
-    times over in its intermediates; the transfer matrices (:mod:`dmftc.runtime.site_transfer`) carry each path's
-    running sums times the directions, and one segment's factors (two_layer, T = 250: 1250 paths per batch
-    instead of 357, and a group in one call: 0.43 s -> 0.27 s for 8 groups)."""
-    if batch is not None:
-        return max(1, min(int(batch), S))
-    per_path, directions = _tangent_size(mod, sz, T)
-    if tangent_method(mod, tangents) == "transfer":
-        k, n_avg = _transfer_size(mod, sz)
-        c = directions // T
-        floats = k * directions + 2 * SEGMENT * (n_avg * k + k * c + k * k)
-    else:
-        floats = 4 * per_path * directions
-    return int(max(1, min(S, _BUDGET // max(1, floats))))
-
-
-def _transfer_size(mod, sz) -> tuple[int, int]:
-    """(the running sums' components per path, the averages' components)."""
-    axes = dict(mod.SITE["axes"])
-    stored = dict(mod.SITE["stored"])
-    comps = lambda name: int(np.prod([sz[axes[i]] for i in stored.get(name, ())] or [1]))  # noqa: E731
-    return (sum(comps(n) for n, _ in mod.SITE.get("sums", ())),
-            sum(comps(q) * len(syms) for q, syms in mod.SITE["readouts"]))
-
-
-_SEGMENT_WORK = 5.0e7     # tangent updates per batch above which the march is cut into causal segments
-
-
-def tangent_segments(mod, sz, T: int, B: int) -> int:
-    """Pieces of the tangent march (site_tangents.driver_jacobian): 4 when a batch of B paths updates more than
-    :data:`_SEGMENT_WORK` tangent components over the march (then it costs about 10/16 of carrying every
-    direction throughout: measured on two_layer_multi, P = 4, T = 100, 1000 paths, 2.7 s -> 1.7 s; two_layer,
-    T = 250, 1250 paths in batches of 357, 0.97 s -> 0.50 s), else 1 (each piece is one more compiled loop: on
-    two_layer, T = 60, 1000 paths, 4 pieces compiled 1.1 s longer and ran 0.01 s faster)."""
-    per_path, directions = _tangent_size(mod, sz, T)
-    return 4 if B * T * directions * per_path > _SEGMENT_WORK else 1
 
 
 def group_saddle(mod, normals, wts, pj, sz, T: int, width: float):
@@ -336,7 +177,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
     transfer matrices, :func:`tangent_segments` for the tangent march)."""
     S = int(wts.shape[0])
     shapes = {n: v.shape for n, v in q.items()}
-    F = _Flat(mod, shapes, T)
+    F = Flat(mod, shapes, T)
     replay = _compiled(("replay", tuple(kinks)), mod, sz, T, S, width,
                        lambda nm, w, pj, q: _replay_core(mod, nm, w, pj, q, sz, T, width, kinks))
     Jrest, Y, avg, chatter = replay(normals, wts, pj, q)
@@ -349,7 +190,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
         method = tangent_method(mod, tangents)
         K = (int(segments) if segments is not None else -(-T // SEGMENT) if method == "transfer"
              else tangent_segments(mod, sz, T, B))
-        run, idx = _driver_core(mod, sz, T, width, shapes, K, method)
+        run, idx = driver_columns(mod, sz, T, width, shapes, K, method)
         fn = _compiled(("drivers", B, K, method), mod, sz, T, S, width, run)
         total = np.zeros((T * F.m, idx.size))
         for k, (a, n) in enumerate(batches):
@@ -359,7 +200,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
             if method == "transfer" and not float(worst) <= MAX_CONDITION:    # singular or ill-conditioned
                 exact = "transfer without inverses"
                 fn_exact = _compiled(("drivers", B, K, exact), mod, sz, T, S, width,
-                                     _driver_core(mod, sz, T, width, shapes, K, exact)[0])
+                                     driver_columns(mod, sz, T, width, shapes, K, exact)[0])
                 part = fn_exact(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
             total += np.asarray(part)
         J[:, idx] = total
@@ -386,7 +227,7 @@ def identity_minus(J):
 def _correction_batch(mod, sz, T, width, shapes):
     """sum over a batch of paths of J v + O''[w, w] / 2 + G''[v, v] / 2 (:func:`two_layer_propagator`)."""
     def run(nm, pj, q0, V, W, wt, avg):
-        F = _Flat(mod, shapes, T)
+        F = Flat(mod, shapes, T)
 
         def observables(one, qv):         # one path's solved-form observables at the order parameters qv
             c = replay_march(mod, (), 1, T, {}, jnp.ones(1), pj, F.unflat(qv), direct=True, width=width,
@@ -427,7 +268,7 @@ def causal_solver(mod, U, T: int, shapes: dict, mode: str | None = None):
     kernel = getattr(mod, "causal_forward", None)
     if mode == "auto" and kernel is not None and jax.default_backend() == "cpu":
         m = n // T
-        F = _Flat(mod, shapes, T)
+        F = Flat(mod, shapes, T)
         cross = np.concatenate([np.arange(a, b) for k, a, b in zip(F.names, F.edges[:-1], F.edges[1:])
                                 if k in mod.SOLVE_CROSS] + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
         allowed = np.zeros(m, dtype=bool)
@@ -474,7 +315,7 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     batch, batches = equal_batches(S, batch)
     batch = rows_for(batch, mesh)
     fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes))
-    q0 = _Flat(mod, shapes, T).flat(q)
+    q0 = Flat(mod, shapes, T).flat(q)
     total = np.zeros(V.shape[1])
     for a, n in batches:
         nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
@@ -547,7 +388,7 @@ def two_layer_exact(mod, p: dict, sz: dict, T: int) -> dict:
     q = group_saddle(mod, normals, wts, pj, sz, T, width)
     check_finite(layout_arrays(mod, q, sz, T), "saddle-point march")
     J, _, avg, _ = group_sensitivities(mod, normals, wts, pj, q, sz, T, width)
-    F = _Flat(mod, {n: v.shape for n, v in q.items()}, T)
+    F = Flat(mod, {n: v.shape for n, v in q.items()}, T)
     n = sum(L.shape[1] for L in factors)
 
     def one_path(x, pj, q):

@@ -27,9 +27,10 @@ from dmftc.runtime.devices import describe, path_mesh, place_paths, rows_for
 from dmftc.runtime.geometry import Geometry, source_factors
 from dmftc.runtime.params import resolve_params
 from dmftc.runtime.sampling import block_normals, check_sampler
+from dmftc.runtime.site_drivers import pad_rows, path_batch
 from dmftc.runtime.site_engine import (centred, check_finite, group_saddle, group_sensitivities, identity_minus,
-                                       layout_arrays, normals_of, pad_rows, path_batch, paths_at, propagate,
-                                       require_program, two_layer_exact, two_layer_mean_correction)
+                                       layout_arrays, normals_of, paths_at, propagate, require_program,
+                                       two_layer_exact, two_layer_mean_correction)
 
 __all__ = ["sample_draws", "solve_two_layer"]
 
@@ -76,7 +77,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
     "cubature" (:mod:`dmftc.runtime.cubature`, ``samples`` its budget of nodes) or "auto": exact when proven, the
     cubature where it is more accurate per second (:func:`dmftc.runtime.cubature.auto_prefers_cubature`; not with
     ``correction``, a ``sampler`` or ``devices``, which ask for sampled paths), else mc; ``batch``: paths per
-    batch of the drivers' columns (default: sized to memory, :func:`dmftc.runtime.site_engine.path_batch`);
+    batch of the drivers' columns (default: sized to memory, :func:`dmftc.runtime.site_drivers.path_batch`);
     ``progress``: a progress bar on stderr; ``devices``: None (one device), 'all' or a number of JAX devices to
     shard each group's paths over (:mod:`dmftc.runtime.devices`)."""
     from dmftc.progress import Progress
