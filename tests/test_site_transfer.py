@@ -58,7 +58,7 @@ def test_transfer_matrices_equal_the_tangent_march(name):
 @pytest.mark.parametrize("params", [dict(beta=0.0), dict(beta=0.0, lam=0.3, lr=np.linspace(1.0, 0.2, T))])
 def test_singular_transfer_matrices(params):
     """Plain gradient descent in recurrence form (beta = 0): a velocity's running sum is replaced at every step,
-    so the per-path transfer matrices M_t are singular; the products never invert them."""
+    so the per-path transfer matrices M_t are singular: the batches report it and are redone by the march."""
     _compare(dmftc.load(ROOT / "specs" / "two_layer_sgd.dmft").module, params)
 
 
@@ -85,8 +85,9 @@ def test_small_solve_pivots(k, c):
 
 
 @pytest.mark.parametrize("name", ["two_layer", "two_layer_multi"])
-def test_the_inverse_free_form_equals_the_march(name, monkeypatch):
-    """Every batch redone without inverses (the condition threshold at 0): the same Jacobian."""
+def test_batches_over_the_condition_threshold_are_redone_by_the_march(name, monkeypatch):
+    """Every batch redone by the tangent march (the condition threshold at 0), the march's pieces and the
+    transfer's segments differing: the same Jacobian."""
     import dmftc.runtime.site_engine as engine
 
     monkeypatch.setattr(engine, "MAX_CONDITION", 0.0)

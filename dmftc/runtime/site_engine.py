@@ -198,10 +198,10 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
                                 pad_rows(wts[a:a + n], B)), wts)
             part, worst = fn(nm, w, pj, q, avg, jnp.float64(k == 0))
             if method == "transfer" and not float(worst) <= MAX_CONDITION:    # singular or ill-conditioned
-                exact = "transfer without inverses"
-                fn_exact = _compiled(("drivers", B, K, exact), mod, sz, T, S, width,
-                                     driver_columns(mod, sz, T, width, shapes, K, exact)[0])
-                part = fn_exact(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
+                Km = tangent_segments(mod, sz, T, B)                          # A's: this batch by the march
+                march = _compiled(("drivers", B, Km, "march"), mod, sz, T, S, width,
+                                  driver_columns(mod, sz, T, width, shapes, Km, "march")[0])
+                part = march(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
             total += np.asarray(part)
         J[:, idx] = total
     return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}

@@ -27,8 +27,8 @@ A(t) = Phi(t, start of t's segment),
 
 A singular M_t (momentum beta = 0: a velocity's running sum is replaced at every step) or an ill-conditioned A
 makes the inverses wrong or infinite.  So the march reports the largest condition number of the A's, and the
-caller (:mod:`dmftc.runtime.site_engine`) repeats a batch whose A's exceed :data:`MAX_CONDITION` without
-inverses: within a segment the columns Phi(t, s + 1) B_s are carried forward step by step (exact for any M_t).
+caller (:mod:`dmftc.runtime.site_engine`) repeats a batch whose A's exceed :data:`MAX_CONDITION` by the tangent
+march, which inverts nothing.
 
 Work per path: O(T k^2) for the factors, O(T^2 k^2 c / segment) to carry Z and 2 n_a k c T^2 in matrix products
 (n_a average components): the tangent march's O(T^2 c) elementwise updates per field become BLAS products, and
@@ -48,7 +48,7 @@ from dmftc.runtime.site_eval import Buffers, Evaluator, layer_names, schedule
 __all__ = ["MAX_CONDITION", "SEGMENT", "driver_jacobian", "transfer_applies"]
 
 SEGMENT = 25          # steps per segment: the products A(t) over one segment stay well conditioned
-MAX_CONDITION = 1e6   # above this condition number of an A, a batch is redone without inverses (loses < 1e-10)
+MAX_CONDITION = 1e6   # above this condition number of an A, a batch is redone by the tangent march
 
 
 def transfer_applies(mod) -> bool:
@@ -60,12 +60,10 @@ def transfer_applies(mod) -> bool:
 
 
 def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals: dict, sizes: dict,
-                    width: float = 0.0, avg: dict | None = None, explicit=1.0, segment: int = SEGMENT,
-                    invert: bool = True):
+                    width: float = 0.0, avg: dict | None = None, explicit=1.0, segment: int = SEGMENT):
     """({name: (T, 1, index dims, T c)}: d F_name(t) / d (direction j), direction j perturbing the drivers at
     time j // c in their component j % c, as :func:`dmftc.runtime.site_tangents.driver_jacobian` with
-    ``per_step = c``; the largest 1-norm condition number of the segments' products A(t) (1 with ``invert``
-    false: the segments' own columns carried forward step by step, no inverse, about three times the work).
+    ``per_step = c``; the largest 1-norm condition number of the segments' products A(t).
     ``local``: {driver: (1, index dims, c)}, the one-hot of the c driver components at one step; ``q``,
     ``normals``, ``wts``, ``avg``, ``explicit``: as there (a batch of a group's paths)."""
     site = mod.SITE
@@ -137,21 +135,16 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals:
 
     eye_k = jnp.eye(k)
 
-    def seg_scan(carry, i, a0, n):
-        """Step t = a0 + i of a segment of n steps.  The carry holds A(t) = Phi(t, a0) and, without inverses,
-        Zs (S, k, n c): column s is Phi(t, s + 1) B_s for the segment's earlier steps (zero from t on)."""
-        hist, rs, A, Zs = carry
-        hist, rs, (dM, Bq, Cx, Jv, Jq) = factors(a0 + i, hist, rs)
+    def seg_scan(carry, t):
+        """Step t: the carry holds A(t) = Phi(t, start of the segment)."""
+        hist, rs, A = carry
+        hist, rs, (dM, Bq, Cx, Jv, Jq) = factors(t, hist, rs)
         left = jnp.einsum("pak,pkj->paj", Cx, A)                   # C_t A(t)
         A = A + jnp.einsum("pik,pkj->pij", dM, A)                  # A(t + 1) = M_t A(t)
-        if invert:                                                 # A(t + 1)^-1 B_t, and A's condition
-            X = small_solve(A, jnp.concatenate([Bq, jnp.broadcast_to(eye_k, (S, k, k))], axis=-1))
-            norm = lambda Y: jnp.sum(jnp.abs(Y), axis=1).max(axis=1)         # noqa: E731  (1-norm per path)
-            cond = jnp.max(norm(A) * norm(X[..., c:]))
-            return (hist, rs, A, Zs), (left, X[..., :c], Jv, Jq, cond)
-        within = jnp.transpose(Cx, (1, 0, 2)).reshape(na, S * k) @ Zs.reshape(S * k, n * c)
-        Zs = jax.lax.dynamic_update_slice_in_dim(Zs + jnp.einsum("pik,pkj->pij", dM, Zs), Bq, i * c, axis=2)
-        return (hist, rs, A, Zs), (left, within, Jv, Jq, jnp.float64(1.0))
+        X = small_solve(A, jnp.concatenate([Bq, jnp.broadcast_to(eye_k, (S, k, k))], axis=-1))
+        norm = lambda Y: jnp.sum(jnp.abs(Y), axis=1).max(axis=1)             # noqa: E731  (1-norm per path)
+        cond = jnp.max(norm(A) * norm(X[..., c:]))                 # A(t + 1)'s condition number
+        return (hist, rs, A), (left, X[..., :c], Jv, Jq, cond)     # right factors A(t + 1)^-1 B_t
 
     hist = {(f, 1): Bf.zeros(f, S, current=True) for f in site["fields"]}
     rs = {(n, 1): Bf.zeros(n, S, current=True) for n in sums}
@@ -162,17 +155,14 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals:
     for a0 in range(0, T, segment):
         a1 = min(T, a0 + segment)
         n = a1 - a0
-        carry = (hist, rs, I, jnp.zeros((S, k, 0 if invert else n * c)))
-        (hist, rs, A, Zs), (left, G, Jv, Jq, cond) = jax.lax.scan(
-            lambda cr, i, a0=a0, n=n: seg_scan(cr, i, a0, n), carry, jnp.arange(n))
+        (hist, rs, A), (left, right, Jv, Jq, cond) = jax.lax.scan(seg_scan, (hist, rs, I), jnp.arange(a0, a1))
         worst = jnp.maximum(worst, jnp.max(cond))
         L = jnp.transpose(left, (0, 2, 1, 3)).reshape(n * na, S * k)         # rows (t, a), columns (path, k)
-        if invert:                            # the segment's own columns: left times right factors
-            R = jnp.transpose(G, (1, 2, 0, 3)).reshape(S * k, n * c)         # rows (path, k), columns (s, c)
-            G = (L @ R).reshape(n, na, n, c)
-            G = jnp.where((jnp.arange(n)[:, None] > jnp.arange(n)[None, :])[:, None, :, None], G, 0.0)
-            G = G.reshape(n, na, n * c)
-            Zs = jnp.einsum("pik,pkj->pij", A, R.reshape(S, k, n * c))        # Phi(a1, s + 1) B_s
+        R = jnp.transpose(right, (1, 2, 0, 3)).reshape(S * k, n * c)         # rows (path, k), columns (s, c)
+        G = (L @ R).reshape(n, na, n, c)                                     # the segment's own columns
+        G = jnp.where((jnp.arange(n)[:, None] > jnp.arange(n)[None, :])[:, None, :, None], G, 0.0)
+        G = G.reshape(n, na, n * c)
+        Zs = jnp.einsum("pik,pkj->pij", A, R.reshape(S, k, n * c))            # Phi(a1, s + 1) B_s
         if a0:                                # the earlier segments' columns: one product over (paths x k)
             G = jnp.concatenate([(L @ Z.reshape(S * k, a0 * c)).reshape(n, na, a0 * c), G], axis=-1)
         rows = jnp.einsum("tma,taj->tmj", Jv, G)
