@@ -15,29 +15,25 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+
+from bench_time_to_accuracy import Curves, accuracy, max_z, peaks, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 CURVES = ("Delta", "f_star", "K", "K_star")
 
 
+def curves(sol, names) -> Curves:
+    """N Var of ``names`` and its error bars, as the time-to-accuracy benchmark compares them."""
+    return Curves({n: np.asarray(sol.var(n)) for n in names}, {n: np.asarray(sol.var_stderr(n)) for n in names})
+
+
 def worst_over_peak(sol, names) -> float:
     """max over curves and times of (error bar of N Var) / (the curve's peak |N Var|)."""
-    return max(float(np.max(sol.var_stderr(n)) / np.max(np.abs(sol.var(n)))) for n in names)
-
-
-def max_z(a, b, names) -> float:
-    return max(float(np.max(np.abs(a.var(n) - b.var(n)) / np.sqrt(a.var_stderr(n) ** 2 + b.var_stderr(n) ** 2)))
-               for n in names)
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+    c = curves(sol, names)
+    return accuracy(c, peaks(c))
 
 
 def part_one(args):
@@ -53,7 +49,7 @@ def part_one(args):
         cub, second = timed(lambda: m.solve(backend="cubature", samples=args.nodes ** 3, **kw))
         mc, t_mc = timed(lambda: m.solve(backend="mc", samples=args.mc, seed=1, **kw))
         print(f"{gamma:>6} {first:>12.1f} {second:>7.1f} {100 * worst_over_peak(cub, CURVES):>12.3f}% "
-              f"{t_mc:>7.1f} {100 * worst_over_peak(mc, CURVES):>10.3f}% {max_z(cub, mc, CURVES):>6.2f}")
+              f"{t_mc:>7.1f} {100 * worst_over_peak(mc, CURVES):>10.3f}% {max_z(curves(cub, CURVES), curves(mc, CURVES)):>6.2f}")
 
 
 def part_two(args):

@@ -57,10 +57,15 @@ class Rule:
                 f"(error: against level {self.coarse})")
 
 
+def _tensor_nodes(d: int, budget: int) -> int:
+    """Nodes per coordinate of the finest tensor rule within ``budget`` points."""
+    return int(np.floor(budget ** (1.0 / d) + 1e-9))
+
+
 def choose_rule(d: int, budget: int) -> Rule:
     """The finest rule within ``budget`` points for d coordinates (module doc), with its coarser partner."""
     if d <= TENSOR_MAX_COORDINATES:
-        fine = int(np.floor(budget ** (1.0 / d) + 1e-9))
+        fine = _tensor_nodes(d, budget)
         if fine < _MIN_NODES + 1:
             raise ParameterError(
                 f"the cubature backend needs at least {_MIN_NODES + 1}^{d} = {(_MIN_NODES + 1) ** d} points for this "
@@ -109,7 +114,7 @@ def auto_prefers_cubature(mod, p: dict, sz: dict, budget: int) -> str | None:
     if mod.SINGULAR:
         return None
     d = source_dimension(mod, p, sz)
-    if d > TENSOR_MAX_COORDINATES or int(np.floor(budget ** (1.0 / d) + 1e-9)) < _MIN_NODES + 1:
+    if d > TENSOR_MAX_COORDINATES or _tensor_nodes(d, budget) < _MIN_NODES + 1:
         return None
     return (f"auto: cubature (a smooth activation and {d} source coordinates: a Gauss-Hermite rule is more "
             f"accurate per second than Monte Carlo; backend='mc' for sampled paths)")

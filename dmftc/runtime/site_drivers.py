@@ -75,11 +75,15 @@ _BUDGET = 2.5e6           # floats held by one batch's tangents (20 MB): a batch
 # of 250 0.65 s)
 
 
+def _components(mod, sz, name) -> int:
+    """Components of one path's value of ``name`` (the product of its sample indices' sizes)."""
+    axes = dict(mod.SITE["axes"])
+    return int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())] or [1]))
+
+
 def _tangent_size(mod, sz, T: int) -> tuple[int, int]:
     """(the fields' and running sums' components per path, the driving directions)."""
-    axes = dict(mod.SITE["axes"])
-    comps = lambda name: int(np.prod([sz[axes[i]] for i in dict(mod.SITE["stored"]).get(name, ())]  # noqa: E731
-                                      or [1]))
+    comps = lambda name: _components(mod, sz, name)                                         # noqa: E731
     per_path = sum(comps(f) for f in mod.SITE["fields"]) + sum(comps(n) for n, _ in mod.SITE.get("sums", ()))
     return per_path, T * sum(comps(n) for n, _ in mod.ORDERS if n in mod.SITE["drivers"])
 
@@ -104,11 +108,8 @@ def path_batch(mod, sz, T: int, S: int, batch: int | None = None, tangents: str 
 
 def _transfer_size(mod, sz) -> tuple[int, int]:
     """(the running sums' components per path, the averages' components)."""
-    axes = dict(mod.SITE["axes"])
-    stored = dict(mod.SITE["stored"])
-    comps = lambda name: int(np.prod([sz[axes[i]] for i in stored.get(name, ())] or [1]))  # noqa: E731
-    return (sum(comps(n) for n, _ in mod.SITE.get("sums", ())),
-            sum(comps(q) * len(syms) for q, syms in mod.SITE["readouts"]))
+    return (sum(_components(mod, sz, n) for n, _ in mod.SITE.get("sums", ())),
+            sum(_components(mod, sz, q) * len(syms) for q, syms in mod.SITE["readouts"]))
 
 
 _SEGMENT_WORK = 5.0e7     # tangent updates per batch above which the march is cut into causal segments

@@ -197,11 +197,13 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
             nm, w = like_paths(({key: pad_rows(v[a:a + n], B) for key, v in normals.items()},
                                 pad_rows(wts[a:a + n], B)), wts)
             part, worst = fn(nm, w, pj, q, avg, jnp.float64(k == 0))
-            if method == "transfer" and not float(worst) <= MAX_CONDITION:    # singular or ill-conditioned
-                Km = tangent_segments(mod, sz, T, B)                          # A's: this batch by the march
-                march = _compiled(("drivers", B, Km, "march"), mod, sz, T, S, width,
-                                  driver_columns(mod, sz, T, width, shapes, Km, "march")[0])
-                part = march(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
+            if method == "transfer" and not float(worst) <= MAX_CONDITION:
+                # singular or ill-conditioned A's (a structural property, as momentum beta = 0): this batch and
+                # the group's later ones by the tangent march
+                method, Km = "march", tangent_segments(mod, sz, T, B)
+                fn = _compiled(("drivers", B, Km, method), mod, sz, T, S, width,
+                               driver_columns(mod, sz, T, width, shapes, Km, method)[0])
+                part = fn(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
             total += np.asarray(part)
         J[:, idx] = total
     return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}

@@ -20,7 +20,6 @@ def canonical(mod, name, v):
     return v.reshape(-1, v.shape[-1])
 
 
-
 class Flat:
     """The order parameters' layout arrays {name: (1, index dims, T)} <-> one time-major vector (T m,) over the
     components of ``mod.ORDERS`` (each in ``mod.STORED_AXES`` order), as the two-layer engine orders them."""
