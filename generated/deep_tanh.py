@@ -10,6 +10,8 @@ propagator's per-path derivatives read the coupling, readout and boundary functi
 function gets row t, a vector over s, of the adjacent layer's kernels).
 """
 import jax.numpy as jnp
+import numba
+import numpy as np
 
 MODEL = 'deep_tanh'
 DESCRIPTION = 'deep tanh network, L hidden layers, one training point'
@@ -259,3 +261,134 @@ def site_average_E_2(E):
 def site_constraint_Delta(E, v):
     """Delta(t) = y - (E_1 - E_2)/gamma; v: the averages"""
     return (((-1.0 * v['E_1']) + v['E_2'] + (E.p['gamma'] * E.p['y'])) / (E.p['gamma']))
+
+
+# ---------------------------------------------------------------- the causal solves (Numba)
+# U (dual x primal block of the action Hessian, in causal order: dmftc.runtime.causal_solve) is block lower
+# triangular in time, with diagonal blocks at edges (T + 1 offsets) that grow with time: at time tau the
+# kernels, responses and error signal first acting at tau.  Below the diagonal every later row of U reaches
+# every block (the local Hessians of ln Z_l couple all earlier times), so the kernels skip only U's zero
+# entries there; they invert each diagonal block once (its exact 1-norm condition number is returned for the
+# runtime's check).  dmftc.codegen.solve_kernels; called by dmftc.runtime.causal_solve on the CPU.
+SOLVE_BLOCKS = 'time'
+# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name
+# per file: a cache written under another name would not load); otherwise it compiles them in memory
+SOLVE_CACHE = (str(globals().get('__name__', '')).startswith('dmftc_generated_')
+               and not str(globals().get('__file__') or '<').startswith('<'))
+
+
+@numba.njit(cache=SOLVE_CACHE)
+def block_inverse(D):
+    """(D^-1, ||D||_1 ||D^-1||_1) of one diagonal block by Gauss-Jordan elimination with partial pivoting;
+    (partial result, inf) when a pivot vanishes or the condition number is not finite."""
+    m = D.shape[0]
+    A = D.copy()
+    inv = np.eye(m)
+    norm = 0.0
+    for j in range(m):
+        s = 0.0
+        for i in range(m):
+            s += abs(D[i, j])
+        norm = max(norm, s)
+    for j in range(m):
+        p = j                                            # the pivot: the largest entry of column j from row j
+        big = abs(A[j, j])
+        for i in range(j + 1, m):
+            if abs(A[i, j]) > big:
+                big = abs(A[i, j])
+                p = i
+        if not big > 0.0:                                # zero or NaN: singular
+            return inv, np.inf
+        if p != j:
+            for l in range(m):
+                A[j, l], A[p, l] = A[p, l], A[j, l]
+                inv[j, l], inv[p, l] = inv[p, l], inv[j, l]
+        r = 1.0 / A[j, j]
+        for l in range(m):
+            A[j, l] *= r
+            inv[j, l] *= r
+        for i in range(m):
+            f = A[i, j]
+            if i != j and f != 0.0:
+                for l in range(m):
+                    A[i, l] -= f * A[j, l]
+                    inv[i, l] -= f * inv[j, l]
+    ninv = 0.0
+    for j in range(m):
+        s = 0.0
+        for i in range(m):
+            s += abs(inv[i, j])
+        ninv = max(ninv, s)
+    cond = norm * ninv
+    return inv, (cond if cond < np.inf else np.inf)
+
+
+@numba.njit(cache=SOLVE_CACHE)
+def block_back(U, E, edges):
+    """(Y, cond) with Y U = E by block back substitution from the last time: U (n, n) block lower triangular
+    with diagonal blocks at edges, E (R, n); cond (T,) the diagonal blocks' 1-norm condition numbers (the
+    substitution stops at the first singular block, whose cond is inf)."""
+    T = edges.shape[0] - 1
+    n = U.shape[0]
+    R = E.shape[0]
+    YT = np.zeros((n, R))                                # Y^T: a row of it is contiguous over the R rows
+    cond = np.zeros(T)
+    for b in range(T - 1, -1, -1):
+        lo, hi = edges[b], edges[b + 1]
+        m = hi - lo
+        inv, c = block_inverse(U[lo:hi, lo:hi])
+        cond[b] = c
+        if not c < np.inf:
+            break
+        rhs = np.empty((m, R))                           # E's block minus the later times' rows through U
+        for i in range(m):
+            for r in range(R):
+                rhs[i, r] = E[r, lo + i]
+        for row in range(hi, n):
+            for i in range(m):
+                a = U[row, lo + i]
+                if a != 0.0:
+                    for r in range(R):
+                        rhs[i, r] -= a * YT[row, r]
+        for i in range(m):                               # times the block's inverse, transposed
+            for r in range(R):
+                YT[lo + i, r] = 0.0
+            for l in range(m):
+                a = inv[l, i]
+                if a != 0.0:
+                    for r in range(R):
+                        YT[lo + i, r] += a * rhs[l, r]
+    return YT.T.copy(), cond
+
+
+@numba.njit(cache=SOLVE_CACHE)
+def block_forward(U, B, edges):
+    """(X, cond) with U X = B by block forward substitution from the first time: B (n, k); U, edges and cond
+    as for block_back."""
+    T = edges.shape[0] - 1
+    k = B.shape[1]
+    X = np.zeros(B.shape)
+    cond = np.zeros(T)
+    for b in range(T):
+        lo, hi = edges[b], edges[b + 1]
+        m = hi - lo
+        inv, c = block_inverse(U[lo:hi, lo:hi])
+        cond[b] = c
+        if not c < np.inf:
+            break
+        rhs = np.empty((m, k))                           # B's block minus the earlier times through U
+        for i in range(m):
+            for j in range(k):
+                rhs[i, j] = B[lo + i, j]
+            for s in range(lo):
+                a = U[lo + i, s]
+                if a != 0.0:
+                    for j in range(k):
+                        rhs[i, j] -= a * X[s, j]
+        for i in range(m):                               # times the block's inverse
+            for l in range(m):
+                a = inv[i, l]
+                if a != 0.0:
+                    for j in range(k):
+                        X[lo + i, j] += a * rhs[l, j]
+    return X, cond

@@ -14,6 +14,7 @@ import sympy as sp
 from dmftc.version import __version__
 from dmftc.codegen.coefficients import emit_coefficients
 from dmftc.codegen.printer import ExprPrinter, prune_imports
+from dmftc.codegen.solve_kernels import emit_block_kernels
 from dmftc.codegen.two_layer import emit_defaults
 from dmftc.derive.deep import DeepDerivation
 from dmftc.frontend import ast
@@ -62,7 +63,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     desc = f" ({spec.model.description})" if spec.model.description else ""
     w(HEADER.format(version=__version__, path=spec_path, model=spec.model.name, desc=desc, sha=spec_sha256,
                     lv=lv, depth=depth))
-    w("import jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numpy as np\n\n"
+    w("import jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numba\nimport numpy as np\n\n"
       "from dmftc.runtime import kernels as _k\n\n")
     w(f"MODEL = {spec.model.name!r}\nDESCRIPTION = {spec.model.description!r}\n")
     w(f"DMFTC_VERSION = {__version__!r}\nSPEC_PATH = {spec_path!r}\nSPEC_SHA256 = {spec_sha256!r}\n")
@@ -200,6 +201,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
         emit_site(d.site, w, scalars=tuple(m.scalars), params=tuple(d.params),
                   coefficients=tuple(k.name for k in m.coefficients if not k.one_time),
                   one_time=tuple(k.name for k in m.coefficients if k.one_time))
+    emit_block_kernels(w)
     text = "".join(out)
     return prune_imports(text.rstrip("\n") + "\n")
 

@@ -32,11 +32,11 @@ import numpy as np
 import scipy.linalg as sla
 
 from dmftc.runtime.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
-from dmftc.errors import NumericalError
+from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.linalg import left_solve, sandwich
 
-__all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "causal_propagator", "covariance_of_all",
-           "physical_sigma"]
+__all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "back_kernel", "causal_propagator",
+           "covariance_of_all", "physical_sigma", "SOLVE_KERNELS"]
 
 
 @dataclass(frozen=True)
@@ -122,14 +122,41 @@ def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalB
 
 _WHY = "too few samples, or dynamics at the edge of stability"
 
+SOLVE_KERNELS = "auto"   # "auto": a deep module's Numba solve kernels where they are faster; "numba"; "numpy"
 
-def physical_sigma(blocks: CausalBlocks, R):
+
+def back_kernel(model, n: int, rows: int | None, mode: str | None = None):
+    """The generated Numba block back substitution of ``model``'s module (``block_back``,
+    :mod:`dmftc.codegen.solve_kernels`) for a U of size n and ``rows`` right-hand sides (None: the whole inverse), or
+    None for the NumPy block solve.  ``mode`` (default :data:`SOLVE_KERNELS`): 'numba' takes the kernel whenever the
+    module has one, 'numpy' never, 'auto' where the kernel was measured faster (``benchmarks/bench_solve_kernels.py``,
+    recorded in docs/benchmarks.md)."""
+    mode = SOLVE_KERNELS if mode is None else mode
+    if mode not in ("auto", "numba", "numpy"):
+        raise ParameterError(f"solve kernels: 'auto', 'numba' or 'numpy', not {mode!r}")
+    back = getattr(getattr(model, "module", None), "block_back", None)
+    if back is None or mode == "numpy":
+        return None
+    if mode == "numba" or kernel_faster(n, rows):
+        return back
+    return None
+
+
+def kernel_faster(n: int, rows: int | None) -> bool:
+    """Where the Numba kernel beats NumPy's block solve (measured, see :func:`back_kernel`): for rows of
+    observables always (it skips U's zeros, about two thirds below the diagonal blocks, and the per-block LAPACK
+    calls); for the whole inverse up to n = 1500, above which NumPy's recursive inversion by matrix products wins."""
+    return rows is not None or n <= 1500
+
+
+def physical_sigma(blocks: CausalBlocks, R, back=None):
     """(R Sigma_phys R^T, info of :func:`dmftc.runtime.linalg.sandwich`) for rows R over the physical variables
-    (the first ``R.shape[1]`` of the Layout; all primal)."""
+    (the first ``R.shape[1]`` of the Layout; all primal).  ``back``: a generated block back substitution
+    (:func:`back_kernel`)."""
     co = blocks.order
     E = np.zeros((R.shape[0], len(co.primal)))
     E[:, co.pos[np.arange(R.shape[1])]] = R
-    return sandwich(blocks.U, blocks.Kd, co.edges, E, why=_WHY)           # = E U^-1 sym(Kd) U^-T E^T
+    return sandwich(blocks.U, blocks.Kd, co.edges, E, why=_WHY, back=back)   # = E U^-1 sym(Kd) U^-T E^T
 
 
 def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, model=None,
@@ -141,7 +168,9 @@ def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, 
     lay = Layout(sad.L, sad.T)
     t0 = _time.perf_counter()
     names, rows, J = (observable_map(sad, lay, model) if observables is None else observables(sad, lay))
-    S, info = physical_sigma(blocks, np.eye(lay.n_phys) if full else J)
+    R = np.eye(lay.n_phys) if full else J
+    back = back_kernel(sad.model if model is None else model, blocks.U.shape[0], R.shape[0])
+    S, info = physical_sigma(blocks, R, back)
     cond, asym = info["block_cond"], info["asymmetry"]
     So = J @ S @ J.T if full else S
     t1 = _time.perf_counter()
@@ -156,13 +185,14 @@ def causal_propagator(sad: Saddle, blocks: CausalBlocks, *, full: bool = False, 
     return Propagator(sad, lay, sigma, S if full else None, diag)
 
 
-def covariance_of_all(blocks: CausalBlocks) -> np.ndarray:
+def covariance_of_all(blocks: CausalBlocks, model=None) -> np.ndarray:
     """C = -(Hess S)^-1 over every variable (primal and dual, in Layout order), what the O(1/N) mean correction
     contracts with the action's third derivatives: with Hess S = [[0, U^T], [U, Kd]] (primal, dual),
     C = [[U^-1 Kd U^-T, -U^-1], [-U^-T, 0]], from U^-1 by block back substitution (O(n^3), against the
-    O((2n)^3) LU of the whole Hessian)."""
+    O((2n)^3) LU of the whole Hessian).  ``model``: its module's Numba kernel where faster (:func:`back_kernel`)."""
     co = blocks.order
-    Y, _ = left_solve(blocks.U, co.edges, why=_WHY)                 # U^-1: (primal, dual) positions
+    back = back_kernel(model, blocks.U.shape[0], None)
+    Y, _ = left_solve(blocks.U, co.edges, why=_WHY, back=back)      # U^-1: (primal, dual) positions
     n = len(co.primal)
     C = np.zeros((2 * n, 2 * n))
     Cpp = Y @ blocks.Kd @ Y.T

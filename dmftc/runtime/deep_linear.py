@@ -239,7 +239,7 @@ def deep_linear_propagator(*, L: int, T: int, model=None, gamma: float | None = 
         from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
 
         t3 = _time.perf_counter()
-        C = covariance_of_all(blocks)
+        C = covariance_of_all(blocks, model)
         del blocks
         P.m1_phys = mean_correction_from_inverse(x0, C, L=L, T=T, model=model)[: lay.n_phys]
         P.diagnostics["time_mean_correction"] = _time.perf_counter() - t3

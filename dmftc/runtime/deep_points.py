@@ -90,7 +90,7 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     import scipy.linalg as sla
 
     from dmftc.runtime.blocks import DenseBlocks
-    from dmftc.runtime.causal_solve import covariance_of_all, physical_sigma
+    from dmftc.runtime.causal_solve import back_kernel, covariance_of_all, physical_sigma
     from dmftc.runtime.deep_action import Layout, saddle_point_vector
     from dmftc.runtime.deep_linear import deep_linear_saddle, linear_blocks, require_affine_readout, stationarity
     from dmftc.runtime.deep_model import from_spec
@@ -115,13 +115,13 @@ def linear_propagator(mod, p: dict, L: int, T: int, P: int, memory_limit: float 
     if correction:
         from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
 
-        C = covariance_of_all(blocks)
+        C = covariance_of_all(blocks, model)
         del blocks
         m1 = mean_correction_from_inverse(x0, C, L=L, T=n, model=model)[:lay.n_phys]
         Sp = C[:lay.n_phys, :lay.n_phys].copy()
         del C
     else:
-        Sp = physical_sigma(blocks, np.eye(lay.n_phys))[0]
+        Sp = physical_sigma(blocks, np.eye(lay.n_phys), back_kernel(model, blocks.U.shape[0], lay.n_phys))[0]
         del blocks
     Sp = 0.5 * (Sp + Sp.T)
     obs = PointObservables(mod, model, L, T, P)                  # the equal-time observables of every point and pair

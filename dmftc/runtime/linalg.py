@@ -27,9 +27,9 @@ import scipy.linalg as sla
 
 from dmftc.errors import NumericalError
 
-__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "time_edges",
-           "time_major_edges", "factor", "left_solve", "lower_inverse", "right_solve", "sandwich", "BLOCK_CONDITION",
-           "MAX_CONDITION"]
+__all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "kernel_back",
+           "time_edges", "time_major_edges", "factor", "left_solve", "lower_inverse", "right_solve", "sandwich",
+           "BLOCK_CONDITION", "MAX_CONDITION"]
 
 BLOCK_CONDITION = 1e13     # a diagonal block above this condition number is singular
 MAX_CONDITION = 1e12       # the whole U above this 1-norm condition number is ill-conditioned
@@ -126,10 +126,32 @@ def lower_inverse(U, edges, *, why: str = _WHY):
     return X, max([1.0] + [c for _, c in inv])
 
 
-def left_solve(U, edges, E=None, *, why: str = _WHY):
+def kernel_back(back, U, edges, E, why: str = _WHY):
+    """(Y, the largest diagonal-block condition number) with Y U = E (``E=None``: U^-1) by a generated Numba
+    kernel ``back(U, E, edges) -> (Y, cond by time)`` (:mod:`dmftc.codegen.solve_kernels`); the diagonal blocks are
+    checked as by :func:`left_solve` (the first singular one from the last time is named)."""
+    U = np.ascontiguousarray(U, dtype=float)
+    edges = np.ascontiguousarray(edges, dtype=np.int64)
+    E = np.eye(U.shape[0]) if E is None else np.ascontiguousarray(E, dtype=float)
+    Y, cond = back(U, E, edges)
+    bad = np.flatnonzero(~(cond < BLOCK_CONDITION))
+    if len(bad):
+        b = int(bad.max())
+        lo, hi = edges[b], edges[b + 1]
+        if not np.all(np.isfinite(U[lo:hi, lo:hi])):
+            raise NumericalError(f"non-finite entries in the diagonal block of U at time {b}")
+        m = hi - lo
+        raise NumericalError(f"U is singular at time {b}: condition number {cond[b]:.3g} of its {m} x {m} diagonal "
+                             f"block (the propagator does not exist; {why})")
+    return Y, max(1.0, float(cond.max(initial=1.0)))
+
+
+def left_solve(U, edges, E=None, *, why: str = _WHY, back=None):
     """Y with Y U = E (block back substitution from the last time); ``E=None``: Y = U^-1 (:func:`lower_inverse`,
     the block upper triangle zero).  Returns (Y, the largest diagonal-block condition number); a singular block
-    raises NumericalError naming its time."""
+    raises NumericalError naming its time.  ``back``: a generated kernel that does it (:func:`kernel_back`)."""
+    if back is not None:
+        return kernel_back(back, U, edges, E, why)
     if E is None:
         return lower_inverse(U, edges, why=why)
     U = np.asarray(U)
@@ -240,22 +262,24 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     return S, norm, worst
 
 
-def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True):
+def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True, back=None):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
     (the largest diagonal-block condition number), 'asymmetry' of K (unless ``check_asymmetry`` is false: a K
     symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).
-    NumericalError for a singular block, an ill-conditioned U (whole propagator), or a non-finite result."""
+    NumericalError for a singular block, an ill-conditioned U (whole propagator), or a non-finite result.
+    ``back``: a generated Numba kernel for the block back substitution (:func:`kernel_back`; not for the
+    time-major U of a two-layer spec, which the cross-column solve takes)."""
     S = None
     T = len(edges) - 1
     n = np.shape(U)[0]
     coupled = E is None and T > 1 and n % T == 0 and np.array_equal(edges, time_edges(T, n // T))
-    if coupled:
+    if coupled and back is None:
         cross = cross_components(np.asarray(U), T)
         coupled = 2 * np.count_nonzero(cross) <= n // T          # cheaper than the dense inverse
-    if coupled:
+    if coupled and back is None:
         S, inv_norm, worst = coupled_sandwich(U, K, T, cross, why=why)
     else:
-        Y, worst = left_solve(U, edges, E, why=why)
+        Y, worst = left_solve(U, edges, E, why=why, back=back)
         inv_norm = float(np.abs(Y).sum(axis=0).max()) if E is None else None
     info = {"block_cond": worst}
     if check_asymmetry:
