@@ -1,6 +1,7 @@
 """Benchmark: the generated Numba solve kernels against the NumPy block solves, to show where each path wins.
 
 Run: python benchmarks/bench_solve_kernels.py [--repeat 3] [--deep-T 10 20 30 40] [--two-layer-T 100 250]
+                                               [--blas-threads K]
 
 * Deep specs (``block_back`` of generated/deep_linear.py, the same text in every deep module): the U of the exact
   deep-linear action (specs/deep_linear.dmft, L = 2 and 3; the nonlinear specs' U has the same causal layout, with
@@ -12,7 +13,9 @@ Run: python benchmarks/bench_solve_kernels.py [--repeat 3] [--deep-T 10 20 30 40
   (m = 4 components per time, columns reaching later times at one of them, identity diagonal blocks), 1 and 1250
   right-hand sides, against :func:`dmftc.runtime.linalg.right_solve`.
 
-Both paths run interleaved ``--repeat`` times in one process, after one call that compiles the kernels; printed:
+Both paths run interleaved ``--repeat`` times in one process, after one call that compiles the kernels (NumPy's BLAS
+on ``--blas-threads`` threads, default all; a two-layer solve runs it on one thread when JAX computes on the CPU,
+:func:`dmftc.runtime.devices.serial_blas_on_cpu`, a deep one on all); printed:
 the best time of each, their ratio (> 1: the kernel wins), the largest difference relative to the largest entry,
 and the path :func:`dmftc.runtime.causal_solve.back_kernel` chooses ('auto').
 """
@@ -65,7 +68,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--deep-T", type=int, nargs="+", default=[10, 20, 30, 40])
     ap.add_argument("--two-layer-T", type=int, nargs="+", default=[100, 250])
+    ap.add_argument("--blas-threads", type=int, default=None, help="NumPy's BLAS threads (default: all)")
     args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        run(args)
+
+
+def run(args):
 
     import dmftc
     from dmftc.runtime.causal_solve import kernel_faster
@@ -74,6 +85,10 @@ def main():
     def rel(a, b):
         return float(np.abs(a - b).max() / np.abs(b).max())
 
+    from threadpoolctl import threadpool_info
+
+    threads = max([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] + [0])
+    print(f"NumPy's BLAS on {threads} thread(s)")
     print(f"{'case':<34} {'n':>6} {'rhs':>5} {'numpy s':>9} {'numba s':>9} {'ratio':>7} {'rel diff':>9} {'auto':>6}")
     cases = [(2, T) for T in args.deep_T] + [(3, T) for T in args.deep_T if T <= 30]
     for L, T in cases:
