@@ -41,7 +41,7 @@ def main():
                       extrapolation_widths=[N0, 2 * N0], T=T, eta=eta, E=E, samples=samples, kx=KX)
 
     model = dmftc.load(common.SPECS / "two_layer.dmft")
-    sols = [model.solve(gamma=g, T=T, eta=eta, kx=KX, y=1.0, samples=samples, seed=31) for g in GAMMAS]
+    sols = [model.solve(gamma=g, T=T, eta=eta, kx=KX, y=1.0, samples=samples, seed=31, backend="mc") for g in GAMMAS]
     sol_of = dict(zip(GAMMAS, sols))
     arrays = {}
 

@@ -66,7 +66,7 @@ def main():
     colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(gammas)))
     arrays, last = {}, {}
     for k, (g, c) in enumerate(zip(gammas, colors)):
-        sol = model.solve(gamma=g, T=T, eta=eta, kx=KX, samples=samples, seed=SEED + k)
+        sol = model.solve(gamma=g, T=T, eta=eta, kx=KX, samples=samples, seed=SEED + k, backend="mc")
         times = sol.times
         kappa = np.diag(sol.kappa("K"))
         D = -sol.U("K", "Delta")                                          # D_{K,Delta}(t, s), s < t
