@@ -168,19 +168,25 @@ def group_saddle(mod, normals, wts, pj, sz, T: int, width: float):
 
 
 def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batch: int | None = None,
-                        kinks: tuple = (), segments: int | None = None, tangents: str | None = None):
+                        kinks: tuple = (), segments: int | None = None, tangents: str | None = None,
+                        paths_ready=None):
     """At the order parameters ``q`` (layout; a group's saddle), from the group's paths ``normals`` with weights
     ``wts`` (summing to 1; 0 on padding rows): dF/dq (T m, T m) (numpy), the paths' solved-form observables Y
     (S, T m), uncentred, the averages (layout) and the chattering fractions of the kink fields ``kinks``.  The
     drivers' columns are computed in batches of :func:`path_batch` paths, by ``tangents`` (:func:`tangent_method`),
     the march cut into ``segments`` causal pieces (default: pieces of ``site_transfer.SEGMENT`` steps for the
-    transfer matrices, :func:`tangent_segments` for the tangent march)."""
+    transfer matrices, :func:`tangent_segments` for the tangent march).  ``paths_ready``: called with Y as soon
+    as the replay gives it, before the drivers' columns are computed (so that the caller's work on Y, e.g. on
+    another thread, overlaps them)."""
     S = int(wts.shape[0])
     shapes = {n: v.shape for n, v in q.items()}
     F = Flat(mod, shapes, T)
     replay = _compiled(("replay", tuple(kinks)), mod, sz, T, S, width,
                        lambda nm, w, pj, q: _replay_core(mod, nm, w, pj, q, sz, T, width, kinks))
     Jrest, Y, avg, chatter = replay(normals, wts, pj, q)
+    Y = np.asarray(Y)
+    if paths_ready is not None:
+        paths_ready(Y)
     J = np.zeros((T * F.m, T * F.m))
     drive = F.drivers()
     J[:, ~drive] = np.asarray(Jrest)
@@ -206,7 +212,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
                 part = fn(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
             total += np.asarray(part)
         J[:, idx] = total
-    return J, np.asarray(Y), avg, {f: float(v) for f, v in chatter.items()}
+    return J, Y, avg, {f: float(v) for f, v in chatter.items()}
 
 
 def centred(Y, wts):

@@ -15,6 +15,7 @@ paper's kappa and D when the coefficients are 1.
 from __future__ import annotations
 
 import time as _time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -151,45 +152,78 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
         if correction:
             timings["mean correction"] = 0.0
         bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
-        for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+        ones = bool(np.all(coeff == 1.0))                    # the spec's own form: coeff q + rest = <O>
+        sums = []                                            # over the groups: sigma, U, kappa (n x n each)
+
+        def group_kappa(Y, w, paths):
+            """(the group's centred Y, its kappa, seconds)."""
             t0 = _time.perf_counter()
-            normals, padded, wts = _group(mod, draws, a, b, size, mesh)
-            placed = padded
-            q = group_saddle(mod, padded, wts, pj, sz, T, width)
-            q_arr = layout_arrays(mod, q, sz, T)
-            check_finite(q_arr, "saddle-point march")
-            bar.advance(note=f"group {g + 1}/{G}: saddle march")
-            t1 = _time.perf_counter()
-            J, Y, avg, chatter = group_sensitivities(mod, padded, wts, pj, q, sz, T, width, batch_used,
-                                                     kinks if g == 0 else ())
-            Y = centred(Y, wts)
-            kappa = Y.T @ Y / (b - a - 1)
-            U = identity_minus(J)
-            t2 = _time.perf_counter()
-            bar.advance(note=f"group {g + 1}/{G}: kappa and D")
+            Y = centred(Y, w)
+            return Y, Y.T @ Y / (paths - 1), _time.perf_counter() - t0
+
+        def group_propagator(U, kappa, Uh):
+            """The group's propagator, added to the running sums: (sigma's diagonal, U's condition number, the
+            diagonal at half the delta width (U = ``Uh``) or None, seconds)."""
+            t0 = _time.perf_counter()
             sigma, cond = propagate(U, kappa, T)
-            ones = bool(np.all(coeff == 1.0))                # the spec's own form: coeff q + rest = <O>
-            results.append((q_arr, np.diag(sigma).copy(), cond))
+            half = None if Uh is None else np.diag(propagate(Uh, kappa, T)[0]).copy()
             group = (sigma, U if ones else coeff[:, None] * U,
                      kappa if ones else coeff[:, None] * kappa * coeff[None, :])
-            if g == 0:                                       # running sums over the groups (three n x n arrays)
-                sums = [x.copy() for x in group]
+            if not sums:
+                sums.extend(x.copy() for x in group)
             else:
                 for acc, x in zip(sums, group):
                     acc += x
-            if g == 0 and kinks:
-                # kink check: the same group's propagator with the delta functions at half the width
-                Jh = group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2, batch_used)[0]
-                half = propagate(identity_minus(Jh), kappa, T)[0]
-                kink = (np.diag(half) - np.diag(sigma), chatter)
+            return np.diag(sigma).copy(), cond, half, _time.perf_counter() - t0
+
+        # NumPy's BLAS work (kappa, the propagator) runs on a second thread, one job at a time in order, while
+        # the main thread runs the marches (JAX; on the CPU each takes about one core): a group's kappa as soon
+        # as the replay gives its paths, during its drivers' columns; its propagator during the next group's
+        # marches.  At most one group's propagator is pending when the next group starts.
+        def finish(job):
+            g, q_arr, chatter, kappa_job, prop_job = job
+            var, cond, half, seconds = prop_job.result()
+            results.append((q_arr, var, cond))
+            timings["moments"] += kappa_job.result()[2]
+            timings["propagator"] += seconds
             bar.advance(note=f"group {g + 1}/{G}: propagator")
-            timings["saddle"] += t1 - t0
-            timings["moments"] += t2 - t1
-            timings["propagator"] += _time.perf_counter() - t2
-            if correction:
-                t3 = _time.perf_counter()
-                m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, mesh=mesh))
-                timings["mean correction"] += _time.perf_counter() - t3
+            return None if half is None else (half - var, chatter)
+
+        pending = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmftc-blas") as pool:
+            for g, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+                t0 = _time.perf_counter()
+                normals, padded, wts = _group(mod, draws, a, b, size, mesh)
+                placed = padded
+                q = group_saddle(mod, padded, wts, pj, sz, T, width)
+                q_arr = layout_arrays(mod, q, sz, T)
+                check_finite(q_arr, "saddle-point march")
+                bar.advance(note=f"group {g + 1}/{G}: saddle march")
+                t1 = _time.perf_counter()
+                jobs = []
+                J, _, avg, chatter = group_sensitivities(
+                    mod, padded, wts, pj, q, sz, T, width, batch_used, kinks if g == 0 else (),
+                    paths_ready=lambda Y, w=wts, n=b - a: jobs.append(pool.submit(group_kappa, Y, w, n)))
+                U = identity_minus(J)
+                Uh = None
+                if g == 0 and kinks:
+                    # kink check: the same group's propagator with the delta functions at half the width
+                    Uh = identity_minus(group_sensitivities(mod, padded, wts, pj, q, sz, T, width / 2,
+                                                            batch_used)[0])
+                timings["saddle"] += t1 - t0
+                timings["moments"] += _time.perf_counter() - t1
+                bar.advance(note=f"group {g + 1}/{G}: kappa and D")
+                if pending is not None:
+                    kink = finish(pending) or kink
+                kappa_job = jobs[0]
+                pending = (g, q_arr, chatter, kappa_job,
+                           pool.submit(lambda U=U, k=kappa_job, Uh=Uh: group_propagator(U, k.result()[1], Uh)))
+                if correction:
+                    t3 = _time.perf_counter()
+                    m1.append(two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, kappa_job.result()[0],
+                                                        avg, mesh=mesh))
+                    timings["mean correction"] += _time.perf_counter() - t3
+            kink = finish(pending) or kink
         bar.close()
         means = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
         sigma, U, kappa = (x / G for x in sums)
