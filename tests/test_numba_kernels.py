@@ -97,6 +97,9 @@ def test_coupled_sandwich_matches_dense(identity):
     ref = X @ K @ X.T
     assert np.abs(S - ref).max() <= 1e-12 * np.abs(ref).max()
     assert info["cond"] == pytest.approx(np.linalg.cond(U, 1), rel=1e-12)
+    H, info_half = sandwich(U, K, time_edges(T, m), half=True)         # the unsymmetrised half: S = H + H^T
+    np.testing.assert_array_equal(H + H.T, S)
+    assert info_half["cond"] == info["cond"]
 
 
 def test_causal_solver_picks_the_kernel_and_agrees():

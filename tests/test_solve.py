@@ -198,6 +198,8 @@ def test_block_solves_match_dense_triangular_solves(m):
     ref, cond = triangular_sandwich(U, K)
     np.testing.assert_allclose(S, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
     assert info["cond"] == pytest.approx(cond, rel=1e-10) and 1 <= worst <= cond
+    H = sandwich(U, K, edges, half=True)[0]                                 # S = H + H^T
+    np.testing.assert_allclose(H + H.T, S, rtol=1e-14, atol=1e-15 * np.abs(S).max())
     A = rng.normal(size=(n, n))                    # the asymmetry check by blocks of rows = its dense formula
     assert info["asymmetry"] < 1e-15
     assert asymmetry(A, rows=7) == pytest.approx(np.abs(A - A.T).max() / np.abs(A).max(), rel=1e-15)

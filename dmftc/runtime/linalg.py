@@ -232,12 +232,13 @@ def _coupled_inverse(U, T: int, cross, why: str):
     return Dinv, B, ci, max([1.0] + [k for _, k in inv])
 
 
-def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
+def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY, half: bool = False):
     """(U^-1 K U^-T, ||U^-1||_1, the worst diagonal-block condition number) for a time-major U whose columns
     reach later times only at the ``cross`` components (:func:`cross_components`) and a symmetric K.  With
     X = U^-1 = (I + B E^T) D^-1 (:func:`_coupled_inverse`) and K' = D^-1 K D^-T: X K X^T = K' + H + H^T,
     H = B (E^T K' + K'_cc B^T / 2): one product of n x T c by T c x n, n^2 T c multiply-adds (T c / n of one
-    n x n matmul) instead of the n^3 of a dense solve."""
+    n x n matmul) instead of the n^3 of a dense solve.  ``half``: H' = H + K' / 2 instead, the propagator being H' + H'^T
+    (for a caller that sums propagators and symmetrises the sum once)."""
     U = np.asarray(U, dtype=float)
     n = U.shape[0]
     m = n // T
@@ -250,8 +251,9 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     G = K[ci, :]
     G += 0.5 * (G[:, ci] @ B.T)
     S = B @ G
-    S += 0.5 * K
-    S += S.T                            # H' + H'^T with H' = B G + K / 2: exactly symmetric
+    S += 0.5 * K                         # H' = B G + K / 2
+    if not half:
+        S += S.T                        # H' + H'^T: exactly symmetric
     if identity:                         # the columns of X: unit vectors, and 1 + |B| at the cross components
         norm = 1.0 + float(np.abs(B).sum(axis=0).max(initial=0.0))
     else:
@@ -262,10 +264,13 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY):
     return S, norm, worst
 
 
-def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True, back=None):
+def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = True, half: bool = False,
+             back=None):
     """(S, info): S = E U^-1 K U^-T E^T (symmetrised; E=None: the whole U^-1 K U^-T) and info with 'block_cond'
     (the largest diagonal-block condition number), 'asymmetry' of K (unless ``check_asymmetry`` is false: a K
-    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).
+    symmetric by construction), and for the whole propagator 'cond' (U's 1-norm condition number).  ``half``:
+    S is a matrix H with E U^-1 K U^-T E^T = H + H^T, not symmetrised (a caller summing several propagators
+    symmetrises the sum once: saves one n x n transposed addition each).
     NumericalError for a singular block, an ill-conditioned U (whole propagator), or a non-finite result.
     ``back``: a generated Numba kernel for the block back substitution (:func:`kernel_back`; not for the
     time-major U of a two-layer spec, which the cross-column solve takes)."""
@@ -277,7 +282,7 @@ def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = Tr
         cross = cross_components(np.asarray(U), T)
         coupled = 2 * np.count_nonzero(cross) <= n // T          # cheaper than the dense inverse
     if coupled and back is None:
-        S, inv_norm, worst = coupled_sandwich(U, K, T, cross, why=why)
+        S, inv_norm, worst = coupled_sandwich(U, K, T, cross, why=why, half=half)
     else:
         Y, worst = left_solve(U, edges, E, why=why, back=back)
         inv_norm = float(np.abs(Y).sum(axis=0).max()) if E is None else None
@@ -292,7 +297,7 @@ def sandwich(U, K, edges, E=None, *, why: str = _WHY, check_asymmetry: bool = Tr
                                  "linear response is unstable: the propagator would be meaningless")
     if S is None:
         S = congruence(Y, K) if E is None else Y @ K @ Y.T
-        S = 0.5 * (S + S.T)
+        S = (0.25 if half else 0.5) * (S + S.T)
     if not np.all(np.isfinite(S)):
         whole = "" if E is not None else f", U condition number {info['cond']:.3g}"
         raise NumericalError(f"the propagator is not finite (largest diagonal-block condition number of U "

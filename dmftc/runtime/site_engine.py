@@ -333,10 +333,10 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     return solve(total / S)
 
 
-def propagate(U, kappa, T: int):
+def propagate(U, kappa, T: int, half: bool = False):
     """(Sigma = U^-1 kappa U^-T, U's condition number) for a time-major U of T steps
-    (:func:`dmftc.runtime.linalg.sandwich`)."""
-    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T), check_asymmetry=False)
+    (:func:`dmftc.runtime.linalg.sandwich`); ``half``: H with Sigma = H + H^T instead."""
+    sigma, info = sandwich(U, kappa, time_major_edges(U.shape[0], T), check_asymmetry=False, half=half)
     return sigma, info["cond"]
 
 

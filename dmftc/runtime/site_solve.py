@@ -153,7 +153,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             timings["mean correction"] = 0.0
         bar = Progress(f"{mod.MODEL} mc", 3 * G, enabled=progress)
         ones = bool(np.all(coeff == 1.0))                    # the spec's own form: coeff q + rest = <O>
-        sums = []                                            # over the groups: sigma, U, kappa (n x n each)
+        sums = []                       # over the groups: H (sigma = H + H^T), U, kappa (n x n each)
 
         def group_kappa(Y, w, paths):
             """(the group's centred Y, its kappa, seconds)."""
@@ -162,19 +162,20 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             return Y, Y.T @ Y / (paths - 1), _time.perf_counter() - t0
 
         def group_propagator(U, kappa, Uh):
-            """The group's propagator, added to the running sums: (sigma's diagonal, U's condition number, the
-            diagonal at half the delta width (U = ``Uh``) or None, seconds)."""
+            """The group's propagator, added to the running sums as H with sigma = H + H^T (symmetrised once,
+            after the sum): (sigma's diagonal, U's condition number, the diagonal at half the delta width
+            (U = ``Uh``) or None, seconds)."""
             t0 = _time.perf_counter()
-            sigma, cond = propagate(U, kappa, T)
-            half = None if Uh is None else np.diag(propagate(Uh, kappa, T)[0]).copy()
-            group = (sigma, U if ones else coeff[:, None] * U,
+            H, cond = propagate(U, kappa, T, half=True)
+            half = None if Uh is None else 2.0 * np.diag(propagate(Uh, kappa, T, half=True)[0])
+            group = (H, U if ones else coeff[:, None] * U,
                      kappa if ones else coeff[:, None] * kappa * coeff[None, :])
-            if not sums:
-                sums.extend(x.copy() for x in group)
+            if not sums:                 # U is the main thread's too (the mean correction): a copy
+                sums.extend((group[0], group[1].copy(), group[2]))
             else:
                 for acc, x in zip(sums, group):
                     acc += x
-            return np.diag(sigma).copy(), cond, half, _time.perf_counter() - t0
+            return 2.0 * np.diag(H), cond, half, _time.perf_counter() - t0
 
         # NumPy's BLAS work (kappa, the propagator) runs on a second thread, one job at a time in order, while
         # the main thread runs the marches (JAX; on the CPU each takes about one core): a group's kappa as soon
@@ -226,7 +227,9 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             kink = finish(pending) or kink
         bar.close()
         means = {k: np.mean([r[0][k] for r in results], axis=0) for k in results[0][0]}
-        sigma, U, kappa = (x / G for x in sums)
+        H, U, kappa = sums
+        sigma = (H + H.T) / G
+        U, kappa = U / G, kappa / G
         cond = max(r[2] for r in results)
         var_se = np.std([r[1] for r in results], axis=0, ddof=1) / np.sqrt(G) if G > 1 else None
     if exact or cubature:
