@@ -7,6 +7,9 @@ functions are Gaussians of the solve's ``dirac width``; the first group's propag
 width and the paths that chatter across the kink are counted (:func:`kink_report`).  A process proven linear
 (``mod.NONLINEAR`` None) uses the exact backend (:func:`dmftc.runtime.site_engine.two_layer_exact`).  The O(1/N)
 correction to the mean uses the same groups' paths (the exact backend draws ``samples`` paths for it).
+Each group's kappa and propagator (NumPy's BLAS) run on a second thread while the next marches run (JAX): the
+stages overlap, so ``info['timings']`` (seconds per stage, summed over the groups) may add up to more than the
+solve's wall time.
 
 The engine works in the solved form of the constraints (U = 1 - dF/dq, kappa = Cov(Y)); the solution keeps
 the spec's own form, ``coeff q + rest = <O>`` (U with the coefficients on its diagonal, kappa = Cov(O)), the
