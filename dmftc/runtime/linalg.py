@@ -237,8 +237,8 @@ def coupled_sandwich(U, K, T: int, cross, *, why: str = _WHY, half: bool = False
     reach later times only at the ``cross`` components (:func:`cross_components`) and a symmetric K.  With
     X = U^-1 = (I + B E^T) D^-1 (:func:`_coupled_inverse`) and K' = D^-1 K D^-T: X K X^T = K' + H + H^T,
     H = B (E^T K' + K'_cc B^T / 2): one product of n x T c by T c x n, n^2 T c multiply-adds (T c / n of one
-    n x n matmul) instead of the n^3 of a dense solve.  ``half``: H' = H + K' / 2 instead, the propagator being H' + H'^T
-    (for a caller that sums propagators and symmetrises the sum once)."""
+    n x n matmul) instead of the n^3 of a dense solve.  ``half``: H' = H + K' / 2 instead, the propagator
+    being H' + H'^T (for a caller that sums propagators and symmetrises the sum once)."""
     U = np.asarray(U, dtype=float)
     n = U.shape[0]
     m = n // T

@@ -170,7 +170,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             (U = ``Uh``) or None, seconds)."""
             t0 = _time.perf_counter()
             H, cond = propagate(U, kappa, T, half=True)
-            half = None if Uh is None else 2.0 * np.diag(propagate(Uh, kappa, T, half=True)[0])
+            at_half = None if Uh is None else 2.0 * np.diag(propagate(Uh, kappa, T, half=True)[0])
             group = (H, U if ones else coeff[:, None] * U,
                      kappa if ones else coeff[:, None] * kappa * coeff[None, :])
             if not sums:                 # U is the main thread's too (the mean correction): a copy
@@ -178,7 +178,7 @@ def solve_two_layer(mod, *, samples=20000, seed=0, batch=None, groups=8, dirac_w
             else:
                 for acc, x in zip(sums, group):
                     acc += x
-            return 2.0 * np.diag(H), cond, half, _time.perf_counter() - t0
+            return 2.0 * np.diag(H), cond, at_half, _time.perf_counter() - t0
 
         # NumPy's BLAS work (kappa, the propagator) runs on a second thread, one job at a time in order, while
         # the main thread runs the marches (JAX; on the CPU each takes about one core): a group's kappa as soon
