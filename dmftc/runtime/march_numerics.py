@@ -1,6 +1,6 @@
 """The numerics shared by the deep march and the site march (:mod:`dmftc.runtime.deep_dmft`,
 :mod:`dmftc.runtime.site_march`): pivot tolerances of the causal Cholesky factors, row extension of a factor,
-history-buffer updates, symmetric kernels from causal rows, and batches of small linear solves."""
+history-buffer updates and symmetric kernels from causal rows."""
 from __future__ import annotations
 
 import jax
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "extend_cholesky", "set_col", "small_solve", "traced",
+__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "extend_cholesky", "set_col", "traced",
            "symmetric"]
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
@@ -51,18 +51,3 @@ def symmetric(rows):
     rows = np.asarray(rows)
     return np.tril(rows) + np.swapaxes(np.tril(rows, -1), -1, -2)
 
-
-def small_solve(A, B):
-    """X with A X = B for a batch of small systems, A (S, k, k), B (S, k, c): Gauss-Jordan elimination with
-    partial pivoting unrolled over the k columns and vectorised over the batch (XLA's batched LU on the CPU costs
-    about ten times more for k = 2, twice for k = 5)."""
-    k = A.shape[-1]
-    Ab = jnp.concatenate([A, B], axis=-1)
-    rows = jnp.arange(k)
-    for i in range(k):
-        piv = i + jnp.argmax(jnp.abs(Ab[:, i:, i]), axis=1)                       # (S,): the pivot's row
-        perm = jnp.where(rows[None] == i, piv[:, None], jnp.where(rows[None] == piv[:, None], i, rows[None]))
-        Ab = jnp.take_along_axis(Ab, perm[:, :, None], axis=1)                      # rows i and piv swapped
-        Ab = Ab.at[:, i].set(Ab[:, i] / Ab[:, i, i:i + 1])
-        Ab = Ab - Ab[:, :, i:i + 1].at[:, i].set(0.0) * Ab[:, i:i + 1, :]
-    return Ab[..., k:]

@@ -30,17 +30,16 @@ def driver_columns(mod, sz, T, width, shapes, segments, method):
 
     def run(normals, wts, pj, q, avg, explicit):
         blocks = [(n, a, b) for n, a, b in zip(F.names, F.edges[:-1], F.edges[1:]) if n in mod.SITE["drivers"]]
-        worst = jnp.float64(1.0)
         if method == "transfer":         # the drivers' one-hot at one step: the same at every step (time-major)
             local = {n: F.layout_rows(n, jnp.asarray(basis[:1, a:b, :c]))[0] for n, a, b in blocks}
-            rows, worst = transfer_jacobian(mod, T, wts, pj, q, local, normals=normals, sizes=dict(sz),
-                                            width=width, avg=avg, explicit=explicit, segment=-(-T // segments))
+            rows = transfer_jacobian(mod, T, wts, pj, q, local, normals=normals, sizes=dict(sz), width=width,
+                                     avg=avg, explicit=explicit, segment=-(-T // segments))
         else:
             columns = {n: F.layout_rows(n, jnp.asarray(basis[:, a:b])) for n, a, b in blocks}
             rows = driver_jacobian(mod, T, wts, pj, q, columns, normals=normals, sizes=dict(sz), width=width,
                                    avg=avg, explicit=explicit, per_step=c, segments=segments)
         per = [jax.vmap(lambda r, n=n: canonical(mod, n, r))(rows[n]) for n in F.names]     # (T, comps, D)
-        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size), worst
+        return jnp.concatenate(per, axis=1).reshape(T * F.m, idx.size)
     return run, idx
 
 

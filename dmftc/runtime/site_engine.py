@@ -36,7 +36,7 @@ from dmftc.runtime.site_march import constraint_pass, readout_pass, replay_march
 from dmftc.runtime.site_drivers import (driver_columns, equal_batches, pad_rows, path_batch, tangent_method,
                                         tangent_segments)
 from dmftc.runtime.site_layout import Flat, canonical
-from dmftc.runtime.site_transfer import MAX_CONDITION, SEGMENT
+from dmftc.runtime.site_transfer import SEGMENT
 
 __all__ = ["causal_solver", "centred", "check_finite", "exact_points", "group_saddle", "group_sensitivities",
            "identity_minus", "layout_arrays", "normals_of", "paths_at", "require_program", "two_layer_exact",
@@ -202,14 +202,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
         for k, (a, n) in enumerate(batches):
             nm, w = like_paths(({key: pad_rows(v[a:a + n], B) for key, v in normals.items()},
                                 pad_rows(wts[a:a + n], B)), wts)
-            part, worst = fn(nm, w, pj, q, avg, jnp.float64(k == 0))
-            if method == "transfer" and not float(worst) <= MAX_CONDITION:
-                # singular or ill-conditioned A's (a structural property, as momentum beta = 0): this batch and
-                # the group's later ones by the tangent march
-                method, Km = "march", tangent_segments(mod, sz, T, B)
-                fn = _compiled(("drivers", B, Km, method), mod, sz, T, S, width,
-                               driver_columns(mod, sz, T, width, shapes, Km, method)[0])
-                part = fn(nm, w, pj, q, avg, jnp.float64(k == 0))[0]
+            part = fn(nm, w, pj, q, avg, jnp.float64(k == 0))
             total += np.asarray(part)
         J[:, idx] = total
     return J, Y, avg, {f: float(v) for f, v in chatter.items()}

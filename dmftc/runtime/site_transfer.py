@@ -16,23 +16,22 @@ not read q(t).)  So, with Phi(t, s) = M_{t-1} ... M_s,
     d <a(t)> / d q(s) = sum_paths w C_t Phi(t, s + 1) B_s   (s < t, zero from s = t on),
 
 and each readout's row is its constraint's Jacobian in (the averages, q(t)) applied to these: its explicit
-dependence on q(t) gives the time-diagonal blocks.  Phi is never formed across the whole march (its factors
-could grow and lose digits): the march is cut into segments of ``segment`` steps, and with
-A(t) = Phi(t, start of t's segment),
+dependence on q(t) gives the time-diagonal blocks.  The march is cut into segments of ``segment`` steps, and
+with A(t) = Phi(t, start of t's segment),
 
-* within a segment: the left factors C_t A(t) times the right factors A(s + 1)^-1 B_s (k x k solves over a short
-  segment), one matrix product over (paths x k);
+* within a segment: W(t), whose columns are Phi(t, s + 1) B_s for the segment's earlier steps s, is carried
+  forward (W <- M_t W, then B_t as column t), and C_t W(t) gives the segment's own columns of row t;
 * across segments: Z(s) = Phi(start, s + 1) B_s of all earlier steps, carried one segment at a time
-  (Z <- A(end) Z), and the segment's rows are one product with the left factors.
+  (Z <- A(end) Z), and the segment's rows are one matrix product over (paths x k) of the left factors C_t A(t)
+  with Z.
 
-A singular M_t (momentum beta = 0: a velocity's running sum is replaced at every step) or an ill-conditioned A
-makes the inverses wrong or infinite.  So the march reports the largest condition number of the A's, and the
-caller (:mod:`dmftc.runtime.site_engine`) repeats a batch whose A's exceed :data:`MAX_CONDITION` by the tangent
-march, which inverts nothing.
+Nothing is inverted, so a singular M_t (momentum beta = 0: a velocity's running sum is replaced at every step)
+needs no special case.  The k x k products over the paths are broadcast products summed in elementwise loops
+(:func:`_bmm`), not XLA's batched dots, which on the CPU run one small product per path.
 
-Work per path: O(T k^2) for the factors, O(T^2 k^2 c / segment) to carry Z and 2 n_a k c T^2 in matrix products
-(n_a average components): the tangent march's O(T^2 c) elementwise updates per field become BLAS products, and
-everything is jitted JAX over arrays of paths, so it runs unchanged on a GPU.
+Work per path: O(T k^2 (k + segment c)) for the factors and W, O(T^2 k^2 c / segment) to carry Z and
+2 n_a k c T^2 in matrix products (n_a average components): the tangent march's O(T^2 c) elementwise updates per
+field become BLAS products, and everything is jitted JAX over arrays of paths, so it runs unchanged on a GPU.
 Agreement with the tangent march on every shipped two-layer spec: tests/test_site_transfer.py; the hand-written
 form for ``specs/two_layer.dmft`` it generalises: :mod:`dmftc.reference.transfer_two_layer`.
 """
@@ -42,13 +41,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.march_numerics import small_solve
 from dmftc.runtime.site_eval import Buffers, Evaluator, layer_names, schedule
 
-__all__ = ["MAX_CONDITION", "SEGMENT", "driver_jacobian", "transfer_applies"]
+__all__ = ["SEGMENT", "driver_jacobian", "transfer_applies"]
 
-SEGMENT = 25          # steps per segment: the products A(t) over one segment stay well conditioned
-MAX_CONDITION = 1e6   # above this condition number of an A, a batch is redone by the tangent march
+SEGMENT = 25          # steps per segment (two_layer_sgd, T = 250: 12 or 16 steps ran no faster and compiled longer)
+
+
+def _bmm(X, Y):
+    """X @ Y for batches of small matrices, (paths, i, k) @ (paths, k, j), as k broadcast products added up: one
+    elementwise loop (XLA's batched dot on the CPU made the whole Jacobian of two_layer_sgd, k = 4, T = 100,
+    1250 paths, three times slower)."""
+    out = X[..., :, 0, None] * Y[..., None, 0, :]
+    for i in range(1, X.shape[-1]):
+        out = out + X[..., :, i, None] * Y[..., None, i, :]
+    return out
 
 
 def transfer_applies(mod) -> bool:
@@ -63,7 +70,7 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals:
                     width: float = 0.0, avg: dict | None = None, explicit=1.0, segment: int = SEGMENT):
     """({name: (T, 1, index dims, T c)}: d F_name(t) / d (direction j), direction j perturbing the drivers at
     time j // c in their component j % c, as :func:`dmftc.runtime.site_tangents.driver_jacobian` with
-    ``per_step = c``; the largest 1-norm condition number of the segments' products A(t).
+    ``per_step = c``.
     ``local``: {driver: (1, index dims, c)}, the one-hot of the c driver components at one step; ``q``,
     ``normals``, ``wts``, ``avg``, ``explicit``: as there (a batch of a group's paths)."""
     site = mod.SITE
@@ -133,43 +140,40 @@ def driver_jacobian(mod, T: int, wts, p: dict, q: dict, local: dict, *, normals:
         rs = {(n, 1): rs[(n, 1)] + inc for n, inc in zip(sums, steps)}
         return hist, rs, (dinc[..., :k], dinc[..., k:], da, jnp.concatenate(jv), jnp.concatenate(jq))
 
-    eye_k = jnp.eye(k)
-
-    def seg_scan(carry, t):
-        """Step t: the carry holds A(t) = Phi(t, start of the segment)."""
-        hist, rs, A = carry
+    def seg_step(carry, t, a0, n):
+        """Step t of the segment of n steps from a0.  The carry holds A(t) = Phi(t, a0) and W(t) (S, k, n c), whose
+        column s - a0 is Phi(t, s + 1) B_s for the segment's earlier steps s < t (zero from t on).  Out: the left
+        factors C_t A(t) (S, n_a, k), row t of the segment's own columns (n_a, n c) and the constraints'
+        Jacobians."""
+        hist, rs, A, W = carry
         hist, rs, (dM, Bq, Cx, Jv, Jq) = factors(t, hist, rs)
-        left = jnp.einsum("pak,pkj->paj", Cx, A)                   # C_t A(t)
-        A = A + jnp.einsum("pik,pkj->pij", dM, A)                  # A(t + 1) = M_t A(t)
-        X = small_solve(A, jnp.concatenate([Bq, jnp.broadcast_to(eye_k, (S, k, k))], axis=-1))
-        norm = lambda Y: jnp.sum(jnp.abs(Y), axis=1).max(axis=1)             # noqa: E731  (1-norm per path)
-        cond = jnp.max(norm(A) * norm(X[..., c:]))                 # A(t + 1)'s condition number
-        return (hist, rs, A), (left, X[..., :c], Jv, Jq, cond)     # right factors A(t + 1)^-1 B_t
+        left = _bmm(Cx, A)
+        within = jnp.transpose(Cx, (1, 0, 2)).reshape(na, S * k) @ W.reshape(S * k, n * c)
+        A = A + _bmm(dM, A)                                                  # A(t + 1) = M_t A(t)
+        onto = (jnp.arange(n * c) == (t - a0) * c + jnp.arange(c)[:, None]).astype(W.dtype)   # (c, n c)
+        W = W + _bmm(dM, W) + _bmm(Bq, onto)          # W(t + 1) = M_t W(t), B_t in its column t - a0 (zero so far)
+        return (hist, rs, A, W), (left, within, Jv, Jq)
 
     hist = {(f, 1): Bf.zeros(f, S, current=True) for f in site["fields"]}
     rs = {(n, 1): Bf.zeros(n, S, current=True) for n in sums}
-    I = jnp.broadcast_to(eye_k, (S, k, k))
+    I = jnp.broadcast_to(jnp.eye(k), (S, k, k))
     m = int(sum(m_of))
-    out, worst = [], jnp.float64(1.0)
+    out = []
     Z = jnp.zeros((S, k, 0))
     for a0 in range(0, T, segment):
         a1 = min(T, a0 + segment)
         n = a1 - a0
-        (hist, rs, A), (left, right, Jv, Jq, cond) = jax.lax.scan(seg_scan, (hist, rs, I), jnp.arange(a0, a1))
-        worst = jnp.maximum(worst, jnp.max(cond))
-        L = jnp.transpose(left, (0, 2, 1, 3)).reshape(n * na, S * k)         # rows (t, a), columns (path, k)
-        R = jnp.transpose(right, (1, 2, 0, 3)).reshape(S * k, n * c)         # rows (path, k), columns (s, c)
-        G = (L @ R).reshape(n, na, n, c)                                     # the segment's own columns
-        G = jnp.where((jnp.arange(n)[:, None] > jnp.arange(n)[None, :])[:, None, :, None], G, 0.0)
-        G = G.reshape(n, na, n * c)
-        Zs = jnp.einsum("pik,pkj->pij", A, R.reshape(S, k, n * c))            # Phi(a1, s + 1) B_s
+        (hist, rs, A, W), (left, G, Jv, Jq) = jax.lax.scan(
+            lambda cr, t, a0=a0, n=n: seg_step(cr, t, a0, n), (hist, rs, I, jnp.zeros((S, k, n * c))),
+            jnp.arange(a0, a1))                                              # G: the segment's own columns
         if a0:                                # the earlier segments' columns: one product over (paths x k)
+            L = jnp.transpose(left, (0, 2, 1, 3)).reshape(n * na, S * k)     # rows (t, a), columns (path, k)
             G = jnp.concatenate([(L @ Z.reshape(S * k, a0 * c)).reshape(n, na, a0 * c), G], axis=-1)
         rows = jnp.einsum("tma,taj->tmj", Jv, G)
         rows = rows.at[:, :, a0 * c:].add((jnp.eye(n)[:, None, :, None] * Jq[:, :, None, :]).reshape(n, m, n * c))
         out.append(jnp.pad(rows, ((0, 0), (0, 0), (0, (T - a1) * c))))
-        Z = jnp.concatenate([jnp.einsum("pik,pkj->pij", A, Z), Zs], axis=-1)  # Phi(a1, s + 1) B_s, every s < a1
+        Z = jnp.concatenate([_bmm(A, Z), W], axis=-1)                        # Phi(a1, s + 1) B_s, every s < a1
     rows = jnp.concatenate(out)                                              # (T, m, T c)
     medges = np.cumsum([0] + m_of)
     return {n: rows[:, a:b].reshape((T, 1) + Bf.dims[n] + (T * c,))
-            for (n, _), a, b in zip(readouts, medges[:-1], medges[1:])}, worst
+            for (n, _), a, b in zip(readouts, medges[:-1], medges[1:])}
