@@ -158,6 +158,15 @@ _GAUSS_JORDAN = (
     "    return inv, (cond if cond < np.inf else np.inf)\n\n")
 
 
+_BLOCK_STEP = (                  # a time step of either substitution: its diagonal block's inverse and condition
+    "        lo, hi = edges[b], edges[b + 1]\n"
+    "        m = hi - lo\n"
+    "        inv, c = block_inverse(U[lo:hi, lo:hi])\n"
+    "        cond[b] = c\n"
+    "        if not c < np.inf:\n"
+    "            break\n")
+
+
 def emit_block_kernels(w) -> None:
     """Append a deep module's causal solve kernels (``@numba.njit``, plain loops: they compile in a few seconds,
     where NumPy's matrix product inside Numba costs several more): block back and forward substitution with a U
@@ -187,12 +196,7 @@ def emit_block_kernels(w) -> None:
       "    YT = np.zeros((n, R))                                # Y^T: a row of it is contiguous over the R rows\n"
       "    cond = np.zeros(T)\n"
       "    for b in range(T - 1, -1, -1):\n"
-      "        lo, hi = edges[b], edges[b + 1]\n"
-      "        m = hi - lo\n"
-      "        inv, c = block_inverse(U[lo:hi, lo:hi])\n"
-      "        cond[b] = c\n"
-      "        if not c < np.inf:\n"
-      "            break\n"
+      + _BLOCK_STEP +
       "        rhs = np.empty((m, R))                           # E's block minus the later times' rows through U\n"
       "        for i in range(m):\n"
       "            for r in range(R):\n"
@@ -221,12 +225,7 @@ def emit_block_kernels(w) -> None:
       "    X = np.zeros(B.shape)\n"
       "    cond = np.zeros(T)\n"
       "    for b in range(T):\n"
-      "        lo, hi = edges[b], edges[b + 1]\n"
-      "        m = hi - lo\n"
-      "        inv, c = block_inverse(U[lo:hi, lo:hi])\n"
-      "        cond[b] = c\n"
-      "        if not c < np.inf:\n"
-      "            break\n"
+      + _BLOCK_STEP +
       "        rhs = np.empty((m, k))                           # B's block minus the earlier times through U\n"
       "        for i in range(m):\n"
       "            for j in range(k):\n"
