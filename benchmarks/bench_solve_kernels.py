@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--two-layer-T", type=int, nargs="+", default=[100, 250])
     ap.add_argument("--blas-threads", type=int, default=None, help="NumPy's BLAS threads (default: all)")
     args = ap.parse_args()
+    import scipy.linalg  # noqa: F401  (its own BLAS, loaded before the limit: a library loaded later keeps its threads)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
@@ -87,8 +88,8 @@ def run(args):
 
     from threadpoolctl import threadpool_info
 
-    threads = max([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] + [0])
-    print(f"NumPy's BLAS on {threads} thread(s)")
+    threads = sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+    print(f"NumPy's and SciPy's BLAS on {' / '.join(map(str, threads))} thread(s)")
     print(f"{'case':<34} {'n':>6} {'rhs':>5} {'numpy s':>9} {'numba s':>9} {'ratio':>7} {'rel diff':>9} {'auto':>6}")
     cases = [(2, T) for T in args.deep_T] + [(3, T) for T in args.deep_T if T <= 30]
     for L, T in cases:
