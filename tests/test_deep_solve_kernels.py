@@ -119,7 +119,8 @@ def test_back_kernel_choice():
     assert back_kernel(Model, 500, 60, "numpy") is None
     assert back_kernel(object(), 500, 60, "numba") is None            # no module, no kernel
     assert back_kernel(Model, 500, 60, "auto") is mod.block_back      # measured faster (docs/benchmarks.md)
-    assert back_kernel(Model, 500, None, "auto") is None                # the whole inverse: NumPy's BLAS
+    assert back_kernel(Model, 500, None, "auto") is mod.block_back      # a small whole inverse: the kernel
+    assert back_kernel(Model, 4000, None, "auto") is None               # a large one: NumPy's BLAS
     with pytest.raises(ParameterError, match="solve kernels"):
         back_kernel(Model, 500, 60, "fast")
 

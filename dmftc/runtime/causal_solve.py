@@ -143,11 +143,12 @@ def back_kernel(model, n: int, rows: int | None, mode: str | None = None):
 
 
 def kernel_faster(n: int, rows: int | None) -> bool:
-    """Where the Numba kernel beats NumPy's block solve (measured, see :func:`back_kernel`): for the rows of
-    observables (it skips U's zero entries, about two thirds of those below the diagonal blocks, and makes no
-    LAPACK call per block); not for the whole inverse, where NumPy's block-recursive inversion by matrix products
-    does a third of the kernel's multiply-adds at BLAS speed."""
-    return rows is not None and rows < n
+    """Where the Numba kernel beats NumPy's block solve with a deep solve's BLAS (all threads; measured, see
+    :func:`back_kernel`): for the rows of observables always (it skips U's zero entries, about two thirds of those
+    below the diagonal blocks, and makes no LAPACK call per block); for the whole inverse up to n = 1500, above
+    which NumPy's block-recursive inversion by matrix products (a third of the kernel's multiply-adds, at BLAS
+    speed) wins."""
+    return rows is not None or n <= 1500
 
 
 def physical_sigma(blocks: CausalBlocks, R, back=None):
