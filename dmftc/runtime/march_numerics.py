@@ -31,7 +31,8 @@ def extend_cholesky(C, krow, t, tol=PIVOT_TOL):
     x = jnp.where(live, solve_triangular(A, jnp.where(live, krow, 0.0), lower=True), 0.0)
     kt = krow[t]
     d = kt - x @ x
-    piv = jnp.where(d > tol * jnp.maximum(kt, 0.0), jnp.sqrt(jnp.maximum(d, 0.0)), 0.0)
+    live_t = d > tol * jnp.maximum(kt, 0.0)
+    piv = jnp.where(live_t, jnp.sqrt(jnp.where(live_t, d, 1.0)), 0.0)     # no infinite slope at a zero pivot
     return C.at[t].set(x + piv * (idx == t))
 
 

@@ -54,7 +54,7 @@ from dmftc.runtime.site_eval import (Buffers, Evaluator, boundary_row, layer_nam
                                      update_mask)
 
 
-__all__ = ["Buffers", "Evaluator", "boundary_row", "constraint_pass", "layer_names", "layer_number", "point_params",
+__all__ = ["Buffers", "Evaluator", "adjoint_march", "boundary_row", "constraint_pass", "layer_names", "layer_number", "point_params",
            "readout_pass", "replay_march", "schedule", "site_march", "update_mask"]
 
 
@@ -95,10 +95,27 @@ def replay_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, q: dict, **kw
     return _march(mod, act, L, T, xi, wts, p, replay=q, **kw)
 
 
+def adjoint_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, shift: dict | None = None,
+                  hold: dict | None = None, dsrc: dict | None = None, record: bool = False, **kw) -> dict:
+    """The march of a deep program (direct readout) as the adjoint engine differentiates it
+    (:mod:`dmftc.runtime.adjoint`); returns the march's final state.
+
+    ``shift``: additive perturbations eps of the averages, {('row', name, l): (T, T)} (a kernel's or response's
+    row t gains row t of eps) and {('avg', symbol): (T,)} (a readout's direct average at t); the march's response
+    to them is d q / d eps.  ``hold``: {'rows': ..., 'q1': ...}, the order parameters the fields, sources and
+    constraints read, held at these values (a saddle's): the averages the march then computes are the single-site
+    averages at fixed order parameters.  ``dsrc``: {(source, l): (S, T)}, added to the sources' path values.
+    ``record``: also keep, per path, each response's observable X[l](t) ('X', {(name, l): (S, T)}) and its
+    tangents dX[l](t) / dx[l](s) in every source x ('Gamma', {(name, x, l): (S, T, T)}, [path, t, s])."""
+    return _march(mod, act, L, T, xi, wts, p, direct=True, shift=shift, hold=hold, dsrc=dsrc, record=record, **kw)
+
+
 def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
            pivot_tol: float = PIVOT_TOL, tangent_wts=None, points: int = 1, normals: dict | None = None,
-           replay: dict | None = None, sizes: dict | None = None, history: bool = True):
-    """The march (:func:`site_march`; ``replay``: :func:`replay_march`)."""
+           replay: dict | None = None, sizes: dict | None = None, history: bool = True, shift: dict | None = None,
+           hold: dict | None = None, dsrc: dict | None = None, record: bool = False):
+    """The march (:func:`site_march`; ``replay``: :func:`replay_march`; ``shift``, ``hold``, ``dsrc``,
+    ``record``: :func:`adjoint_march`)."""
     site = mod.SITE
     if "terms" not in site:
         raise StructureSpecError(f"{mod.SPEC_PATH}: its generated module predates the site march's path factors; "
@@ -123,6 +140,8 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
     sums = site.get("sums", ())
     layers = range(1, L + 1)
     keep = B.layout and replay is not None and history
+    shift = shift or {}
+    dsrc = dsrc or {}
     src0 = {(n, l): B.source(n, v) for n, v in normals.items() for l in layers}     # the same at every step
 
     def step(t, c):
@@ -131,15 +150,19 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         rs = dict(c["rsum"])
         if replay is not None:
             solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
+        if record:
+            rec = {k: dict(c[k]) for k in ("X", "Gamma")}
         if keep:
             rec = {k: dict(c[k]) for k in ("rec_hist", "rec_sums")}
             rec["rec_sums"] = {k: B.put(v, rs[k], t) for k, v in rec["rec_sums"].items()}
         src, dcol = dict(src0), {}            # this step's gp sources join the constant ones
         onehot = (idx == t).astype(jnp.float64)
 
+        read_rows, read_q1 = (rows, q1) if hold is None else (hold["rows"], hold["q1"])
+
         def ev(l, srcs=src, cur=None, tv=tval):
-            return Evaluator(mod, L, T, t, l, hist, rows, q1, srcs, p, act, width, bounds, cur=cur, terms=tv,
-                             points=points, sz=sizes, rsums=rs)
+            return Evaluator(mod, L, T, t, l, hist, read_rows, read_q1, srcs, p, act, width, bounds, cur=cur,
+                             terms=tv, points=points, sz=sizes, rsums=rs)
 
         E0 = ev(1)
 
@@ -161,10 +184,12 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         for kind, name, l in order:
             if kind == "source":
                 fam, off = covs[name]
-                row = (rows[(fam, l + off)][t] if 1 <= l + off <= L
+                row = (read_rows[(fam, l + off)][t] if 1 <= l + off <= L
                        else boundary_row(E0.at(l).boundary(fam, l + off), t, T, points))
                 chol[(name, l)] = C = extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
                 src[(name, l)] = xi[name][l - 1] @ C[t]
+                if (name, l) in dsrc:
+                    src[(name, l)] = src[(name, l)] + dsrc[(name, l)][:, t]
             elif kind == "field":
                 fn = getattr(mod, f"site_field_{name}")
                 srcs = {k: v for k, v in src.items() if k[1] == l}
@@ -186,11 +211,18 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 for x in wrt:
                     dterm[(x, name, l)] = set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
             elif name in resp:
-                d = tangent_at_t(getattr(mod, f"site_response_{name}"), l, resp[name], 1)
-                rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d)
+                fn = getattr(mod, f"site_response_{name}")
+                d = tangent_at_t(fn, l, resp[name], 1)
+                rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d + _shifted(shift, ("row", name, l), t))
+                if record:
+                    rec["X"][(name, l)] = set_col(rec["X"][(name, l)], fn(ev(l, cur=now(l))), t)
+                    for x in wrt:
+                        dx = d if x == resp[name] else tangent_at_t(fn, l, x, 1)
+                        rec["Gamma"][(name, x, l)] = rec["Gamma"][(name, x, l)].at[:, t].set(dx)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
-                rows[(name, l)] = rows[(name, l)].at[t].set((wts @ jnp.broadcast_to(obs, (S, T))) * (idx <= t))
+                rows[(name, l)] = rows[(name, l)].at[t].set(
+                    (wts @ jnp.broadcast_to(obs, (S, T)) + _shifted(shift, ("row", name, l), t)) * (idx <= t))
         EL = E0.at(L)
         now_avg, now_X = {}, {}
         for qname, syms in site["readouts"]:
@@ -198,7 +230,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 if sym in fixed:
                     continue
                 now_X[sym] = X = getattr(mod, f"site_average_{sym}")(EL)
-                now_avg[sym] = B.mean(wts, X, readout_of[sym])
+                now_avg[sym] = B.mean(wts, X, readout_of[sym]) + _shifted(shift, ("avg", sym), t)
                 avg[("direct", sym)] = B.put(avg[("direct", sym)], now_avg[sym], t)
                 if sym in stein:
                     f, x = stein[sym]
@@ -234,6 +266,8 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                "rsum": {k: v + incs[k] for k, v in rs.items()}}
         if replay is not None:
             out.update(solved=solved, paths=paths, dv=dv)
+        if record:
+            out.update(rec)
         if keep:
             rec["rec_hist"] = {k: B.put(v, hist[k], t) for k, v in rec["rec_hist"].items()}
             out.update(rec)
@@ -249,6 +283,9 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                   for k in ("stein", "direct") if k == "direct" or sym in stein}}
     c0["rsum"] = {(n, l): B.zeros(n, S if scope == "sample" else None, current=True) for n, scope in sums
                   for l in layers}
+    if record:                      # per path: each response's observable X (S, T) and its tangents in every source
+        c0["X"] = {(n, l): jnp.zeros((S, T)) for n in resp for l in layers}
+        c0["Gamma"] = {(n, x, l): jnp.zeros((S, T, T)) for n in resp for x in wrt for l in layers}
     if keep:                        # the current-only buffers' histories, for the readout pass
         c0["rec_hist"] = {k: B.zeros(k[0], S) for k in c0["hist"]}
         c0["rec_sums"] = {(n, l): B.zeros(n, S if scope == "sample" else None) for n, scope in sums for l in layers}
@@ -260,6 +297,11 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                   dv={(q, sym): B.zeros(q) for q, syms in site["readouts"] for sym in syms})
     return jax.lax.fori_loop(0, T, step, c0)
 
+
+
+def _shifted(shift: dict, key, t):
+    """Row or entry t of an additive perturbation of an average (0 when ``shift`` has none for ``key``)."""
+    return shift[key][t] if key in shift else 0.0
 
 
 def readout_pass(mod, T: int, wts, p: dict, q: dict, hist: dict, *, normals: dict, sizes: dict | None = None,
