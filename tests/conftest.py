@@ -13,6 +13,8 @@
   as well (``--xla_cpu_use_fusion_emitters=false``: the former loop emitters, which compile faster; 21% to 26% less
   CPU time measured on a compile-bound test and on small solves; results equal to round-off, 7e-13 relative).
   Users' runs keep XLA's defaults.
+* One thread per xdist worker (XLA's intra-op pool and the BLAS of NumPy and SciPy), set only in workers: the
+  workers already fill the cores, and each one's threads would compete with the others'.
 * Compiled programs in memory: a worker runs hundreds of tests in one process and JAX keeps every program it
   compiled; on the CPU each holds memory mappings, and past Linux's ``vm.max_map_count`` the next compilation (or
   cache write) segfaults (``dmftc/jax_setup.py``).  After each test, :func:`dmftc.jax_setup.make_room` drops them
@@ -25,8 +27,15 @@ import pytest
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ      # one of several test processes sharing the cores
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
-                      "--xla_cpu_use_fusion_emitters=false")
+                      "--xla_cpu_use_fusion_emitters=false" +
+                      (" --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" if _WORKER else ""))
+if _WORKER:
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):     # the subprocesses'
+        os.environ.setdefault(_var, "1")
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)                                 # this process's, whether or not NumPy is loaded yet
 
 from dmftc.jax_setup import make_room  # noqa: E402  (after the cache settings: importing dmftc applies them)
 

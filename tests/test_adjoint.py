@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.reference.march_response import Layout, log_weight_hessian, march
+from dmftc.reference.march_response import Layout, dual_indices, log_weight_hessian, march
 from dmftc.runtime.adjoint.propagator import group_sigma, program_of
 
 jax.config.update("jax_enable_x64", True)
@@ -24,7 +24,8 @@ def _reference(L, T, S, gamma, eta, y, key):
     Oc = np.asarray(O - O.mean(1, keepdims=True))
     H = np.zeros((n, n))
     for l in range(1, L + 1):
-        Hl, ix = log_weight_hessian(sd, l, phi=jnp.tanh, L=L, T=T, gamma=gamma, eta=eta)
+        Hl = jax.jit(lambda d, l=l: log_weight_hessian(d, l, phi=jnp.tanh, L=L, T=T, gamma=gamma, eta=eta)[0])(sd)
+        ix = dual_indices(Layout(L, T), l)
         H[np.ix_(ix, ix)] += np.asarray(Hl)
     names = ["Delta", "K"] + [f"Phi[{l}]" for l in range(1, L + 1)] + [f"G[{l}]" for l in range(1, L + 1)]
     return names, J @ (Oc @ Oc.T / S) @ J.T, J @ H @ J.T, (xiu, xir)
