@@ -1,4 +1,7 @@
-"""Deep-network models used by several tests (imported as ``from models import odd_model``)."""
+"""Deep-network models and two-layer source draws used by several tests (imported as ``from models import
+odd_model``)."""
+import numpy as np
+
 from dmftc.runtime.deep_model import DeepModel
 
 
@@ -50,3 +53,10 @@ def assert_site_moments_equal_autodiff(activation, model, *, L=3, T=3, S=64, see
             scale = np.abs(b).max()
             assert scale > 1e-3, (l, name)            # every block is exercised
             assert np.abs(a - b).max() <= 1e-12 * scale, (l, name, np.abs(a - b).max(), scale)
+
+
+def source_draws(mod, p, sz, S: int, seed: int) -> list:
+    """S draws of each of a two-layer module's sources (``mod.source_covariances``), pseudo-random with ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((S, np.shape(c)[0])) @ np.linalg.cholesky(np.asarray(c, float)).T
+            for c in mod.source_covariances(p, sz)]

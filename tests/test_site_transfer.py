@@ -14,6 +14,7 @@ from dmftc.runtime.params import resolve_params
 from dmftc.runtime.site_drivers import tangent_method
 from dmftc.runtime.site_engine import group_saddle, group_sensitivities, normals_of
 from dmftc.runtime.site_transfer import transfer_applies
+from models import source_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 T, PATHS = 15, 200
@@ -21,16 +22,10 @@ TWO_LAYER = ["two_layer", "two_layer_multi", "two_layer_sgd", "two_layer_softmax
              "linear_whitened"]
 
 
-def _draws(mod, p, sz, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal((PATHS, np.shape(c)[0])) @ np.linalg.cholesky(np.asarray(c, float)).T
-            for c in mod.source_covariances(p, sz)]
-
-
 def _compare(mod, params=None):
     """The group's dF/dq by the tangent march in one piece and by transfer matrices in batches and segments."""
     p, sz, _ = resolve_params(mod, {"T": T, **(params or {})}, dirac_width=0.1)
-    normals = normals_of(mod, _draws(mod, p, sz, 3))
+    normals = normals_of(mod, source_draws(mod, p, sz, PATHS, 3))
     pj = {k: jnp.asarray(v, jnp.float64) for k, v in p.items()}
     width = float(p["dirac width"])
     wts = jnp.full(PATHS, 1.0 / PATHS)

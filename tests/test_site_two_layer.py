@@ -17,6 +17,7 @@ from dmftc.reference.two_layer_kernels import load as reference_module, place_so
 from dmftc.runtime.geometry import Geometry
 from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
 from dmftc.reference.two_layer_engine import saddle_on_draws
+from models import source_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LAYER = (ROOT / "specs" / "two_layer.dmft").read_text()
@@ -40,19 +41,10 @@ def _variant(tmp_path, name, text):
     return _pair(_variant_path(tmp_path, name, text), tmp_path / "generated")
 
 
-def _draws(mod, p, sz, S, seed):
-    rng = np.random.default_rng(seed)
-    out = []
-    for c in mod.source_covariances(p, sz):
-        c = np.asarray(c, dtype=float)
-        out.append(rng.standard_normal((S, c.shape[0])) @ np.linalg.cholesky(c).T)
-    return out
-
-
 def _assert_same_saddle(pair, params, S=PATHS, seed=0):
     mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
-    draws = _draws(mod, p, sz, S, seed)
+    draws = source_draws(mod, p, sz, S, seed)
     want = saddle_on_draws(ref, draws, **params)
     got = two_layer_saddle(mod, draws, p, sz, T)
     assert set(got) == set(want)
@@ -158,7 +150,7 @@ def test_relu_kink_is_the_mollified_delta(width):
 def _assert_same_propagator(pair, params, width):
     mod, ref = pair
     p, sz, T = resolve_params(mod, params, dirac_width=width)
-    draws = _draws(mod, p, sz, PATHS, 7)
+    draws = source_draws(mod, p, sz, PATHS, 7)
     got = two_layer_propagator(mod, draws, p, sz, T)
     want = _two_layer_engine_sigma(ref, draws, params, width)
     scale = np.abs(want).max()
@@ -183,7 +175,7 @@ def test_mean_correction_is_the_two_layer_engine(spec, params, width):
 
     mod, ref = _pair(ROOT / spec)
     p, sz, T = resolve_params(mod, params, dirac_width=width)
-    draws = _draws(mod, p, sz, PATHS, 13)
+    draws = source_draws(mod, p, sz, PATHS, 13)
     got = two_layer_propagator(mod, draws, p, sz, T, correction=True)["m1"]
     mod = ref
     geo = Geometry(mod, sz)
@@ -250,7 +242,7 @@ def test_compiled_model_saddle_on_draws_runs_the_program():
     m = dmftc.load(ROOT / "specs" / "two_layer_multi.dmft")
     params = dict(T=15, P=3, gamma=0.8, Kx=_gram(3, 21), y=np.array([1.0, -1.0, 0.5]))
     p, sz, T = resolve_params(m.module, params)
-    draws = _draws(m.module, p, sz, PATHS, 2)
+    draws = source_draws(m.module, p, sz, PATHS, 2)
     ref = reference_module(ROOT / "specs" / "two_layer_multi.dmft")
     got, want = m.saddle_on_draws(draws, **params), saddle_on_draws(ref, draws, **params)
     for k in want:
@@ -283,7 +275,7 @@ def test_batches_and_causal_pieces_of_the_tangent_march_add_up(spec, params, bat
     sums of order parameters (NTK update) and sample axes."""
     mod = dmftc.load(ROOT / spec).module
     p, sz, T = resolve_params(mod, params, dirac_width=0.1)
-    draws = _draws(mod, p, sz, PATHS, 17)
+    draws = source_draws(mod, p, sz, PATHS, 17)
     whole = two_layer_propagator(mod, draws, p, sz, T, segments=1)
     parts = two_layer_propagator(mod, draws, p, sz, T, batch=batch, segments=segments)
     for k in ("U", "sigma"):
