@@ -6,7 +6,7 @@ import sympy as sp
 
 from dmftc.compiler import front_end
 from dmftc.derive.report import format_derivation, u_blocks
-from dmftc.derive.symbolic import ONEHOT
+from dmftc.ir.symbolic import ONEHOT
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 TEST_SPECS = Path(__file__).resolve().parent / "specs"

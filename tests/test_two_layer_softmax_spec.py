@@ -137,7 +137,7 @@ def test_contract_keeps_sums_no_delta_contracts():
     a sum over two indices with nothing to contract stays a sum; deltas between summed indices contract."""
     import sympy as sp
 
-    from dmftc.derive.symbolic import contract
+    from dmftc.ir.symbolic import contract
 
     a, b = sp.symbols("a b", integer=True)
     f = sp.Function("f")

@@ -17,7 +17,7 @@ step t of the layer being computed:
     E.term(name)                a path factor of the field equations' sums at every earlier time s (paths, T), as
                                 ``site_term_<k>`` computed it at each step (``SITE['terms'][k]`` = name)
     E.p[name]                   a parameter value
-    E.step                      the step number t as a value (time in an expression, dmftc.derive.symbolic.STEP)
+    E.step                      the step number t as a value (time in an expression, dmftc.ir.symbolic.STEP)
     E.per_step(name, k)         a per-step parameter (lr[T]) at step t + k
     E.coef(name)                row t of a time coefficient (the generated ``coefficients(p, T)``); a one-time
                                 coefficient's value at t
@@ -34,7 +34,7 @@ import sympy as sp
 from dmftc.codegen.printer import ExprPrinter
 from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
 from dmftc.derive.site_lowering import TANGENT
-from dmftc.derive.symbolic import PER_STEP, STEP
+from dmftc.ir.symbolic import PER_STEP, STEP
 
 
 class _SitePrinter(ExprPrinter):

@@ -12,7 +12,7 @@ from dmftc.version import __version__
 from dmftc.frontend import ast
 from dmftc.derive.two_layer import Derivation
 from dmftc.codegen.lower import Layout
-from dmftc.derive.symbolic import ONEHOT
+from dmftc.ir.symbolic import ONEHOT
 from dmftc.codegen.printer import ExprPrinter, prune_imports
 
 

@@ -13,7 +13,7 @@ import sympy as sp
 
 from dmftc.frontend import ast
 from dmftc.derive.deep import DeepDerivation, activation_functions
-from dmftc.derive.printing import dsl_str
+from dmftc.ir.printing import dsl_str
 
 # ====================================================================== explicit small-T system
 

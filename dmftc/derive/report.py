@@ -12,8 +12,8 @@ import sympy as sp
 
 from dmftc.frontend.ast import to_text
 from dmftc.derive.two_layer import Derivation
-from dmftc.derive.printing import dsl_str
-from dmftc.derive.symbolic import step_cancelled
+from dmftc.ir.printing import dsl_str
+from dmftc.ir.symbolic import step_cancelled
 from dmftc.derive.u_blocks import at_time, recurrence_states, u_blocks
 from dmftc.ir.text import ix as _ix, running_sum_text
 
@@ -106,7 +106,7 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
 
 def _axis_names(axes) -> list[str]:
     """The program's array axes by name, a fresh summation index ``d#10`` printed as ``d2`` (``d3``, ... if taken),
-    as :func:`dmftc.derive.printing.clean_dummies` prints it in the formulas."""
+    as :func:`dmftc.ir.printing.clean_dummies` prints it in the formulas."""
     names = [a for a, _ in axes]
     taken, out = {a for a in names if "#" not in a}, []
     for a in names:

@@ -1,15 +1,15 @@
 """``dmftc derive --latex``: the derivation as one LaTeX fragment (amsmath).
 
 Every section is a bold heading and an ``align*`` environment; every formula is printed by SymPy's LaTeX
-printer with the spec's names (:func:`dmftc.derive.printing.tex`); remarks are LaTeX comments.  The fragment
+printer with the spec's names (:func:`dmftc.ir.printing.tex`); remarks are LaTeX comments.  The fragment
 compiles inside ``\\begin{document}`` with ``\\usepackage{amsmath}``.
 """
 from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.derive.printing import Avg, Partial, from_ast, tex, tex_name, tex_text
-from dmftc.derive.symbolic import step_cancelled
+from dmftc.ir.printing import Avg, Partial, from_ast, tex, tex_name, tex_text
+from dmftc.ir.symbolic import step_cancelled
 from dmftc.derive.u_blocks import at_time, recurrence_states, u_blocks
 from dmftc.derive.two_layer import Derivation
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from dmftc.derive.activation import BUILTINS
-from dmftc.derive.symbolic import ONEHOT, chain, diff_indexed, index_symbol, quantity, singular_terms, unsupported
+from dmftc.frontend.builtins import BUILTINS
+from dmftc.ir.symbolic import ONEHOT, chain, diff_indexed, index_symbol, quantity, singular_terms, unsupported
 from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check_two_layer import Model

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from dmftc.derive.symbolic import diff_indexed, index_symbol, quantity
+from dmftc.ir.symbolic import diff_indexed, index_symbol, quantity
 from dmftc.derive.two_layer import Derivation
 from dmftc.ir.text import timed
 

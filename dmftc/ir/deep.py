@@ -10,7 +10,7 @@ import re
 
 import sympy as sp
 
-from dmftc.derive.activation import BUILTINS
+from dmftc.frontend.builtins import BUILTINS
 from dmftc.errors import StructureSpecError
 from dmftc.frontend import ast
 from dmftc.frontend.check_deep import DeepModel, LayerRef

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.derive.printing import dsl_str
-from dmftc.derive.symbolic import ONEHOT, show_time, step_cancelled
+from dmftc.ir.printing import dsl_str
+from dmftc.ir.symbolic import ONEHOT, show_time, step_cancelled
 from dmftc.frontend.ast import to_text
 from dmftc.ir.nodes import ModelIR, OrderParameter
 

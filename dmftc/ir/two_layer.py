@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from dmftc.derive.activation import BUILTINS
-from dmftc.derive.symbolic import (STEP, base_name, contract, diff_indexed, free_indices, index_symbol, per_step,
+from dmftc.frontend.builtins import BUILTINS
+from dmftc.ir.symbolic import (STEP, base_name, contract, diff_indexed, free_indices, index_symbol, per_step,
                                    quantity)
 from dmftc.errors import SpecError, StructureSpecError
 from dmftc.frontend import ast

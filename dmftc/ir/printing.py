@@ -5,7 +5,7 @@
 names typeset from the spec's: ``h_star`` as h with subscript star, ``Phi[l-1]`` as Phi with subscript l-1,
 ``phi'`` with a prime, the sensitivity ``dh/dDelta'`` as a partial derivative.  Dummy indices of index sums
 (``nu#3``) are renamed to a free name first (:func:`clean_dummies`), and the step number and per-step parameters
-(``lr[T]``) are shown at the current step t (:func:`dmftc.derive.symbolic.show_time`).  :func:`from_ast` converts an expression
+(``lr[T]``) are shown at the current step t (:func:`dmftc.ir.symbolic.show_time`).  :func:`from_ast` converts an expression
 of the spec's syntax tree for display.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sympy.printing.conventions import split_super_sub
 from sympy.printing.latex import LatexPrinter, translate
 from sympy.printing.str import StrPrinter
 
-from dmftc.derive.symbolic import show_time
+from dmftc.ir.symbolic import show_time
 from dmftc.frontend import ast
 
 _DUMMY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)#\d+")
