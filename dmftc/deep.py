@@ -57,7 +57,7 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     :class:`dmftc.runtime.deep_model.DeepModel` whose action the propagator differentiates (exactly for a linear
     activation, by Monte Carlo otherwise; a compiled spec's; default: the standard network with gamma, y, eta).
     """
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
     from dmftc.jax_setup import make_room
 
     make_room()                       # a long process: drop compiled programs before the mappings run out

@@ -10,7 +10,8 @@ import pytest
 import sympy as sp
 
 from dmftc.runtime import kernels
-from dmftc.derive.activation import X, Activation, as_activation
+from dmftc.derive.activation import X, Activation
+from dmftc.runtime.activation import as_activation
 from dmftc.errors import ParameterError
 
 

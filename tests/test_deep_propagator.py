@@ -183,7 +183,7 @@ def test_group_saddle_is_the_one_march_and_equals_the_numpy_oracle(activation, o
     the path-by-path numpy march of dmftc.reference.deep_marches on the same paths and weights: saddle, K and
     every per-path source and field.  Standard network and the odd model; a kink in phi' too, where the march's
     tangents are pathwise (the delta of phi'' dropped: the oracle's phi'' at width 0)."""
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
     from dmftc.reference.deep_marches import numpy_mc_saddle
 
     L, T, S = 2, 5, 200
@@ -246,7 +246,7 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
 def test_causal_blocking_of_the_price_products_is_exact():
     """The Price-block products are split by output time (o < hi needs only s, j, a, b < hi); on arbitrary
     paths (T = 9, both source blocks varying) the blocked sums equal the single dense product to round-off."""
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
     from dmftc.runtime.site_local import local_map
     from dmftc.runtime.site_moments import SiteMoments
 
@@ -273,7 +273,7 @@ def test_price_blocks_by_parts_are_unbiased_and_less_noisy():
     all pathwise (price_tol None), on the same 8000 paths in 40 independent batches.  Equal in expectation
     (paired t <= 5 on every entry that changes, Student t39), only the Price entries change, and their batch
     spread is smaller by parts (the reason for it: the third and fourth derivatives of phi drop out)."""
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
     from dmftc.runtime.sampling import source_normals
 
     L, T, batches, per = 2, 4, 40, 200

@@ -1,10 +1,10 @@
-"""One definition of an activation: its SymPy expression, its derivatives through fourth order, and their code.
+"""One definition of an activation: its SymPy expression and its derivatives through fourth order.
 
 Every numerical path that needs phi and its derivatives (the deep march, the deep propagator's per-path
 derivatives, the finite-width simulators of deep networks) gets them from here, either through a compiled
 spec's generated module (whose functions are printed from :class:`Activation`) or, for the Python API
-without a spec, from an expression such as ``"sin(h)"`` or ``"h / (1 + abs(h))"`` compiled by the same
-printer.  There is no table of known activations in the numerical code: a few names (``tanh``, ``erf``,
+without a spec, from an expression such as ``"sin(h)"`` or ``"h / (1 + abs(h))"`` printed by
+:mod:`dmftc.codegen.activation` and run by :mod:`dmftc.runtime.activation`.  There is no table of known activations in the numerical code: a few names (``tanh``, ``erf``,
 ``linear``, ``relu``) are accepted as shorthands for their expressions, nothing more.
 
 Non-smooth activations.  Derivatives are taken in the sense of distributions: phi is split at its kinks
@@ -18,14 +18,13 @@ a biased approximation whose order is :attr:`Activation.kink_order` (the lowest 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import sympy as sp
 
-from dmftc.codegen.printer import ExprPrinter
-from dmftc.frontend.builtins import ARITY, BUILTINS, SHORTHANDS
+from dmftc.frontend.builtins import BUILTINS, SHORTHANDS
 
-__all__ = ["Activation", "SiteActivation", "BUILTINS", "ARITY", "SHORTHANDS", "X", "as_activation", "MAX_ORDER"]
+__all__ = ["Activation", "X", "MAX_ORDER", "derivatives"]
 
 X = sp.Symbol("x", real=True)
 MAX_ORDER = 4
@@ -118,7 +117,7 @@ def derivatives(expr, orders: int = MAX_ORDER) -> tuple:
 
 @dataclass(frozen=True)
 class Activation:
-    """phi(x) as a SymPy expression in :data:`X`, with its derivatives and their printed code.
+    """phi(x) as a SymPy expression in :data:`X`, with its derivatives.
 
     ``text`` is what the user wrote (for messages); equality and hashing use the expression only."""
 
@@ -171,104 +170,3 @@ class Activation:
             if d.has(sp.DiracDelta):
                 return k
         return None
-
-    def source(self, name: str = "activation") -> str:
-        """Python source of ``name(x, width) -> (phi, phi', phi'', phi''', phi'''')`` in jax.numpy."""
-        pr = _printer()
-        lines = [f"def {name}(x, width):", f'    """phi(x) = {sp.sstr(self.expr)} and four derivatives."""']
-        outs = []
-        for k, d in enumerate(self.derivatives):
-            code = pr(d)
-            lines.append(f"    d{k} = {code if d.has(X) else f'jnp.full_like(x, {code})'}")
-            outs.append(f"d{k}")
-        lines.append(f"    return {', '.join(outs)}")
-        return "\n".join(lines) + "\n"
-
-    def site(self, width: float = 0.1) -> "SiteActivation":
-        """The jit-able function h -> (phi, ..., phi'''') with delta functions of width ``width``."""
-        ns = _namespace()
-        exec(compile(self.source(), f"<activation {sp.sstr(self.expr)}>", "exec"), ns)
-        fn = ns["activation"]
-        w = float(width)
-        return SiteActivation(key=("expr", sp.srepr(self.expr), w), label=self.text or sp.sstr(self.expr),
-                              fn=lambda h: fn(h, w), kink_order=self.kink_order, linear=self.linear, width=w,
-                              rewidth=self.site)
-
-
-@dataclass(frozen=True)
-class SiteActivation:
-    """What the numerical code needs of an activation: ``fn(h) -> (phi, phi', phi'', phi''', phi'''')``
-    (jax.numpy, elementwise), a hashable ``key`` for compilation caches, a label for messages, the order of
-    the first derivative holding a (mollified) delta function, whether phi(h) = h, and the coefficients of
-    a deep network's gradient field (:meth:`gradient`)."""
-
-    key: tuple
-    label: str
-    fn: object = field(compare=False, hash=False)
-    kink_order: int | None = None
-    linear: bool = False
-    width: float = 0.1
-    rewidth: object = field(default=None, compare=False, hash=False, repr=False)
-    # the gradient field g = a(h) z + b(h) of a deep network: h -> its coefficients (gradient()); None is
-    # gradient descent, a = phi' and b = 0 (a compiled deep spec supplies its generated gradient())
-    grad: object = field(default=None, compare=False, hash=False, repr=False)
-    standard_gradient: bool = True
-    # (generated module, parameter values) of the compiled deep spec this activation came from: its single-site
-    # program is what the propagator differentiates (dmftc.runtime.site_local); None: the standard network's
-    program: object = field(default=None, compare=False, hash=False, repr=False)
-
-    def gradient(self, h):
-        """(a, a', a'', a''', b, b', b'', b''') of the gradient field g = a(h) z + b(h) at h."""
-        if self.grad is not None:
-            return self.grad(h)
-        _, d1, d2, d3, d4 = self.fn(h)
-        zero = 0.0 * d1
-        return d1, d2, d3, d4, zero, zero, zero, zero
-
-    def at_width(self, width: float) -> "SiteActivation":
-        """The same activation with delta functions of another width (for the extrapolation width -> 0)."""
-        if self.rewidth is None:
-            raise ValueError(f"activation {self.label} cannot change its delta width")
-        return self.rewidth(width)
-
-    def numpy(self, h):
-        """fn on numpy arrays, numpy results."""
-        import numpy as np
-
-        return tuple(np.asarray(v) for v in self.fn(h))
-
-    @property
-    def smooth(self) -> bool:
-        return self.kink_order is None
-
-
-def as_activation(activation, width: float = 0.1) -> SiteActivation:
-    """A SiteActivation from one, an :class:`Activation`, or an expression / shorthand string."""
-    if isinstance(activation, SiteActivation):
-        return activation
-    if isinstance(activation, Activation):
-        return activation.site(width)
-    return _parsed(activation, float(width))
-
-
-@lru_cache(maxsize=64)
-def _parsed(text, width):
-    return Activation.parse(text).site(width)
-
-
-def _namespace():
-    import jax
-    import jax.numpy as jnp
-
-    from dmftc.runtime import kernels as _k
-
-    return {"jnp": jnp, "jax": jax, "_k": _k}
-
-
-def _printer():
-    """The expression printer of :mod:`dmftc.codegen.printer` with the activation's argument printed as ``x``."""
-    class XPrinter(ExprPrinter):
-        def atom(self, e):
-            return "x" if e == X else None
-
-    return XPrinter()

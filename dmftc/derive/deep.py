@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from dmftc.derive.activation import BUILTINS, derivatives as act_derivatives
+from dmftc.derive.activation import derivatives as act_derivatives
+from dmftc.frontend.builtins import BUILTINS
 from dmftc.frontend.check_deep import DeepModel
 from dmftc.ir.deep import DeepLowering, layer_ref, activation_functions, lower_deep
 from dmftc.ir.nodes import ModelIR

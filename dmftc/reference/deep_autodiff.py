@@ -28,12 +28,12 @@ import numpy as np
 from dmftc.runtime.local_estimator import JIT_CACHE, LocalEstimator, local_couplings
 from dmftc.errors import ParameterError
 from dmftc.runtime.site_moments import nilpotent_inverse
-from dmftc.derive.activation import as_activation
+from dmftc.runtime.activation import as_activation
 
 
 def _act_jax(act):
     """(h, z) -> (phi(h), phi'(h), g, dg/dh, dg/dz) with the gradient field g = a(h) z + b(h) of an activation
-    (anything dmftc.derive.activation.as_activation reads), in JAX; higher derivatives are JAX's own."""
+    (anything dmftc.runtime.activation.as_activation reads), in JAX; higher derivatives are JAX's own."""
     act = as_activation(act)
 
     def fields(h, z):

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.derive.activation import as_activation
+from dmftc.runtime.activation import as_activation
 from dmftc.errors import NumericalError
 from dmftc.runtime.deep_action import Saddle, make_saddle
 from dmftc.runtime.standard_spec import as_model

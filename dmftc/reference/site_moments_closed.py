@@ -35,7 +35,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.derive.activation import as_activation
+from dmftc.runtime.activation import as_activation
 from dmftc.runtime.site_local import local_map
 from dmftc.runtime.site_moments import SiteMoments, MomentPattern, nilpotent_inverse
 
@@ -47,7 +47,7 @@ class ClosedFormMoments(SiteMoments):
     """:class:`dmftc.runtime.site_moments.SiteMoments` with the per-path derivatives of the standard two-field
     network written out by hand (the module doc) instead of taken from a program: the same sums over paths (the
     runtime's), on the per-path quantities of ``_path`` below (outputs y = (p, g) in this order).  ``activation``:
-    a :class:`dmftc.derive.activation.SiteActivation` (or text), whose phi to its fourth derivative and gradient-field
+    a :class:`dmftc.runtime.activation.SiteActivation` (or text), whose phi to its fourth derivative and gradient-field
     coefficients the formulas read."""
 
     def __init__(self, *, T, activation, pa, pb, anti, chunk=None, points=1):

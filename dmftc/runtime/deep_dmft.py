@@ -251,7 +251,7 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     MC: ``samples`` source paths in ``groups`` independent complete marches (means = group averages,
     ``stderr`` = their standard errors).  ``dirac_width``: width of the Gaussians that stand for delta functions in
     the derivatives of a non-smooth activation (:mod:`dmftc.derive.activation`).  ``activation``: an expression in h,
-    a shorthand ('tanh', 'relu', ...) or a :class:`dmftc.derive.activation.SiteActivation`.
+    a shorthand ('tanh', 'relu', ...) or a :class:`dmftc.runtime.activation.SiteActivation`.
     ``spec``: a :class:`SpecKernels` of a compiled deep spec, which then supplies the activation, the
     couplings and the readout; ``spec_params`` its parameter values (``activation`` is a label only,
     gamma, y and eta are recorded but the spec's own parameters are used).  Without a spec, ``model`` (a

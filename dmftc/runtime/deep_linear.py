@@ -115,7 +115,7 @@ def deep_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None
     vectors, so all averages are exact quadratic forms and the responses are coefficients: Rphi[l](t,s) = dh^l(t)/dr^l(s), Rg[l](t,s) = dz^l(t)/du^l(s).
     (dmftc.reference.deep_marches.numpy_linear_saddle writes the same march out in numpy: the tests' oracle.)
     """
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
     from dmftc.runtime.deep_dmft import march_exact, march_kernels
 
     L, T = int(L), int(T)

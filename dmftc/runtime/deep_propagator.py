@@ -262,7 +262,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     :class:`dmftc.runtime.deep_model.DeepModel`, e.g. read from a compiled deep spec), or without one the standard
     network's with (gamma, y, eta): for an ``activation`` string the compiled spec of
     :mod:`dmftc.runtime.standard_spec`, whose own single-site program marches the groups' saddles.  ``activation``: an
-    expression in h ('sin(h)'), a shorthand ('tanh'), or a :class:`dmftc.derive.activation.SiteActivation` (a
+    expression in h ('sin(h)'), a shorthand ('tanh'), or a :class:`dmftc.runtime.activation.SiteActivation` (a
     compiled spec's); delta functions in its derivatives (kinks) are Gaussians of width ``dirac_width``.
     ``sampler``: the groups' standard normals, 'sobol' (randomised quasi-Monte Carlo, each group an independent
     scramble) or 'random' (:mod:`dmftc.runtime.sampling`).

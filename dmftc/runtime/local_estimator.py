@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import sparse
 
-from dmftc.derive.activation import as_activation
+from dmftc.runtime.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.deep_action import split_local, sym_from_tril
 from dmftc.runtime.deep_model import DeepModel

@@ -268,7 +268,7 @@ def _structure(mod):
 
 
 def local_map(activation, pad: bool = False) -> LocalMap:
-    """The local map of ``activation``'s program (a :class:`dmftc.derive.activation.SiteActivation`): the compiled
+    """The local map of ``activation``'s program (a :class:`dmftc.runtime.activation.SiteActivation`): the compiled
     spec it came from (``activation.program``), else the standard network's program
     (:func:`dmftc.runtime.standard_spec.standard_program`), in which the activation enters through ``E.act`` only.
     ``pad``: phi's fifth derivative is 0 (see ``_chain``)."""

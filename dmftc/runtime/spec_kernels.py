@@ -7,7 +7,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.derive.activation import SiteActivation
+from dmftc.runtime.activation import SiteActivation
 from dmftc.errors import ParameterError
 
 __all__ = ["SpecKernels", "layer_number"]

@@ -60,7 +60,7 @@ def dsl_expression(text: str) -> str:
 
 def standard_module(activation: str):
     """The generated module of the standard deep network with ``activation`` (a string as
-    :func:`dmftc.derive.activation.as_activation` takes it), compiled once per process."""
+    :func:`dmftc.runtime.activation.as_activation` takes it), compiled once per process."""
     expression = dsl_expression(activation)
     if expression not in _MODULES:
         if not _DIR:
@@ -186,7 +186,7 @@ def model_and_activation(model, activation, gamma=None, y=None, eta=None, *, L=N
     compiled from its spec (:func:`standard`) with the spec's own activation, so that the runtime marches the
     spec's program; otherwise :func:`as_model` and the activation as given (a hand-built
     model brings its own march, ``DeepModel.march``)."""
-    from dmftc.derive.activation import as_activation
+    from dmftc.runtime.activation import as_activation
 
     if model is not None or not isinstance(activation, str):
         return as_model(model, gamma, y, eta, L=L), as_activation(activation, width)
