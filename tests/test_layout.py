@@ -322,3 +322,46 @@ def test_planted_private_imports_are_found(tmp_path):
                                      "def f():\n    return a._x + al._x + a.__name__\n",
                              "c.py": "_y = 2\nfrom pkg.c import _y\n"})
     assert private_imports(root) == [("pkg.b", 1, "pkg.a._x"), ("pkg.b", 5, "pkg.a._x")]
+
+
+# The compile stages in order: a module of a stage may import the stages before it (and dmftc.errors), nothing
+# after it and nothing of the runtime, in any function or at module level.
+STAGES = ("frontend", "ir", "derive", "codegen")
+
+
+def stage_violations(root: Path) -> list[str]:
+    """'module:line -> target' for every import of a compile-stage module that reaches a later stage or a
+    package outside the compile stages (except the top package's errors and version)."""
+    top = root.name
+    graph = {m: es for m, es in import_graph(root).items()}
+    allowed_outside = {top, f"{top}.errors", f"{top}.version"}
+    found = []
+    for mod, edges in sorted(graph.items()):
+        parts = mod.split(".")
+        if len(parts) < 2 or parts[1] not in STAGES:
+            continue
+        rank = STAGES.index(parts[1])
+        for t, line in sorted(edges.items()):
+            tp = t.split(".")
+            if t in allowed_outside:
+                continue
+            if len(tp) < 2 or tp[1] not in STAGES or STAGES.index(tp[1]) > rank:
+                found.append(f"{mod}:{line} -> {t}")
+    return found
+
+
+def test_compile_stages_import_one_way():
+    hits = stage_violations(PKG)
+    assert not hits, "compile-stage imports against the stage order (frontend, ir, derive, codegen):\n" + \
+        "\n".join(hits)
+
+
+def test_a_stage_violation_is_found(tmp_path):
+    """An IR module importing the derivation inside a function, and a derivation module importing the runtime."""
+    root = _plant(tmp_path, {"__init__.py": "", "errors.py": "", "frontend/__init__.py": "", "ir/__init__.py": "",
+                             "derive/__init__.py": "", "codegen/__init__.py": "", "runtime/__init__.py": "",
+                             "frontend/a.py": "from pkg import errors\n",
+                             "ir/b.py": "from pkg.frontend import a\ndef f():\n    from pkg.derive import c\n",
+                             "derive/c.py": "import pkg.runtime.d\n", "runtime/d.py": "",
+                             "codegen/e.py": "from pkg.derive import c\nfrom pkg.ir import b\n"})
+    assert stage_violations(root) == ["pkg.derive.c:1 -> pkg.runtime.d", "pkg.ir.b:3 -> pkg.derive.c"]
