@@ -158,7 +158,7 @@ def z_coupling(nxt, Delta, p):
 def readout_average(last, nxt, Delta, past, upto, p):
     """E[z[L](t) phi(h[L](t))] by Stein's lemma for r[L] ~ GP(0, G[L+1]):
 
-    Sum(A[L](t, s)*G[L+1](t, s), (s, 0, t - 1)) + Sum(B[L+1](t, s)*Phi[L](t, s), (s, 0, t)) + Sum(eta*gamma*Delta(s)*G[L+1](t, s)*Phi[L](t, s), (s, 0, t - 1))
+    sum(s < t: A[L](t, s)*G[L+1](t, s)) + sum(s <= t: B[L+1](t, s)*Phi[L](t, s)) + sum(s < t: eta*gamma*Delta(s)*G[L+1](t, s)*Phi[L](t, s))
     last: rows t of layer L (Phi, A); nxt: of layer L+1; past / upto: masks s < t / s <= t.
     """
     c0, c = z_coupling(nxt, Delta, p)
@@ -172,7 +172,7 @@ def readout(E_t, E_0, p):
 
 
 def scalar_K(diag, p):
-    """K(t) = Sum(G(l + 1)*Phi(l), (l, 0, L)); diag(name, layer): the (T,) time diagonal of a kernel."""
+    """K(t) = sum(l = 0..L: G[l+1]*Phi[l]); diag(name, layer): the (T,) time diagonal of a kernel."""
     return sum((diag('G', l + 1) * diag('Phi', l)) for l in range(0, int(p['L']) + 1))
 
 
@@ -205,12 +205,12 @@ SITE = {
 
 
 def site_field_h(E):
-    """h[l](t) = u[l](t) + Sum((eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s))*g[l](s), (s, 0, t - 1))"""
+    """h[l](t) = u[l](t) + sum(s < t: (eta*gamma*Delta(s)*Phi[l-1](t, s) + A[l-1](t, s))*g[l](s))"""
     return (E.source('u', 'l') + E.causal_dot(E.term('g[l](s)'), ((E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('Phi', 'l-1')) + E.row('A', 'l-1')), upto=False))
 
 
 def site_field_z(E):
-    """z[l](t) = r[l](t) + Sum(([s<t]*eta*gamma*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)), (s, 0, t))"""
+    """z[l](t) = r[l](t) + sum(s <= t: ([s<t]*eta*gamma*Delta(s)*G[l+1](t, s) + B[l+1](t, s))*phi(h[l](s)))"""
     return (E.source('r', 'l') + E.causal_dot(E.term('phi(h[l](s))'), ((E.past * E.p['eta'] * E.p['gamma'] * E.q('Delta', 's') * E.row('G', 'l+1')) + E.row('B', 'l+1')), upto=True))
 
 

@@ -164,7 +164,7 @@ def site_constraint_Delta(E, v):
 
 
 def site_average_E_K(E):
-    """E_K = <h[l](t)**2 + z[l](t)**2>: the paths"""
+    """E_K = <h[l](t)^2 + z[l](t)^2>: the paths"""
     return ((E.field('h', 'l', 't') ** 2) + (E.field('z', 'l', 't') ** 2))
 
 

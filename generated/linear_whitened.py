@@ -108,7 +108,7 @@ def site_increment_0(E):
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, mu)*h[l](t, mu), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    """_I2(t + 1) - _I2(t) = eta*sum(mu: Delta(t, mu)*h[l](t, mu)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('h', 'l', 't')), axis=(1,), keepdims=True))
 
 
@@ -131,7 +131,7 @@ def site_dincrement_0(E):
 
 
 def site_dincrement_1(E):
-    """d _I2: eta*Sum(Delta(t, mu)*d__h[l](t, mu) + d__Delta(t, mu)*h[l](t, mu), (mu, 0, P - 1))"""
+    """d _I2: eta*sum(mu: Delta(t, mu)*d__h[l](t, mu) + d__Delta(t, mu)*h[l](t, mu))"""
     return (E.p['eta'] * jnp.sum(((E.q('Delta', 't') * E.dfield('h')) + (E.dq('Delta') * E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
 
 

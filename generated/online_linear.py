@@ -108,7 +108,7 @@ def site_increment_0(E):
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(Delta(t, k)*w[l](t, k), (k, 0, D - 1)): a running sum over the earlier times (sample)"""
+    """_I2(t + 1) - _I2(t) = eta*sum(k: Delta(t, k)*w[l](t, k)): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * E.field('w', 'l', 't')), axis=(1,), keepdims=True))
 
 
@@ -131,7 +131,7 @@ def site_dincrement_0(E):
 
 
 def site_dincrement_1(E):
-    """d _I2: eta*Sum(Delta(t, k)*d__w[l](t, k) + d__Delta(t, k)*w[l](t, k), (k, 0, D - 1))"""
+    """d _I2: eta*sum(k: Delta(t, k)*d__w[l](t, k) + d__Delta(t, k)*w[l](t, k))"""
     return (E.p['eta'] * jnp.sum(((E.q('Delta', 't') * E.dfield('w')) + (E.dq('Delta') * E.field('w', 'l', 't'))), axis=(1,), keepdims=True))
 
 

@@ -111,12 +111,12 @@ def site_field_z(E):
 
 
 def site_field_g(E):
-    """g[l](t) = (1 - tanh(h[l](t))**2)*z[l](t)"""
+    """g[l](t) = (1 - tanh(h[l](t))^2)*z[l](t)"""
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
 def site_field_g_star(E):
-    """g_star[l](t) = (1 - tanh(h_star[l](t))**2)*z[l](t)"""
+    """g_star[l](t) = (1 - tanh(h_star[l](t))^2)*z[l](t)"""
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
@@ -149,12 +149,12 @@ def site_dfield_z(E):
 
 
 def site_dfield_g(E):
-    """d g: -2*(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t)*tanh(h[l](t)) + (1 - tanh(h[l](t))**2)*d__z[l](t)"""
+    """d g: -2*(1 - tanh(h[l](t))^2)*d__h[l](t)*z[l](t)*tanh(h[l](t)) + (1 - tanh(h[l](t))^2)*d__z[l](t)"""
     return (((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
 def site_dfield_g_star(E):
-    """d g_star: -2*(1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*z[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))**2)*d__z[l](t)"""
+    """d g_star: -2*(1 - tanh(h_star[l](t))^2)*d__h_star[l](t)*z[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))^2)*d__z[l](t)"""
     return (((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * E.field('z', 'l', 't') * jnp.tanh(E.field('h_star', 'l', 't'))))
 
 
@@ -164,12 +164,12 @@ def site_dincrement_0(E):
 
 
 def site_dincrement_1(E):
-    """d _I2: eta*(1 - tanh(h[l](t))**2)*Delta(t)*d__h[l](t) + eta*d__Delta(t)*tanh(h[l](t))"""
+    """d _I2: eta*(1 - tanh(h[l](t))^2)*Delta(t)*d__h[l](t) + eta*d__Delta(t)*tanh(h[l](t))"""
     return ((E.p['eta'] * E.dq('Delta') * jnp.tanh(E.field('h', 'l', 't'))) + (E.p['eta'] * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.q('Delta', 't') * E.dfield('h')))
 
 
 def site_daverage_E_Delta(E):
-    """d E_Delta: (-(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t) - d__z[l](t)*tanh(h[l](t)))/gamma"""
+    """d E_Delta: (-(1 - tanh(h[l](t))^2)*d__h[l](t)*z[l](t) - d__z[l](t)*tanh(h[l](t)))/gamma"""
     return (((-1.0 * E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
@@ -179,7 +179,7 @@ def site_dmean_E_Delta(E, w):
 
 
 def site_daverage_E_f_star(E):
-    """d E_f_star: ((1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*z[l](t) + d__z[l](t)*tanh(h_star[l](t)))/gamma"""
+    """d E_f_star: ((1 - tanh(h_star[l](t))^2)*d__h_star[l](t)*z[l](t) + d__z[l](t)*tanh(h_star[l](t)))/gamma"""
     return (((E.dfield('z') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
@@ -189,7 +189,7 @@ def site_dmean_E_f_star(E, w):
 
 
 def site_daverage_E_K(E):
-    """d E_K: 2*(1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
+    """d E_K: 2*(1 - tanh(h[l](t))^2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
     return ((2.0 * E.dfield('g') * E.field('g', 'l', 't')) + (2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
@@ -199,7 +199,7 @@ def site_dmean_E_K(E, w):
 
 
 def site_daverage_E_K_star(E):
-    """d E_K_star: kx*d__g[l](t)*g_star[l](t) + kx*d__g_star[l](t)*g[l](t) + (1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))**2)*d__h_star[l](t)*tanh(h[l](t))"""
+    """d E_K_star: kx*d__g[l](t)*g_star[l](t) + kx*d__g_star[l](t)*g[l](t) + (1 - tanh(h[l](t))^2)*d__h[l](t)*tanh(h_star[l](t)) + (1 - tanh(h_star[l](t))^2)*d__h_star[l](t)*tanh(h[l](t))"""
     return ((E.p['kx'] * E.dfield('g') * E.field('g_star', 'l', 't')) + (E.p['kx'] * E.dfield('g_star') * E.field('g', 'l', 't')) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h_star', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h_star', 'l', 't')) ** 2))) * E.dfield('h_star') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
@@ -229,7 +229,7 @@ def site_constraint_f_star(E, v):
 
 
 def site_average_E_K(E):
-    """E_K = <g[l](t)**2 + tanh(h[l](t))**2>: the paths"""
+    """E_K = <g[l](t)^2 + tanh(h[l](t))^2>: the paths"""
     return ((E.field('g', 'l', 't') ** 2) + (jnp.tanh(E.field('h', 'l', 't')) ** 2))
 
 

@@ -113,12 +113,12 @@ def site_field_g(E):
 
 
 def site_increment_0(E):
-    """_I1[mu](t + 1) - _I1[mu](t) = eta*Sum(Delta(t, nu)*g[l](t, nu)*Kx[mu, nu], (nu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    """_I1[mu](t + 1) - _I1[mu](t) = eta*sum(nu: Delta(t, nu)*g[l](t, nu)*Kx[mu, nu]): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)), axis=(2,), keepdims=True))
 
 
 def site_increment_1(E):
-    """_I2(t + 1) - _I2(t) = eta*Sum(sqrt(2)*Delta(t, mu)*Max(0, h[l](t, mu)), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    """_I2(t + 1) - _I2(t) = eta*sum(mu: sqrt(2)*Delta(t, mu)*max(0, h[l](t, mu))): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((jnp.sqrt(2.0) * E.q('Delta', 't') * jnp.maximum(0.0, E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
 
 
@@ -141,17 +141,17 @@ def site_dfield_g(E):
 
 
 def site_dincrement_0(E):
-    """d _I1: eta*Sum(Delta(t, nu)*d__g[l](t, nu)*Kx[mu, nu] + d__Delta(t, nu)*g[l](t, nu)*Kx[mu, nu], (nu, 0, P - 1))"""
+    """d _I1: eta*sum(nu: Delta(t, nu)*d__g[l](t, nu)*Kx[mu, nu] + d__Delta(t, nu)*g[l](t, nu)*Kx[mu, nu])"""
     return (E.p['eta'] * jnp.sum(((_k.relabel(E.q('Delta', 't'), (1,), (2,)) * _k.relabel(E.dfield('g'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)) + (_k.relabel(E.dq('Delta'), (1,), (2,)) * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4))), axis=(2,), keepdims=True))
 
 
 def site_dincrement_1(E):
-    """d _I2: eta*Sum(sqrt(2)*Delta(t, mu)*d__h[l](t, mu)*Heaviside(h[l](t, mu)) + sqrt(2)*d__Delta(t, mu)*Max(0, h[l](t, mu)), (mu, 0, P - 1))"""
+    """d _I2: eta*sum(mu: sqrt(2)*Delta(t, mu)*d__h[l](t, mu)*Heaviside(h[l](t, mu)) + sqrt(2)*d__Delta(t, mu)*max(0, h[l](t, mu)))"""
     return (E.p['eta'] * jnp.sum(((jnp.sqrt(2.0) * E.dq('Delta') * jnp.maximum(0.0, E.field('h', 'l', 't'))) + (jnp.sqrt(2.0) * E.q('Delta', 't') * E.dfield('h') * _k.step(E.field('h', 'l', 't'), E.width))), axis=(1,), keepdims=True))
 
 
 def site_daverage_E_Delta(E):
-    """d E_Delta: (-sqrt(2)*d__h[l](t, mu)*z[l](t)*Heaviside(h[l](t, mu)) - sqrt(2)*d__z[l](t)*Max(0, h[l](t, mu)))/gamma"""
+    """d E_Delta: (-sqrt(2)*d__h[l](t, mu)*z[l](t)*Heaviside(h[l](t, mu)) - sqrt(2)*d__z[l](t)*max(0, h[l](t, mu)))/gamma"""
     return (((-1.0 * jnp.sqrt(2.0) * E.dfield('z') * jnp.maximum(0.0, E.field('h', 'l', 't'))) + (-1.0 * jnp.sqrt(2.0) * E.dfield('h') * E.field('z', 'l', 't') * _k.step(E.field('h', 'l', 't'), E.width))) / (E.p['gamma']))
 
 
@@ -161,7 +161,7 @@ def site_dmean_E_Delta(E, w):
 
 
 def site_daverage_E_K(E):
-    """d E_K: d__g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + d__g[l](t, nu)*g[l](t, mu)*Kx[mu, nu] + 2*d__h[l](t, mu)*Heaviside(h[l](t, mu))*Max(0, h[l](t, nu)) + 2*d__h[l](t, nu)*Heaviside(h[l](t, nu))*Max(0, h[l](t, mu))"""
+    """d E_K: d__g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + d__g[l](t, nu)*g[l](t, mu)*Kx[mu, nu] + 2*d__h[l](t, mu)*Heaviside(h[l](t, mu))*max(0, h[l](t, nu)) + 2*d__h[l](t, nu)*Heaviside(h[l](t, nu))*max(0, h[l](t, mu))"""
     return ((E.dfield('g') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)) + (_k.relabel(E.dfield('g'), (1,), (2,)) * E.field('g', 'l', 't') * _k.place(E.p['Kx'], (1, 2), 4)) + (2.0 * E.dfield('h') * _k.step(E.field('h', 'l', 't'), E.width) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (2.0 * _k.relabel(E.dfield('h'), (1,), (2,)) * _k.step(_k.relabel(E.field('h', 'l', 't'), (1,), (2,)), E.width) * jnp.maximum(0.0, E.field('h', 'l', 't'))))
 
 
@@ -171,7 +171,7 @@ def site_dmean_E_K(E, w):
 
 
 def site_average_E_Delta(E):
-    """E_Delta = <(sqrt(2)*r[l](t)*Max(0, u[l](t, mu)) - sqrt(2)*z[l](t)*Max(0, h[l](t, mu)))/gamma>: the paths"""
+    """E_Delta = <(sqrt(2)*r[l](t)*max(0, u[l](t, mu)) - sqrt(2)*z[l](t)*max(0, h[l](t, mu)))/gamma>: the paths"""
     return (((jnp.sqrt(2.0) * E.source('r', 'l') * jnp.maximum(0.0, E.source('u', 'l'))) + (-1.0 * jnp.sqrt(2.0) * E.field('z', 'l', 't') * jnp.maximum(0.0, E.field('h', 'l', 't')))) / (E.p['gamma']))
 
 
@@ -181,7 +181,7 @@ def site_constraint_Delta(E, v):
 
 
 def site_average_E_K(E):
-    """E_K = <g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + 2*Max(0, h[l](t, mu))*Max(0, h[l](t, nu))>: the paths"""
+    """E_K = <g[l](t, mu)*g[l](t, nu)*Kx[mu, nu] + 2*max(0, h[l](t, mu))*max(0, h[l](t, nu))>: the paths"""
     return ((2.0 * jnp.maximum(0.0, E.field('h', 'l', 't')) * jnp.maximum(0.0, _k.relabel(E.field('h', 'l', 't'), (1,), (2,)))) + (E.field('g', 'l', 't') * _k.relabel(E.field('g', 'l', 't'), (1,), (2,)) * _k.place(E.p['Kx'], (1, 2), 4)))
 
 

@@ -108,7 +108,7 @@ def site_field_z(E):
 
 
 def site_field_g(E):
-    """g[l](t) = (1 - tanh(h[l](t))**2)*z[l](t)"""
+    """g[l](t) = (1 - tanh(h[l](t))^2)*z[l](t)"""
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
@@ -123,12 +123,12 @@ def site_increment_1(E):
 
 
 def site_increment_2(E):
-    """_I3(t + 1) - _I3(t) = eta*gamma*(beta*_I1[l](t) + Delta(t)*g[l](t) - lam*h[l](t)/gamma)*__per_step_lr(0): a running sum over the earlier times (sample)"""
+    """_I3(t + 1) - _I3(t) = eta*gamma*lr[t]*(beta*_I1[l](t) + Delta(t)*g[l](t) - lam*h[l](t)/gamma): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * E.p['gamma'] * ((E.p['beta'] * E.rsum('_I1')) + (E.q('Delta', 't') * E.field('g', 'l', 't')) + (-1.0 * E.p['lam'] * E.field('h', 'l', 't') / (E.p['gamma']))) * E.per_step('lr', 0))
 
 
 def site_increment_3(E):
-    """_I4(t + 1) - _I4(t) = eta*gamma*(beta*_I2[l](t) + Delta(t)*tanh(h[l](t)) - lam*z[l](t)/gamma)*__per_step_lr(0): a running sum over the earlier times (sample)"""
+    """_I4(t + 1) - _I4(t) = eta*gamma*lr[t]*(beta*_I2[l](t) + Delta(t)*tanh(h[l](t)) - lam*z[l](t)/gamma): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * E.p['gamma'] * ((E.p['beta'] * E.rsum('_I2')) + (E.q('Delta', 't') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * E.p['lam'] * E.field('z', 'l', 't') / (E.p['gamma']))) * E.per_step('lr', 0))
 
 
@@ -146,7 +146,7 @@ def site_dfield_z(E):
 
 
 def site_dfield_g(E):
-    """d g: -2*(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t)*tanh(h[l](t)) + (1 - tanh(h[l](t))**2)*d__z[l](t)"""
+    """d g: -2*(1 - tanh(h[l](t))^2)*d__h[l](t)*z[l](t)*tanh(h[l](t)) + (1 - tanh(h[l](t))^2)*d__z[l](t)"""
     return (((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
@@ -156,22 +156,22 @@ def site_dincrement_0(E):
 
 
 def site_dincrement_1(E):
-    """d _I2: beta*d___I2[l](t) + (1 - tanh(h[l](t))**2)*Delta(t)*d__h[l](t) + d__Delta(t)*tanh(h[l](t)) - d___I2[l](t) - lam*d__z[l](t)/gamma"""
+    """d _I2: beta*d___I2[l](t) + (1 - tanh(h[l](t))^2)*Delta(t)*d__h[l](t) + d__Delta(t)*tanh(h[l](t)) - d___I2[l](t) - lam*d__z[l](t)/gamma"""
     return ((E.p['beta'] * E.drsum('_I2')) + (E.dq('Delta') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * E.p['lam'] * E.dfield('z') / (E.p['gamma'])) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.q('Delta', 't') * E.dfield('h')) + (-1.0 * E.drsum('_I2')))
 
 
 def site_dincrement_2(E):
-    """d _I3: eta*gamma*(beta*d___I1[l](t) + Delta(t)*d__g[l](t) + d__Delta(t)*g[l](t) - lam*d__h[l](t)/gamma)*__per_step_lr(0)"""
+    """d _I3: eta*gamma*lr[t]*(beta*d___I1[l](t) + Delta(t)*d__g[l](t) + d__Delta(t)*g[l](t) - lam*d__h[l](t)/gamma)"""
     return (E.p['eta'] * E.p['gamma'] * ((E.p['beta'] * E.drsum('_I1')) + (E.q('Delta', 't') * E.dfield('g')) + (E.dq('Delta') * E.field('g', 'l', 't')) + (-1.0 * E.p['lam'] * E.dfield('h') / (E.p['gamma']))) * E.per_step('lr', 0))
 
 
 def site_dincrement_3(E):
-    """d _I4: eta*gamma*(beta*d___I2[l](t) + (1 - tanh(h[l](t))**2)*Delta(t)*d__h[l](t) + d__Delta(t)*tanh(h[l](t)) - lam*d__z[l](t)/gamma)*__per_step_lr(0)"""
+    """d _I4: eta*gamma*lr[t]*(beta*d___I2[l](t) + (1 - tanh(h[l](t))^2)*Delta(t)*d__h[l](t) + d__Delta(t)*tanh(h[l](t)) - lam*d__z[l](t)/gamma)"""
     return (E.p['eta'] * E.p['gamma'] * ((E.p['beta'] * E.drsum('_I2')) + (E.dq('Delta') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * E.p['lam'] * E.dfield('z') / (E.p['gamma'])) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.q('Delta', 't') * E.dfield('h'))) * E.per_step('lr', 0))
 
 
 def site_daverage_E_Delta(E):
-    """d E_Delta: (-(1 - tanh(h[l](t))**2)*d__h[l](t)*z[l](t) - d__z[l](t)*tanh(h[l](t)))/gamma"""
+    """d E_Delta: (-(1 - tanh(h[l](t))^2)*d__h[l](t)*z[l](t) - d__z[l](t)*tanh(h[l](t)))/gamma"""
     return (((-1.0 * E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + (-1.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
@@ -181,7 +181,7 @@ def site_dmean_E_Delta(E, w):
 
 
 def site_daverage_E_K(E):
-    """d E_K: 2*(1 - tanh(h[l](t))**2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
+    """d E_K: 2*(1 - tanh(h[l](t))^2)*d__h[l](t)*tanh(h[l](t)) + 2*d__g[l](t)*g[l](t)"""
     return ((2.0 * E.dfield('g') * E.field('g', 'l', 't')) + (2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
@@ -201,7 +201,7 @@ def site_constraint_Delta(E, v):
 
 
 def site_average_E_K(E):
-    """E_K = <g[l](t)**2 + tanh(h[l](t))**2>: the paths"""
+    """E_K = <g[l](t)^2 + tanh(h[l](t))^2>: the paths"""
     return ((E.field('g', 'l', 't') ** 2) + (jnp.tanh(E.field('h', 'l', 't')) ** 2))
 
 

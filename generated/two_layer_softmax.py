@@ -109,17 +109,17 @@ def site_field_z(E):
 
 
 def site_field_g(E):
-    """g[l](t, mu, c) = (1 - tanh(h[l](t, mu))**2)*z[l](t, c)"""
+    """g[l](t, mu, c) = (1 - tanh(h[l](t, mu))^2)*z[l](t, c)"""
     return ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.field('z', 'l', 't'))
 
 
 def site_increment_0(E):
-    """_I1[mu](t + 1) - _I1[mu](t) = eta*Sum(Delta(t, nu, c)*g[l](t, nu, c)*Kx[mu, nu], (nu, 0, P - 1), (c, 0, C - 1)): a running sum over the earlier times (sample)"""
+    """_I1[mu](t + 1) - _I1[mu](t) = eta*sum(nu: sum(c: Delta(t, nu, c)*g[l](t, nu, c)*Kx[mu, nu])): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((_k.relabel(E.q('Delta', 't'), (1, 3), (2, 3)) * _k.relabel(E.field('g', 'l', 't'), (1, 3), (2, 3)) * _k.place(E.p['Kx'], (1, 2), 7)), axis=(2, 3), keepdims=True))
 
 
 def site_increment_1(E):
-    """_I2[c](t + 1) - _I2[c](t) = eta*Sum(Delta(t, mu, c)*tanh(h[l](t, mu)), (mu, 0, P - 1)): a running sum over the earlier times (sample)"""
+    """_I2[c](t + 1) - _I2[c](t) = eta*sum(mu: Delta(t, mu, c)*tanh(h[l](t, mu))): a running sum over the earlier times (sample)"""
     return (E.p['eta'] * jnp.sum((E.q('Delta', 't') * jnp.tanh(E.field('h', 'l', 't'))), axis=(1,), keepdims=True))
 
 
@@ -137,22 +137,22 @@ def site_dfield_z(E):
 
 
 def site_dfield_g(E):
-    """d g: -2*(1 - tanh(h[l](t, mu))**2)*d__h[l](t, mu)*z[l](t, c)*tanh(h[l](t, mu)) + (1 - tanh(h[l](t, mu))**2)*d__z[l](t, c)"""
+    """d g: -2*(1 - tanh(h[l](t, mu))^2)*d__h[l](t, mu)*z[l](t, c)*tanh(h[l](t, mu)) + (1 - tanh(h[l](t, mu))^2)*d__z[l](t, c)"""
     return (((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('z')) + (-2.0 * (1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't') * jnp.tanh(E.field('h', 'l', 't'))))
 
 
 def site_dincrement_0(E):
-    """d _I1: eta*Sum(Delta(t, nu, c)*d__g[l](t, nu, c)*Kx[mu, nu] + d__Delta(t, nu, c)*g[l](t, nu, c)*Kx[mu, nu], (nu, 0, P - 1), (c, 0, C - 1))"""
+    """d _I1: eta*sum(nu: sum(c: Delta(t, nu, c)*d__g[l](t, nu, c)*Kx[mu, nu] + d__Delta(t, nu, c)*g[l](t, nu, c)*Kx[mu, nu]))"""
     return (E.p['eta'] * jnp.sum(((_k.relabel(E.q('Delta', 't'), (1, 3), (2, 3)) * _k.relabel(E.dfield('g'), (1, 3), (2, 3)) * _k.place(E.p['Kx'], (1, 2), 7)) + (_k.relabel(E.dq('Delta'), (1, 3), (2, 3)) * _k.relabel(E.field('g', 'l', 't'), (1, 3), (2, 3)) * _k.place(E.p['Kx'], (1, 2), 7))), axis=(2, 3), keepdims=True))
 
 
 def site_dincrement_1(E):
-    """d _I2: eta*Sum((1 - tanh(h[l](t, mu))**2)*Delta(t, mu, c)*d__h[l](t, mu) + d__Delta(t, mu, c)*tanh(h[l](t, mu)), (mu, 0, P - 1))"""
+    """d _I2: eta*sum(mu: (1 - tanh(h[l](t, mu))^2)*Delta(t, mu, c)*d__h[l](t, mu) + d__Delta(t, mu, c)*tanh(h[l](t, mu)))"""
     return (E.p['eta'] * jnp.sum(((E.dq('Delta') * jnp.tanh(E.field('h', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.q('Delta', 't') * E.dfield('h'))), axis=(1,), keepdims=True))
 
 
 def site_daverage_E_f(E):
-    """d E_f: ((1 - tanh(h[l](t, mu))**2)*d__h[l](t, mu)*z[l](t, c) + d__z[l](t, c)*tanh(h[l](t, mu)))/gamma"""
+    """d E_f: ((1 - tanh(h[l](t, mu))^2)*d__h[l](t, mu)*z[l](t, c) + d__z[l](t, c)*tanh(h[l](t, mu)))/gamma"""
     return (((E.dfield('z') * jnp.tanh(E.field('h', 'l', 't'))) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * E.field('z', 'l', 't'))) / (E.p['gamma']))
 
 
@@ -162,7 +162,7 @@ def site_dmean_E_f(E, w):
 
 
 def site_daverage_E_K(E):
-    """d E_K: (1 - tanh(h[l](t, mu))**2)*d__h[l](t, mu)*tanh(h[l](t, nu))*KroneckerDelta(c, d) + (1 - tanh(h[l](t, nu))**2)*d__h[l](t, nu)*tanh(h[l](t, mu))*KroneckerDelta(c, d) + d__g[l](t, mu, c)*g[l](t, nu, d)*Kx[mu, nu] + d__g[l](t, nu, d)*g[l](t, mu, c)*Kx[mu, nu]"""
+    """d E_K: (1 - tanh(h[l](t, mu))^2)*d__h[l](t, mu)*tanh(h[l](t, nu))*delta(c, d) + (1 - tanh(h[l](t, nu))^2)*d__h[l](t, nu)*tanh(h[l](t, mu))*delta(c, d) + d__g[l](t, mu, c)*g[l](t, nu, d)*Kx[mu, nu] + d__g[l](t, nu, d)*g[l](t, mu, c)*Kx[mu, nu]"""
     return ((E.dfield('g') * _k.relabel(E.field('g', 'l', 't'), (1, 3), (2, 4)) * _k.place(E.p['Kx'], (1, 2), 7)) + (_k.relabel(E.dfield('g'), (1, 3), (2, 4)) * E.field('g', 'l', 't') * _k.place(E.p['Kx'], (1, 2), 7)) + ((1.0 + (-1.0 * (jnp.tanh(E.field('h', 'l', 't')) ** 2))) * E.dfield('h') * jnp.tanh(_k.relabel(E.field('h', 'l', 't'), (1,), (2,))) * _k.kron(3, 4, E.sz['C'], 7)) + ((1.0 + (-1.0 * (jnp.tanh(_k.relabel(E.field('h', 'l', 't'), (1,), (2,))) ** 2))) * _k.relabel(E.dfield('h'), (1,), (2,)) * jnp.tanh(E.field('h', 'l', 't')) * _k.kron(3, 4, E.sz['C'], 7)))
 
 
@@ -182,12 +182,12 @@ def site_constraint_f(E, v):
 
 
 def site_constraint_Delta(E, v):
-    """Delta(t) = -exp(f(t, mu, c))/Sum(exp(f(t, mu, d#10)), (d#10, 0, C - 1)) + y[mu, c]; v: the averages"""
+    """Delta(t) = -exp(f(t, mu, c))/sum(d: exp(f(t, mu, d))) + y[mu, c]; v: the averages"""
     return ((-1.0 * jnp.exp(E.q('f', 't')) / (jnp.sum(jnp.exp(_k.relabel(E.q('f', 't'), (1, 3), (1, 5))), axis=(5,), keepdims=True))) + _k.place(E.p['y'], (1, 3), 7))
 
 
 def site_average_E_K(E):
-    """E_K = <g[l](t, mu, c)*g[l](t, nu, d)*Kx[mu, nu] + tanh(h[l](t, mu))*tanh(h[l](t, nu))*KroneckerDelta(c, d)>: the paths"""
+    """E_K = <g[l](t, mu, c)*g[l](t, nu, d)*Kx[mu, nu] + tanh(h[l](t, mu))*tanh(h[l](t, nu))*delta(c, d)>: the paths"""
     return ((E.field('g', 'l', 't') * _k.relabel(E.field('g', 'l', 't'), (1, 3), (2, 4)) * _k.place(E.p['Kx'], (1, 2), 7)) + (jnp.tanh(E.field('h', 'l', 't')) * jnp.tanh(_k.relabel(E.field('h', 'l', 't'), (1,), (2,))) * _k.kron(3, 4, E.sz['C'], 7)))
 
 

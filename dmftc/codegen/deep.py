@@ -18,6 +18,7 @@ from dmftc.codegen.solve_kernels import emit_block_kernels
 from dmftc.codegen.two_layer import emit_defaults
 from dmftc.derive.deep import DeepDerivation
 from dmftc.frontend import ast
+from dmftc.ir.printing import dsl_str
 
 
 class _Code(ExprPrinter):
@@ -169,7 +170,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(f"\ndef readout_average(last, nxt, {err}, past, upto, p):\n")
     w(f"    \"\"\"E[{r['z']}[{depth}](t) {m.activation.name}({r['h']}[{depth}](t))] by Stein's lemma for "
       f"{r['r']}[{depth}] ~ GP(0, {r['G']}[{depth}+1]):\n\n")
-    w(f"    {sp.sstr(d.readout_stein)}\n")
+    w(f"    {dsl_str(d.readout_stein)}\n")
     w(f"    last: rows t of layer {depth} ({r['Phi']}, {r['A']}); nxt: of layer {depth}+1; past / upto: masks s < t / "
       "s <= t.\n    \"\"\"\n")
     w(f"    c0, c = z_coupling(nxt, {err}, p)\n")
@@ -184,7 +185,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     names = {sp.Symbol(n): f"p[{n!r}]" for n in d.params}
     for ph, when in sc.averages:
         names[ph] = "E_t" if when == m.time_var else "E_0"
-    w(f"\ndef readout(E_t, E_0, p):\n    \"\"\"{sc.name}(t) = {sp.sstr(sc.expr)}, E_t / E_0: the readout average at t / "
+    w(f"\ndef readout(E_t, E_0, p):\n    \"\"\"{sc.name}(t) = {dsl_str(sc.expr)}, E_t / E_0: the readout average at t / "
       "at 0.\"\"\"\n")
     w(f"    return {_Code(names)(sc.expr)}\n\n")
     # post-hoc scalars
@@ -192,7 +193,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
         if sc.in_march:
             continue
         w(f"\ndef scalar_{sc.name}(diag, p):\n")
-        w(f"    \"\"\"{sc.name}(t) = {sp.sstr(sc.expr)}; diag(name, layer): the (T,) time diagonal of a "
+        w(f"    \"\"\"{sc.name}(t) = {dsl_str(sc.expr)}; diag(name, layer): the (T,) time diagonal of a "
           "kernel.\"\"\"\n")
         w(f"    return {_scalar_code(sc.expr, d)}\n\n")
     if d.site is not None:

@@ -34,6 +34,7 @@ import sympy as sp
 from dmftc.codegen.printer import ExprPrinter
 from dmftc.derive.site import PAST, SiteProgram, split_name, split_path, time_sum
 from dmftc.derive.site_lowering import TANGENT
+from dmftc.ir.printing import dsl_str
 from dmftc.ir.symbolic import PER_STEP, STEP
 
 
@@ -245,20 +246,20 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
     stored = dict(prog.stored)
     for n, e in prog.fields:
         ix = "".join(f", {i}" for i in stored.get(n, ()))
-        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}{ix}) = {sp.sstr(e)}\"\"\"\n    return {fp.p(e)}\n\n")
+        w(f"\ndef site_field_{n}(E):\n    \"\"\"{n}[{lv}]({tv}{ix}) = {dsl_str(e)}\"\"\"\n    return {fp.p(e)}\n\n")
     for k, (n, idx, scope, e) in enumerate(prog.sums):
         ix = f"[{', '.join(idx)}]" if idx else ""
-        w(f"\ndef site_increment_{k}(E):\n    \"\"\"{n}{ix}({tv} + 1) - {n}{ix}({tv}) = {sp.sstr(e)}: a running sum over the "
+        w(f"\ndef site_increment_{k}(E):\n    \"\"\"{n}{ix}({tv} + 1) - {n}{ix}({tv}) = {dsl_str(e)}: a running sum over the "
           f"earlier times ({scope})\"\"\"\n    return {pr.p(e)}\n\n")
     s, t = sp.Symbol("s"), sp.Symbol(tv)
     for k, f in enumerate(prog.terms):
         w(f"\ndef site_term_{k}(E):\n    \"\"\"{sp.sstr(f)} at s = {tv}: a path factor of the sums (the runtime keeps "
           f"its values and tangents)\"\"\"\n    return {pr.p(f.xreplace({s: t}))}\n\n")
     for n, e in prog.families:
-        w(f"\ndef site_kernel_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <{sp.sstr(e)}>: the observable over s <= {tv}\"\"\"\n"
+        w(f"\ndef site_kernel_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <{dsl_str(e)}>: the observable over s <= {tv}\"\"\"\n"
           f"    return {fp.vector(e)}\n\n")
     for n, e, x in prog.responses:
-        w(f"\ndef site_response_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <d {sp.sstr(e)} / d {x}[{lv}](s)>: the observable "
+        w(f"\ndef site_response_{n}(E):\n    \"\"\"{n}[{lv}]({tv}, s) = <d {dsl_str(e)} / d {x}[{lv}](s)>: the observable "
           f"at {tv} (the runtime carries its tangents)\"\"\"\n    return {pr.p(e)}\n\n")
     if prog.tangents:
         w("\n# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with\n"
@@ -268,18 +269,18 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
             fn = f"site_dincrement_{[m for m, *_ in prog.sums].index(n)}"
         else:
             fn = f"site_d{kind}_{n}"
-        w(f"\ndef {fn}(E):\n    \"\"\"d {n}: {sp.sstr(e)}\"\"\"\n    return {pr.p(e)}\n\n")
+        w(f"\ndef {fn}(E):\n    \"\"\"d {n}: {dsl_str(e)}\"\"\"\n    return {pr.p(e)}\n\n")
         if kind == "average":
             w(f"\ndef site_dmean_{n}(E, w):\n    \"\"\"<d {n}> with path weights w: per term, its perturbed factors "
               f"and the rest contracted over the paths\"\"\"\n    return {_path_means(pr, e)}\n\n")
     stein = {sym: y for sym, _, _, y in prog.stein}
     for name, coeff, rest, avgs in prog.readouts:
         for sym, e in avgs:
-            w(f"\ndef site_average_{sym}(E):\n    \"\"\"{sym} = <{sp.sstr(e)}>: the paths\"\"\"\n    return {pr.p(e)}\n\n")
+            w(f"\ndef site_average_{sym}(E):\n    \"\"\"{sym} = <{dsl_str(e)}>: the paths\"\"\"\n    return {pr.p(e)}\n\n")
             if sym in stein:
-                w(f"\ndef site_stein_{sym}(E):\n    \"\"\"Y = d({sp.sstr(e)}) / d(field at t): {sym} by Stein's lemma\"\"\"\n"
+                w(f"\ndef site_stein_{sym}(E):\n    \"\"\"Y = d({dsl_str(e)}) / d(field at t): {sym} by Stein's lemma\"\"\"\n"
                   f"    return {pr.p(stein[sym])}\n\n")
-        sol = sp.sstr(-rest / coeff)
+        sol = dsl_str(-rest / coeff)
         v = _SitePrinter(prog, set(scalars), set(params), coefficients=coefficients, one_time=one_time)
         v.atom = _with_averages(v.atom, {sym for sym, _ in avgs})
         w(f"\ndef site_constraint_{name}(E, v):\n    \"\"\"{name}(t) = {sol}; v: the averages\"\"\"\n"
