@@ -150,3 +150,14 @@ def test_multi_point_tanh_loss_at_width(tmp_path):
     for name, (m1, se) in theory.items():
         rich, rse = 2 * b.value[name] - a.value[name], np.hypot(2 * b.se[name], a.se[name])
         assert _z(rich, rse, m1, se).max() <= Z, name
+
+
+def test_summary_says_the_exact_backend_samples_the_mean_correction():
+    """On the exact backend the saddle, U and kappa are exact but m1's pathwise terms are a Monte Carlo average:
+    the summary says so (and says nothing of it without correction=True)."""
+    m = dmftc.load(ROOT / "specs" / "linear_whitened.dmft")
+    sol = m.solve(P=2, T=5, correction=True, samples=2000)
+    assert sol.info["diagnostics"]["backend"] == "exact"
+    assert np.max(sol.mean_correction("Delta", stderr=True)) > 0
+    assert "mean correction: Monte Carlo over 2000 sampled paths in 8 groups" in sol.summary()
+    assert "mean correction" not in m.solve(P=2, T=5).summary()

@@ -388,6 +388,11 @@ class Solution:
         cond = d.get("u_condition")
         if cond is not None:
             lines.append(f"  U condition number (1-norm): {cond:.3g}")
+        mc = self.info.get("mean_correction")
+        if mc and mc.get("paths"):
+            lines.append(f"  O(1/N) mean correction: Monte Carlo over {mc['paths']} sampled paths in {mc['groups']} "
+                         "groups (its standard errors: mean_correction(name, stderr=True))"
+                         + (", also on the exact backend" if backend == "exact" else ""))
         kink = d.get("kink")
         if kink and kink.get("exceeds_error_bar"):
             lines.append("  warning: " + kink["approximation"])
