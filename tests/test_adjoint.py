@@ -9,6 +9,7 @@ import pytest
 
 from dmftc.reference.march_response import Layout, dual_indices, log_weight_hessian, march
 from dmftc.runtime.adjoint.propagator import group_sigma, program_of
+from dmftc.runtime.adjoint.sweep import output_names
 
 jax.config.update("jax_enable_x64", True)
 
@@ -33,8 +34,8 @@ def _reference(L, T, S, gamma, eta, y, key):
 
 def _adjoint(L, T, S, gamma, eta, y, xiu, xir, names):
     prog = program_of(L=L, T=T, activation="tanh", gamma=gamma, y=y, eta=eta)
-    mine, k, h = group_sigma(prog, {"u": jnp.swapaxes(xiu, 1, 2), "r": jnp.swapaxes(xir, 1, 2)},
-                             jnp.full(S, 1.0 / S))
+    k, h = group_sigma(prog, {"u": jnp.swapaxes(xiu, 1, 2), "r": jnp.swapaxes(xir, 1, 2)}, jnp.full(S, 1.0 / S))
+    mine = output_names(prog)
     perm = np.concatenate([np.arange(T) + T * mine.index(n) for n in names])
     return np.asarray(k)[np.ix_(perm, perm)], np.asarray(h)[np.ix_(perm, perm)]
 

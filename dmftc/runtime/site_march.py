@@ -54,8 +54,8 @@ from dmftc.runtime.site_eval import (Buffers, Evaluator, boundary_row, layer_nam
                                      update_mask)
 
 
-__all__ = ["Buffers", "Evaluator", "adjoint_march", "boundary_row", "constraint_pass", "layer_names", "layer_number", "point_params",
-           "readout_pass", "replay_march", "schedule", "site_march", "update_mask"]
+__all__ = ["Buffers", "Evaluator", "adjoint_march", "boundary_row", "constraint_pass", "layer_names", "layer_number",
+           "point_params", "readout_pass", "replay_march", "schedule", "site_march", "update_mask"]
 
 
 def site_march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0.1, direct: bool = False,
@@ -151,7 +151,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         if replay is not None:
             solved, paths, dv = dict(c["solved"]), dict(c["paths"]), dict(c["dv"])
         if record:
-            rec = {k: dict(c[k]) for k in ("X", "Gamma")}
+            seen = {k: dict(c[k]) for k in ("X", "Gamma")}
         if keep:
             rec = {k: dict(c[k]) for k in ("rec_hist", "rec_sums")}
             rec["rec_sums"] = {k: B.put(v, rs[k], t) for k, v in rec["rec_sums"].items()}
@@ -213,16 +213,16 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
             elif name in resp:
                 fn = getattr(mod, f"site_response_{name}")
                 d = tangent_at_t(fn, l, resp[name], 1)
-                rows[(name, l)] = rows[(name, l)].at[t].set(twts @ d + _shifted(shift, ("row", name, l), t))
+                rows[(name, l)] = rows[(name, l)].at[t].set(_shifted(twts @ d, shift, ("row", name, l), t))
                 if record:
-                    rec["X"][(name, l)] = set_col(rec["X"][(name, l)], fn(ev(l, cur=now(l))), t)
+                    seen["X"][(name, l)] = set_col(seen["X"][(name, l)], fn(ev(l, cur=now(l))), t)
                     for x in wrt:
                         dx = d if x == resp[name] else tangent_at_t(fn, l, x, 1)
-                        rec["Gamma"][(name, x, l)] = rec["Gamma"][(name, x, l)].at[:, t].set(dx)
+                        seen["Gamma"][(name, x, l)] = seen["Gamma"][(name, x, l)].at[:, t].set(dx)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
                 rows[(name, l)] = rows[(name, l)].at[t].set(
-                    (wts @ jnp.broadcast_to(obs, (S, T)) + _shifted(shift, ("row", name, l), t)) * (idx <= t))
+                    _shifted(wts @ jnp.broadcast_to(obs, (S, T)), shift, ("row", name, l), t) * (idx <= t))
         EL = E0.at(L)
         now_avg, now_X = {}, {}
         for qname, syms in site["readouts"]:
@@ -230,7 +230,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                 if sym in fixed:
                     continue
                 now_X[sym] = X = getattr(mod, f"site_average_{sym}")(EL)
-                now_avg[sym] = B.mean(wts, X, readout_of[sym]) + _shifted(shift, ("avg", sym), t)
+                now_avg[sym] = _shifted(B.mean(wts, X, readout_of[sym]), shift, ("avg", sym), t)
                 avg[("direct", sym)] = B.put(avg[("direct", sym)], now_avg[sym], t)
                 if sym in stein:
                     f, x = stein[sym]
@@ -267,7 +267,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
         if replay is not None:
             out.update(solved=solved, paths=paths, dv=dv)
         if record:
-            out.update(rec)
+            out.update(seen)
         if keep:
             rec["rec_hist"] = {k: B.put(v, hist[k], t) for k, v in rec["rec_hist"].items()}
             out.update(rec)
@@ -299,9 +299,10 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
 
 
 
-def _shifted(shift: dict, key, t):
-    """Row or entry t of an additive perturbation of an average (0 when ``shift`` has none for ``key``)."""
-    return shift[key][t] if key in shift else 0.0
+def _shifted(value, shift: dict, key, t):
+    """An average's row or entry t, plus that of its additive perturbation in ``shift`` if it has one (no operation
+    is traced otherwise)."""
+    return value + shift[key][t] if key in shift else value
 
 
 def readout_pass(mod, T: int, wts, p: dict, q: dict, hist: dict, *, normals: dict, sizes: dict | None = None,

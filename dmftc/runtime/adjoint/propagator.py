@@ -10,7 +10,7 @@ import numpy as np
 
 from dmftc.errors import ParameterError
 from dmftc.runtime.adjoint.second_order import second_order_part
-from dmftc.runtime.adjoint.sweep import Program, kappa_part, output_vector, reverse_sweep
+from dmftc.runtime.adjoint.sweep import Program, kappa_part, output_names, reverse_sweep
 from dmftc.runtime.deep_dmft import march_kernels, runs_site
 from dmftc.runtime.march_numerics import traced
 from dmftc.runtime.options import check_integer
@@ -60,18 +60,11 @@ def program_of(*, L: int, T: int, activation=None, model=None, gamma=None, y=Non
     return Program(mod, act, p, L, T, width)
 
 
-def group_names(prog: Program) -> list:
-    """The names of the outputs, in their order."""
-    fake = {"rows": {(n, l): jnp.zeros((prog.T, prog.T)) for n in prog.mod.SITE["kernels"]
-                     for l in range(1, prog.L + 1)},
-            "q1": {q: jnp.zeros(prog.T) for q, _ in prog.mod.SITE["readouts"]}}
-    return output_vector(prog, fake)[0]
-
-
 def group_sigma(prog: Program, xi: dict, wts):
-    """(names, kappa part, H part) of one group of paths: source name -> standard normals (L, S, T)."""
-    names, _, W, V, state = reverse_sweep(prog, xi, wts)
-    return names, kappa_part(V, wts), second_order_part(prog, xi, wts, W, state)
+    """(kappa part, H part) of one group of paths (source name -> standard normals (L, S, T)), over the outputs
+    of :func:`dmftc.runtime.adjoint.sweep.output_names`."""
+    _, W, V, state = reverse_sweep(prog, xi, wts)
+    return kappa_part(V, wts), second_order_part(prog, xi, wts, W, state)
 
 
 def adjoint_propagator(*, L: int, T: int, paths: int, groups: int = 4, seed: int = 0, sampler: str = "sobol",
@@ -85,9 +78,8 @@ def adjoint_propagator(*, L: int, T: int, paths: int, groups: int = 4, seed: int
     key = (prog.mod.SPEC_PATH, prog.mod.SPEC_SHA256, tuple(sorted((k, float(v)) for k, v in prog.p.items())),
            L, T, size, prog.width)
     if key not in _JIT:
-        _JIT[key] = jax.jit(lambda xi, w, prog=prog: group_sigma(prog, xi, w)[1:])
+        _JIT[key] = jax.jit(lambda xi, w, prog=prog: group_sigma(prog, xi, w))
     run = _JIT[key]
-    names = group_names(prog)
     t0 = _time.perf_counter()
     sig, kap, hes = [], [], []
     wts = jnp.full(size, 1.0 / size)
@@ -99,5 +91,5 @@ def adjoint_propagator(*, L: int, T: int, paths: int, groups: int = 4, seed: int
         hes.append(h)
         sig.append(k + h)
     sig = np.array(sig)
-    return AdjointPropagator(tuple(names), T, sig.mean(0), sig.std(0, ddof=1) / np.sqrt(groups),
+    return AdjointPropagator(tuple(output_names(prog)), T, sig.mean(0), sig.std(0, ddof=1) / np.sqrt(groups),
                              {"kappa": np.mean(kap, 0), "H": np.mean(hes, 0)}, _time.perf_counter() - t0)

@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.march_numerics import PIVOT_TOL
 from dmftc.runtime.site_march import adjoint_march
 
-__all__ = ["Program", "output_vector", "reverse_sweep", "kappa_part"]
+__all__ = ["Program", "output_names", "output_vector", "reverse_sweep", "kappa_part"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,7 @@ class Program:
         return tuple(sorted(set(self.responses.values())))
 
     def march(self, xi, wts, **kw) -> dict:
-        return adjoint_march(self.mod, self.act, self.L, self.T, xi, wts, self.p, width=self.width,
-                             pivot_tol=PIVOT_TOL, **kw)
+        return adjoint_march(self.mod, self.act, self.L, self.T, xi, wts, self.p, width=self.width, **kw)
 
     def zero_shift(self) -> dict:
         """The perturbations eps of every average, zero: kernel and response rows per layer, direct readouts."""
@@ -55,9 +53,15 @@ class Program:
                 for k in self.zero_shift()}
 
 
+def output_names(prog: Program) -> list:
+    """The outputs, in their order: the time diagonals of the order parameters (``mod.ORDERS``), two-time ones per
+    layer."""
+    return [f"{name}[{l}]" if times == 2 else name for name, times in prog.mod.ORDERS
+            for l in (range(1, prog.L + 1) if times == 2 else (None,))]
+
+
 def output_vector(prog: Program, c: dict):
-    """(names, outputs): the time diagonals of the order parameters (``mod.ORDERS``; two-time ones per layer) of a
-    march state, stacked (len(names) T,)."""
+    """The outputs of a march state ``c``, stacked in the order of :func:`output_names` (len(names) T,)."""
     mod, L, T = prog.mod, prog.L, prog.T
     rows, q1 = c["rows"], c["q1"]
     bounds = mod.boundaries(prog.p) if hasattr(mod, "boundaries") else {}
@@ -71,39 +75,31 @@ def output_vector(prog: Program, c: dict):
                                      "adjoint prototype reads constant boundaries only")
         return jnp.full(T, bounds[(name, label)], dtype=jnp.float64)
 
-    names, parts = [], []
+    parts = []
     for name, times in mod.ORDERS:
         if times == 2:
-            for l in range(1, L + 1):
-                names.append(f"{name}[{l}]")
-                parts.append(diag(name, l))
+            parts.extend(diag(name, l) for l in range(1, L + 1))
         elif name in q1:
-            names.append(name)
             parts.append(jnp.reshape(q1[name], (T,)))
         elif name in getattr(mod, "SCALARS", ()):
-            names.append(name)
             parts.append(getattr(mod, f"scalar_{name}")(diag, prog.p))
         else:
             raise StructureSpecError(f"{mod.SPEC_PATH}: the order parameter {name} is neither a readout, a scalar "
                                      "nor a kernel; the adjoint prototype cannot output it")
-    return names, jnp.concatenate(parts)
+    return jnp.concatenate(parts)
 
 
 def reverse_sweep(prog: Program, xi: dict, wts):
-    """(names, outputs, W, V, state): W = d outputs / d eps ({key of :meth:`Program.zero_shift`: (R, ...)}),
+    """(outputs, W, V, state): W = d outputs / d eps ({key of :meth:`Program.zero_shift`: (R, ...)}),
     V = d outputs / d wts (R, S), by one vjp of the march vectorised over the R outputs' cotangents, and the
     saddle's march state."""
-    names = []
-
     def run(shift, w):
         c = prog.march(xi, w, shift=shift)
-        nm, out = output_vector(prog, c)
-        names[:] = nm
-        return out, {"rows": c["rows"], "q1": c["q1"]}
+        return output_vector(prog, c), {"rows": c["rows"], "q1": c["q1"]}
 
     out, vjp, state = jax.vjp(run, prog.zero_shift(), wts, has_aux=True)
     W, V = jax.vmap(vjp)(jnp.eye(out.shape[0], dtype=out.dtype))
-    return list(names), out, W, V, state
+    return out, W, V, state
 
 
 def kappa_part(V, wts):
