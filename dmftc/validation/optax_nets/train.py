@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
+from dmftc.jax_setup import long_run_options
 from dmftc.validation.ensemble import summarise
 from dmftc.validation.extrapolate import richardson
 from dmftc.validation.optax_nets.inputs import (activation_pair, check_int, check_real, design, draw_members,
@@ -106,7 +107,7 @@ def _trainer(phi, dphi, L, N, gamma, X, Kx, y, loss, optimizer, T):
 
         return jax.lax.scan(step, (p, optimizer.init(p)), None, length=T)[1]
 
-    return jax.jit(jax.vmap(member))
+    return jax.jit(jax.vmap(member), compiler_options=long_run_options())
 
 
 def simulate_optax(*, gamma: float, y, eta: float, T: int, N: int, E: int, L: int = 1, Kx=None,
