@@ -126,3 +126,33 @@ def test_program_derivatives_equal_the_closed_forms(tmp_path, case):
             "g[l](t) = phi'(h[l](t)) z[l](t)", "g[l](t) = z[l](t) / (1 + gamma * h[l](t)^2) + 0.3 * sin(h[l](t))")
         act, model = _spec(tmp_path, text, gamma=0.7, y=0.9, eta=0.3)
         _assert_program_sums_equal_closed_forms(act, model, L=3, T=3)
+
+
+def test_chunks_fit_the_paths_and_change_no_sum(tmp_path):
+    """dmftc.runtime.site_moments.chunk_rows: as few chunks as the cap allows, each at most the cap, and at most
+    about twice the paths' rows in all (a power of two per chunk); the sums over fitted chunks (here one chunk
+    of 64 rows for 48 paths) equal those over fixed chunks of 16 rows to round-off."""
+    from dmftc.runtime.site_moments import chunk_rows
+
+    for most in (4, 37, 232, 512):
+        for S in range(1, 1500, 7):
+            c = chunk_rows(S, most)
+            n = -(-S // c)
+            assert c <= most and n == -(-S // most), (S, most, c)
+            assert n * c < 2 * (S + n - 1) or c == most, (S, most, c)
+    act, model = _spec(tmp_path, (SPECS / "deep_tanh.dmft").read_text(), gamma=0.8, y=-0.6, eta=0.2)
+    L, T, S = 2, 4, 48
+    xi = np.random.default_rng(5).standard_normal((2, L, S, T))
+    sad, fields = mc_saddle(activation=act, L=L, T=T, xiu=xi[0], xir=xi[1], model=model)
+    v, _ = gather_local(jnp.asarray(saddle_point_vector(sad)), Layout(L, T), 2, phi0=sad.model.phi0,
+                        g_top=sad.model.g_top)
+    C, E, _ = (np.asarray(a) for a in local_couplings(jnp.asarray(v), T, sad.model))
+    args = (C, E, fields.w[1], fields.x[1])
+    fitted = estimator(T, act, True, False, None)._site
+    fixed = estimator(T, act, True, False, 16)._site
+    assert fitted.fit and chunk_rows(S, fitted.chunk) == 64 and not fixed.fit
+    feature = sad.model.features()
+    for name, a, b in zip(NAMES, fitted.moments(*args, feature=feature), fixed.moments(*args, feature=feature)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape, name
+        assert np.abs(a - b).max() <= 1e-12 * max(np.abs(b).max(), 1e-300), name
