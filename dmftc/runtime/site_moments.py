@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.runtime.site_drivers import equal_batches
+
 __all__ = ["SiteMoments", "chunk_rows"]
 
 
@@ -69,11 +71,11 @@ _SCAN_POINTS = 8192                 # field values per call of the pattern scan 
 
 def chunk_rows(S: int, most: int) -> int:
     """Rows per chunk of the per-path sums for S paths in chunks of at most ``most`` rows: S split into equal
-    chunks, rounded up to a power of two (neighbouring group sizes share one compiled program), never above
+    chunks (:func:`dmftc.runtime.site_drivers.equal_batches`), rounded up to a power of two (neighbouring group sizes share one compiled program), never above
     ``most``.  The rows beyond S are padding with zero weight: at most a factor 2 of the work, where a fixed chunk
     of ``most`` rows cost most / S (a group of 250 paths in a chunk of 512 rows: twice the work; at T = 30,
     where ``most`` is 232 rows, 2 chunks of 128 rows instead of 2 of 232)."""
-    per = -(-S // -(-S // most))
+    per = equal_batches(S, most)[0]
     return int(min(most, 1 << max(0, per - 1).bit_length()))
 
 
