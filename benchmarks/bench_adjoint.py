@@ -1,5 +1,5 @@
 """Benchmark: the adjoint propagator (prototype, dmftc.runtime.adjoint) against the MSR-Hessian deep propagator
-(dmftc.runtime.deep_propagator), measured in one run: warm solve times (a first call of each compiles), their
+(dmftc.runtime.engines.deep_propagator), measured in one run: warm solve times (a first call of each compiles), their
 ratio, and the largest standard error of each N Var relative to its peak (the MSR route's peak), per T.
 
     python benchmarks/bench_adjoint.py [--L 2] [--paths 2000] [--groups 4] [--T 5 10 15] [--activation tanh]
@@ -16,7 +16,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from dmftc.runtime.adjoint.propagator import adjoint_propagator  # noqa: E402
-from dmftc.runtime.deep_propagator import deep_propagator  # noqa: E402
+from dmftc.runtime.engines.deep_propagator import deep_propagator  # noqa: E402
 
 
 def main():

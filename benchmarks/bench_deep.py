@@ -9,7 +9,7 @@ Run: python benchmarks/bench_deep.py [--what linear linear_m1 mc] [--T 10 20 30]
 * linear_m1: the same with the exact O(1/N) mean correction (correction=True: the whole inverse from U^-1,
   and third directional derivatives of each layer's ln Z_l); the ratio to 'linear' at the same (L, T) is
   printed.
-* mc: the Monte Carlo saddle point of deep tanh networks (dmftc.runtime.deep_dmft.solve_deep): one
+* mc: the Monte Carlo saddle point of deep tanh networks (dmftc.runtime.march.deep_dmft.solve_deep): one
   causal march with forward-mode response tangents, O(samples L T^3) work.
 
 Every case runs in a fresh subprocess so that its peak resident memory is its own; each

@@ -7,20 +7,20 @@ Run: python benchmarks/bench_deep_propagator.py [--T 10 20 30 40 50] [--L 2 3] [
 ``git worktree`` of an older commit) and prints the ratio of this tree's time to that reference's, measured
 in the same run.
 
-Each case (dmftc.runtime.deep_propagator.deep_propagator, one training point, gamma = 1, eta = 0.05) runs in a fresh
+Each case (dmftc.runtime.engines.deep_propagator.deep_propagator, one training point, gamma = 1, eta = 0.05) runs in a fresh
 subprocess so that its peak resident memory is its own, and prints the split of the wall time:
 
 * saddle   the Monte Carlo march of every group (O(S L T^3));
-* hessian  per layer, per-path derivatives summed over paths (dmftc.runtime.site_moments): first and
+* hessian  per layer, per-path derivatives summed over paths (dmftc.runtime.sensitivities.site_moments): first and
            second source derivatives O(S T^4), the Price block of the couplings O(S T^5) (matrix products
            over paths and blocks of times, bounded by causality: about T^5 / 3 multiply-adds per path and
            source block), then the chain rule and the assembly of U and Kd (O(L^2 T^4) per group);
-* solve    causal block back substitution with the dual-primal block U (dmftc.runtime.causal_solve),
+* solve    causal block back substitution with the dual-primal block U (dmftc.runtime.solvers.causal_solve),
            n = L T(T+1) + (L-1) T^2 + T primal variables, for the R = (2 L + 2) T time-diagonal
            observables: O(R n^2) = O(L^3 T^5) time, O(n^2) = O(L^2 T^4) memory.
 
 With P training points every time index becomes a (time, point) index: T -> T P in these counts (a deep spec
-on several points, dmftc.runtime.deep_points, runs this propagator over its T P steps; measured: L = 2, T = 8,
+on several points, dmftc.runtime.engines.deep_points, runs this propagator over its T P steps; measured: L = 2, T = 8,
 P = 3, 8000 paths in 8 groups, 98 s on 2 cores).
 Ratios to the previous T (same L) show the empirical exponent.
 """
@@ -34,8 +34,8 @@ from checkouts import run_case
 
 CASE = r"""
 import json, resource, time
-from dmftc.runtime.deep_propagator import deep_propagator
-from dmftc.runtime.deep_action import Layout
+from dmftc.runtime.engines.deep_propagator import deep_propagator
+from dmftc.runtime.problem.deep_action import Layout
 kw = json.loads({kw!r})
 t0 = time.perf_counter()
 P = deep_propagator(gamma=1.0, y=1.0, eta=0.05, **kw)

@@ -1,5 +1,5 @@
 """Benchmark: accuracy at equal cost of randomised quasi-Monte Carlo ('sobol') against pseudo-random ('random')
-standard normals (dmftc.runtime.sampling), for a deep propagator and a two-layer spec.
+standard normals (dmftc.runtime.numerics.sampling), for a deep propagator and a two-layer spec.
 
 Run: python benchmarks/bench_sampler.py [--activation 'sin(h)'] [--L 2] [--T 30] [--paths 512] [--groups 8]
          [--two-layer-T 60] [--samples 8192] [--skip-deep] [--skip-two-layer]
@@ -37,8 +37,8 @@ def _rows(var, se):
 
 
 def bench_deep(args):
-    from dmftc.runtime.deep_action import observable_names
-    from dmftc.runtime.deep_propagator import deep_propagator
+    from dmftc.runtime.problem.deep_action import observable_names
+    from dmftc.runtime.engines.deep_propagator import deep_propagator
 
     var, se, wall = {}, {}, {}
     for smp in ("random", "sobol"):

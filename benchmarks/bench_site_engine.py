@@ -1,4 +1,4 @@
-"""Benchmark: a two-layer spec's propagator through its single-site program (dmftc.runtime.site_engine) against
+"""Benchmark: a two-layer spec's propagator through its single-site program (dmftc.runtime.engines.site_engine) against
 the two-layer engine (dmftc.reference.two_layer_engine), on the same source draws, one group of paths.
 
 Run: python benchmarks/bench_site_engine.py [--samples 1000] [--repeat 2]
@@ -30,8 +30,8 @@ def two_layer_sigma(mod, draws, params):
     """One group of the two-layer engine's Monte Carlo solve on these draws (its jitted march and passes)."""
     from dmftc.reference import two_layer_engine as engine
     from dmftc.reference.two_layer_kernels import place_sources
-    from dmftc.runtime.geometry import Geometry
-    from dmftc.runtime.params import resolve_params
+    from dmftc.runtime.numerics.geometry import Geometry
+    from dmftc.runtime.problem.params import resolve_params
 
     p, sz, T = resolve_params(mod, params, dirac_width=0.0)
     geo = Geometry(mod, sz)
@@ -52,8 +52,8 @@ def main():
     args = ap.parse_args()
     import dmftc
     from dmftc.reference.two_layer_kernels import load as reference_module
-    from dmftc.runtime.params import resolve_params
-    from dmftc.runtime.site_engine import two_layer_propagator
+    from dmftc.runtime.problem.params import resolve_params
+    from dmftc.runtime.engines.site_engine import two_layer_propagator
 
     print(f"{'spec':<18}{'params':<16}{'site first':>11}{'site':>8}{'2-layer first':>14}{'2-layer':>9}"
           f"{'ratio':>7}{'max |diff| / peak':>19}")

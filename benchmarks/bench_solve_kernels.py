@@ -7,17 +7,17 @@ Run: python benchmarks/bench_solve_kernels.py [--repeat 3] [--deep-T 10 20 30 40
   deep-linear action (specs/deep_linear.dmft, L = 2 and 3; the nonlinear specs' U has the same causal layout, with
   Monte Carlo entries), solved (a) for the rows of the time-diagonal observables (Delta, K, Phi[l], G[l]), as
   every deep propagator does, and (b) for the whole inverse, as the O(1/N) mean correction does.  NumPy:
-  :func:`dmftc.runtime.linalg.left_solve` (block back substitution with LAPACK per block, or for the inverse the
+  :func:`dmftc.runtime.solvers.linalg.left_solve` (block back substitution with LAPACK per block, or for the inverse the
   block-recursive inversion by matrix products).
 * Two-layer specs (``causal_forward`` of generated/two_layer.py): a random time-major U with the two_layer pattern
   (m = 4 components per time, columns reaching later times at one of them, identity diagonal blocks), 1 and 1250
-  right-hand sides, against :func:`dmftc.runtime.linalg.right_solve`.
+  right-hand sides, against :func:`dmftc.runtime.solvers.linalg.right_solve`.
 
 Both paths run interleaved ``--repeat`` times in one process, after one call that compiles the kernels (NumPy's BLAS
 on ``--blas-threads`` threads, default all; a two-layer solve runs it on one thread when JAX computes on the CPU,
-:func:`dmftc.runtime.devices.serial_blas_on_cpu`, a deep one on all); printed:
+:func:`dmftc.runtime.numerics.devices.serial_blas_on_cpu`, a deep one on all); printed:
 the best time of each, their ratio (> 1: the kernel wins), the largest difference relative to the largest entry,
-and the path :func:`dmftc.runtime.causal_solve.back_kernel` chooses ('auto').
+and the path :func:`dmftc.runtime.solvers.causal_solve.back_kernel` chooses ('auto').
 """
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ def best(fns, repeat):
 def deep_rows(L, T):
     """(U, edges, E) of the exact deep-linear action at L, T: E the rows of the time-diagonal observables."""
     import dmftc
-    from dmftc.runtime.causal_solve import causal_order
-    from dmftc.runtime.deep_action import Layout, observable_map, saddle_point_vector
-    from dmftc.runtime.deep_linear import deep_linear_saddle, linear_blocks
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.params import resolve_deep_params
+    from dmftc.runtime.solvers.causal_solve import causal_order
+    from dmftc.runtime.problem.deep_action import Layout, observable_map, saddle_point_vector
+    from dmftc.runtime.engines.deep_linear import deep_linear_saddle, linear_blocks
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.problem.params import resolve_deep_params
 
     mod = dmftc.load(ROOT / "specs" / "deep_linear.dmft").module
     p, L, T = resolve_deep_params(mod, {"L": L, "T": T})
@@ -80,8 +80,8 @@ def main():
 def run(args):
 
     import dmftc
-    from dmftc.runtime.causal_solve import kernel_faster
-    from dmftc.runtime.linalg import kernel_back, left_solve, right_solve, time_edges
+    from dmftc.runtime.solvers.causal_solve import kernel_faster
+    from dmftc.runtime.solvers.linalg import kernel_back, left_solve, right_solve, time_edges
 
     def rel(a, b):
         return float(np.abs(a - b).max() / np.abs(b).max())

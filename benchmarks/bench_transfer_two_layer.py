@@ -1,6 +1,6 @@
 """Benchmark: the tangent pass of two_layer (dF/dDelta over all T driving directions) three ways on the same paths,
 in one process: the site engine's tangent march (tangents='march'), its per-path transfer matrices (the default,
-dmftc.runtime.site_transfer) and the hand-written NumPy transfer form (dmftc.reference.transfer_two_layer).
+dmftc.runtime.sensitivities.site_transfer) and the hand-written NumPy transfer form (dmftc.reference.transfer_two_layer).
 
 Run: python benchmarks/bench_transfer_two_layer.py [--T 250] [--samples 10000 100000] [--gamma 1.5]
 Prints, per number of paths, the steady-state time of each (the engine's two include its replay of the paths),
@@ -29,7 +29,7 @@ def main():
 
     import dmftc
     from dmftc.reference.transfer_two_layer import delta_jacobian
-    from dmftc.runtime import site_engine as se
+    from dmftc.runtime.engines import site_engine as se
 
     mod = dmftc.load(ROOT / "specs" / "two_layer.dmft").module
     T, gamma, kx, eta = args.T, args.gamma, 0.5, 0.02

@@ -10,8 +10,8 @@ from dmftc.version import __version__  # noqa: F401
 from dmftc.jax_setup import CACHE_DIR as jax_cache_dir  # noqa: E402
 from dmftc.compiler import compile_spec, load  # noqa: E402
 from dmftc.errors import DmftcError, NumericalError, ParameterError, SpecError  # noqa: E402
-from dmftc.runtime.solution import Solution  # noqa: E402
-from dmftc.runtime.labelled import zscores  # noqa: E402
+from dmftc.runtime.results.solution import Solution  # noqa: E402
+from dmftc.runtime.results.labelled import zscores  # noqa: E402
 
 __all__ = ["load", "compile_spec", "Solution", "DmftcError", "SpecError", "ParameterError", "NumericalError",
            "zscores", "jax_cache_dir", "__version__"]

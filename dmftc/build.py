@@ -1,7 +1,7 @@
 """Building a spec: spec file -> generated module text (:func:`generate`), written atomically beside the spec or
 into ``generated/`` (:func:`compile_spec`), and imported (:func:`import_generated`).  The stages are listed in
 :mod:`dmftc.compiler`, which adds :func:`dmftc.compiler.load` (a compiled model for the runtime); the runtime
-builds the modules it needs itself (the standard networks of :mod:`dmftc.runtime.standard_spec`) through this
+builds the modules it needs itself (the standard networks of :mod:`dmftc.runtime.problem.standard_spec`) through this
 module, which imports no part of the runtime.
 
 Generated files are written atomically (temporary file + rename) and carry the

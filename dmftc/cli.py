@@ -133,7 +133,7 @@ def cmd_run(args) -> int:
         k, v = item.split("=", 1)
         params[k.strip()] = _parse_value(v.strip(), k.strip())
     model = load(args.spec)
-    # the options are checked alike for every kind of spec (dmftc.runtime.options: e.g. --propagator-samples is
+    # the options are checked alike for every kind of spec (dmftc.runtime.problem.options: e.g. --propagator-samples is
     # for deep specs only)
     sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend, sampler=args.sampler,
                       propagator_samples=args.propagator_samples, correction=args.width is not None,
@@ -147,7 +147,7 @@ def cmd_run(args) -> int:
         if not args.quiet:
             print(f"wrote {args.out}")
     if args.plot:
-        from dmftc.runtime.plot import plot_solution
+        from dmftc.runtime.results.plot import plot_solution
         plot_solution(sol, args.plot, width=args.width)
         if not args.quiet:
             print(f"wrote {args.plot}")

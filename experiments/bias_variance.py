@@ -4,7 +4,7 @@ toy model of Fig. 4): two-layer linear net on P whitened points (spec linear_whi
 The training loss at width N to leading order is
     E|Delta|^2_N = |Delta_inf|^2 + (tr Sigma(t, t) + 2 Delta_inf . m1) / N,
 the infinite-width loss plus a *variance* correction (the propagator) and a *bias* correction (the O(1/N)
-shift m1 of the mean errors, dmftc.runtime.site_engine).  Panels, one per width at fixed P (P/N from
+shift m1 of the mean errors, dmftc.runtime.engines.site_engine).  Panels, one per width at fixed P (P/N from
 1/32 to 1/2): the loss of width-N networks (solid black) against the infinite-width loss (dashed), with
 the variance correction (orange) and with both corrections (green); last panel: the relative error of each
 theory at a fixed time against P/N, where the leading order holds (small P/N) and where it fails.

@@ -12,12 +12,12 @@ Agreement (asserted): pointwise z = |theory - ensemble| / sqrt(se_theory^2 + se_
 and the N Var of Delta, K, Phi[1], Phi[2], G[1], G[2]; in full mode also max_t |theory - ensemble| within 5% of
 each N Var curve's peak.  Softsign's third derivative holds a delta function (phi'' jumps at 0), replaced by a
 Gaussian of width dirac_width = 0.1 in the propagator, which is then extrapolated to width 0 from widths 0.1
-and 0.05 on the same paths (dmftc.runtime.deep_propagator); the script reports the size of that correction.
+and 0.05 on the same paths (dmftc.runtime.engines.deep_propagator); the script reports the size of that correction.
 
     python experiments/deep_activations.py [--quick] [--out DIR] [--paths N] [--E E] [--only sin|softsign]
 
 Full mode (T = 30, eta = 0.05, gamma = 1; 128000 paths for the means; randomised quasi-Monte Carlo source paths
-for the propagator (dmftc.runtime.sampling): sin 16384 in 8 groups of 2^11, softsign 65536 in 16 groups of 2^12;
+for the propagator (dmftc.runtime.numerics.sampling): sin 16384 in 8 groups of 2^11, softsign 65536 in 16 groups of 2^12;
 E = 100000 networks per width, so that the extrapolated ensembles' standard error is about 1% of each peak) takes
 about 75 minutes on 2 cores.  Softsign needs the larger budget: its propagator's per-group values are heavy-tailed
 (the mollified delta function), so that 8 groups of 2^11 under-estimated its standard error at late times

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.runtime.deep_dmft import SpecKernels  # noqa: E402
+from dmftc.runtime.march.deep_dmft import SpecKernels  # noqa: E402
 from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
 
 L, SEED, REL_MAX = 2, 1300, 0.05

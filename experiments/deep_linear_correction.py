@@ -1,6 +1,6 @@
 """The O(1/N) correction to the mean of a deep linear network (L = 2) against width-N networks.
 
-Theory: ``sol.mean_correction`` of specs/deep_linear.dmft, exact (dmftc.runtime.deep_linear_correction:
+Theory: ``sol.mean_correction`` of specs/deep_linear.dmft, exact (dmftc.runtime.engines.deep_linear_correction:
 m1 = 1/2 C S3[C] from the third derivatives of the closed-form action, C = -H^-1).  Ground truth: ensembles of
 width-N deep linear networks trained by gradient descent (dmftc.validation.deep_ensemble.deep_mean_shift:
 N (E[q]_N - q_inf) with the initial kernels, whose mean is exactly 1, as control variates), at N = 64 and 128,

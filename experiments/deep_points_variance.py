@@ -8,7 +8,7 @@ equal-time kernels Phi[l]_{mu nu}(t, t), G[l]_{mu nu}(t, t) of every pair.  Here
 matrix (inputs in D = 8 dimensions) with targets of both signs, L = 2 hidden layers, gamma = 1.  The second row
 trains the same network on the logistic loss ln(1 + exp(-y f)) with labels of both signs and sizes: its error
 signal y / (1 + exp(y f)) is nonlinear in the output, and the propagator sees it through its slope at the saddle,
-step by step (dmftc.runtime.deep_model.DeepModel.linearised).  The third row trains on the first two points only
+step by step (dmftc.runtime.problem.deep_model.DeepModel.linearised).  The third row trains on the first two points only
 (update mask m = 1, 1, 0): the third is a test point, whose Delta is the test error y - f.  Ground truth:
 depth-L networks trained on the same points by gradient descent on the same loss (dmftc.validation.deep_ensemble.
 simulate_deep with Kx, y and, for the logistic loss, error_signal; for the test point, trained), N Var

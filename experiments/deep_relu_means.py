@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dmftc  # noqa: E402
-from dmftc.runtime import deep_dmft  # noqa: E402
+from dmftc.runtime.march import deep_dmft  # noqa: E402
 from dmftc.validation.deep_ensemble import deep_truth  # noqa: E402
 
 ACT = "sqrt(2) * max(0, h)"

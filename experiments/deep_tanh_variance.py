@@ -2,7 +2,7 @@
 
 Panels: (a) N Var Delta(t), (b) N Var K(t), (c) N Var Phi[l](t,t), (d) N Var G[l](t,t), l = 1, 2.
 Dashed black with a grey band (+- 2 Monte Carlo standard errors): the propagator of deep NONLINEAR networks
-(dmftc.runtime.deep_propagator: Monte Carlo Hessian of the discrete-time MSR action, response functions and Price
+(dmftc.runtime.engines.deep_propagator: Monte Carlo Hessian of the discrete-time MSR action, response functions and Price
 terms included, per-path derivatives from the spec's program).  Solid: ensembles of width-N tanh networks trained by
 discrete gradient descent (dmftc.validation.deep_ensemble).
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dmftc.validation.deep_ensemble import simulate_deep  # noqa: E402
-from dmftc.runtime.deep_propagator import deep_propagator  # noqa: E402
+from dmftc.runtime.engines.deep_propagator import deep_propagator  # noqa: E402
 
 L, GAMMA, Y, SEED = 2, 1.0, 1.0, 700
 

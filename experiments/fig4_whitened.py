@@ -7,7 +7,7 @@ Targets have unit norm, y = 1/sqrt(P) in every component.  Panels:
 (c), (d) the same for several gamma at fixed P: richer training reduces the variance.
 Dashed black: DMFT (exact Gaussian backend); solid: ensembles of width-N networks.
 The loss theory at width N is sol.expected_loss(N) = |Delta_inf|^2 + (2 Delta_inf . m1 + tr Sigma(t,t)) / N:
-the infinite-width loss, the O(1/N) correction of the mean errors m1 (dmftc.runtime.site_engine,
+the infinite-width loss, the O(1/N) correction of the mean errors m1 (dmftc.runtime.engines.site_engine,
 sampled source paths) and the leading variance.  In (b) the dotted curve is a narrow ensemble
 (N = 2 P_max) where the leading-order picture breaks down (paper Fig. 4b; reported, not asserted).
 

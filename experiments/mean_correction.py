@@ -2,7 +2,7 @@
 Correction to the Mean Order Parameters"; the paper measures it only empirically).
 
 Spec two_layer (tanh, one training point, one test point at x.x_star/D = 0.5), several gamma.  Theory:
-``sol.mean_correction`` (dmftc.runtime.site_engine).  Ground truth: ensembles of width-N networks trained by
+``sol.mean_correction`` (dmftc.runtime.engines.site_engine).  Ground truth: ensembles of width-N networks trained by
 gradient descent, measured with common random numbers (dmftc.validation.truth.mean_shift_truth: each batch of
 members is compared with the spec's saddle-point march on exactly its members' neurons, which removes their
 O(N^-1/2) first-order fluctuation), at N = 32, 64, 128 and Richardson-extrapolated in 1/N from the two largest.

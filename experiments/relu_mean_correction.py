@@ -2,7 +2,7 @@
 asserted (issue 13: relu's sensitivities are approximate).
 
 Spec two_layer with its activation replaced by sqrt(2) max(0, h) (one training point, one test point at
-x.x_star/D = 0.5), rich training, several gamma.  m1's derivatives of the single-site march (dmftc.runtime.site_engine)
+x.x_star/D = 0.5), rich training, several gamma.  m1's derivatives of the single-site march (dmftc.runtime.engines.site_engine)
 differentiate phi' = sqrt(2) Heaviside(h): its derivative, and that derivative's, are the delta function and its
 derivative, taken as Gaussians of the solve's ``dirac_width``.  Three widths:
 

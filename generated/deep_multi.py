@@ -4,8 +4,8 @@ Model: deep_multi (deep tanh network, L hidden layers, P points (training and te
 Spec sha256: c22dc57655b3e12f13b9db90ce26fe5f87888baac2fb9d8b98fb303898967d3f
 
 Regenerate with `dmftc compile specs/deep_multi.dmft`.  A deep network: the single-site process of hidden
-layer l = 1..L, solved by dmftc.runtime.deep_spec: the means and the saddles of the finite-width
-propagator march the single-site program at the end of this module (dmftc.runtime.site_march); the
+layer l = 1..L, solved by dmftc.runtime.engines.deep_spec: the means and the saddles of the finite-width
+propagator march the single-site program at the end of this module (dmftc.runtime.march.site_march); the
 propagator's per-path derivatives read the coupling, readout and boundary functions (rows: every coupling
 function gets row t, a vector over s, of the adjacent layer's kernels).
 """
@@ -177,13 +177,13 @@ def scalar_K(diag, p):
 
 
 # ---------------------------------------------------------------- the single-site program
-# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# read by dmftc.runtime.march.site_march: fields, kernel rows, responses and the readout as functions of an
 # evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
 # whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read
-# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices:
+# (the propagator's couplings, dmftc.runtime.sensitivities.site_local); a two-layer spec's: 'axes' (its sample indices:
 # the arrays are laid out as (paths, one axis per index, time)), 'stored' (the indices of each quantity),
 # 'drivers' (the order parameters the fields and running sums read), 'sums' (the running sums,
 # site_increment_<k>)
@@ -270,12 +270,12 @@ def site_constraint_Delta(E, v):
 
 
 # ---------------------------------------------------------------- the causal solves (Numba)
-# U (dual x primal block of the action Hessian, in causal order: dmftc.runtime.causal_solve) is block lower
+# U (dual x primal block of the action Hessian, in causal order: dmftc.runtime.solvers.causal_solve) is block lower
 # triangular in time, with diagonal blocks at edges (T + 1 offsets) that grow with time: at time tau the
 # kernels, responses and error signal first acting at tau.  Below the diagonal every later row of U reaches
 # every block (the local Hessians of ln Z_l couple all earlier times), so the kernels skip only U's zero
 # entries there; they invert each diagonal block once (its exact 1-norm condition number is returned for the
-# runtime's check).  dmftc.codegen.solve_kernels; called by dmftc.runtime.causal_solve on the CPU.
+# runtime's check).  dmftc.codegen.solve_kernels; called by dmftc.runtime.solvers.causal_solve on the CPU.
 SOLVE_BLOCKS = 'time'
 # Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name
 # per file: a cache written under another name would not load); otherwise it compiles them in memory

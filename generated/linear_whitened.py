@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from dmftc.runtime import kernels as _k
+from dmftc.runtime.numerics import kernels as _k
 
 MODEL = 'linear_whitened'
 DESCRIPTION = 'two-layer linear net on P whitened points'
@@ -62,13 +62,13 @@ def coefficients(p, sz):
 
 
 # ---------------------------------------------------------------- the single-site program
-# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an
+# read by dmftc.runtime.march.site_march: fields, kernel rows, responses and the readout as functions of an
 # evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer
 # references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,
 # through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over
 # time (the fields' tangents live for the current step only); 'normals': the sources constant in time,
 # whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read
-# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices:
+# (the propagator's couplings, dmftc.runtime.sensitivities.site_local); a two-layer spec's: 'axes' (its sample indices:
 # the arrays are laid out as (paths, one axis per index, time)), 'stored' (the indices of each quantity),
 # 'drivers' (the order parameters the fields and running sums read), 'sums' (the running sums,
 # site_increment_<k>)
@@ -113,7 +113,7 @@ def site_increment_1(E):
 
 
 # the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with
-# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)
+# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.sensitivities.site_tangents)
 
 def site_dfield_h(E):
     """d h: gamma*d___I1[l](t, mu)"""
@@ -159,7 +159,7 @@ def site_constraint_Delta(E, v):
 # U = 1 - dF/dq, time-major (T steps, m components per time), block lower triangular in time: its columns
 # reach later times only at the components of SOLVE_CROSS (the drivers); SOLVE_SAME_TIME: the order
 # parameters each constraint reads at its own time (none: U's diagonal blocks are the identity and the
-# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.site_engine on the CPU.
+# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.engines.site_engine on the CPU.
 SOLVE_CROSS = ('Delta',)
 SOLVE_SAME_TIME = ()
 SOLVE_IDENTITY = True

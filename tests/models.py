@@ -2,7 +2,7 @@
 odd_model``)."""
 import numpy as np
 
-from dmftc.runtime.deep_model import DeepModel
+from dmftc.runtime.problem.deep_model import DeepModel
 
 
 def odd_model() -> DeepModel:
@@ -22,17 +22,17 @@ def structured(activation, model):
 
 
 def assert_site_moments_equal_autodiff(activation, model, *, L=3, T=3, S=64, seed=5):
-    """Every per-path sum of dmftc.runtime.site_moments equals the autodiff structured estimator
+    """Every per-path sum of dmftc.runtime.sensitivities.site_moments equals the autodiff structured estimator
     (dmftc.reference.deep_autodiff) on the same paths of the saddle of ``model`` with ``activation``, for every
     layer kind of depth L (r-block varying, both blocks, u-block varying), to 1e-12 of each sum's size; every
     sum is exercised (size > 1e-3)."""
     import jax.numpy as jnp
     import numpy as np
 
-    from dmftc.runtime.deep_action import Layout, gather_local, saddle_point_vector
-    from dmftc.runtime.deep_propagator import mc_saddle
+    from dmftc.runtime.problem.deep_action import Layout, gather_local, saddle_point_vector
+    from dmftc.runtime.engines.deep_propagator import mc_saddle
     from dmftc.reference.deep_autodiff import autodiff_estimator
-    from dmftc.runtime.local_estimator import estimator
+    from dmftc.runtime.sensitivities.local_estimator import estimator
 
     xi = np.random.default_rng(seed).standard_normal((2, L, S, T))
     sad, fields = mc_saddle(activation=activation, L=L, T=T, xiu=xi[0], xir=xi[1], model=model)

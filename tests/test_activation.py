@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from dmftc.runtime import kernels
+from dmftc.runtime.numerics import kernels
 from dmftc.derive.activation import X, Activation
-from dmftc.runtime.activation import as_activation
+from dmftc.runtime.problem.activation import as_activation
 from dmftc.errors import ParameterError
 
 

@@ -58,7 +58,7 @@ def test_adjoint_agrees_with_the_msr_propagator():
     """A different estimator of the same propagator (source-covariance sensitivities pathwise through the
     Cholesky factors, not Price's theorem): tanh, L = 2, T = 10, 4000 paths each, every N Var within z <= 4."""
     from dmftc.runtime.adjoint.propagator import adjoint_propagator
-    from dmftc.runtime.deep_propagator import deep_propagator
+    from dmftc.runtime.engines.deep_propagator import deep_propagator
 
     kw = dict(L=2, T=10, activation="tanh", gamma=1.0, y=1.0, eta=0.05)
     A = adjoint_propagator(paths=4000, groups=8, seed=5, **kw)

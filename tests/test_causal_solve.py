@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from dmftc.runtime.causal_solve import causal_order
-from dmftc.runtime.linalg import left_solve
+from dmftc.runtime.solvers.causal_solve import causal_order
+from dmftc.runtime.solvers.linalg import left_solve
 from dmftc.reference.dense_hessian import assemble_hessian, propagator_from_hessian
-from dmftc.runtime.deep_action import Layout
-from dmftc.runtime.deep_propagator import group_propagator
+from dmftc.runtime.problem.deep_action import Layout
+from dmftc.runtime.engines.deep_propagator import group_propagator
 from dmftc.errors import NumericalError
 
 
@@ -75,9 +75,9 @@ def test_theta_jacobian_matches_autodiff(odd):
     nonlinear in the kernels and in Delta, and for couplings whose coefficients depend on (t, s)."""
     import jax.numpy as jnp
 
-    from dmftc.runtime.deep_model import DeepModel
+    from dmftc.runtime.problem.deep_model import DeepModel
     from dmftc.reference.standard_model import standard
-    from dmftc.runtime.local_estimator import _theta_jacobian
+    from dmftc.runtime.sensitivities.local_estimator import _theta_jacobian
     from dmftc.reference.deep_autodiff import _theta_map
 
     model = standard(gamma=0.7, eta=0.3, y=1.0) if not odd else DeepModel(
@@ -104,11 +104,11 @@ def test_theta_jacobian_matches_autodiff(odd):
 
 @pytest.mark.parametrize("T, points", [(4, 1), (6, 2)])
 def test_dual_positions_of_a_local_vector_are_the_causal_solve_duals(T, points):
-    """The directions along which the linear propagator differentiates each ln Z_l (dmftc.runtime.deep_linear.
+    """The directions along which the linear propagator differentiates each ln Z_l (dmftc.runtime.engines.deep_linear.
     dual_positions) are exactly the local variables that the causal order calls dual, in every layer (restricted
     to the entries that are variables there), and they are half of all directions."""
-    from dmftc.runtime.deep_action import gather_local
-    from dmftc.runtime.deep_linear import dual_positions
+    from dmftc.runtime.problem.deep_action import gather_local
+    from dmftc.runtime.engines.deep_linear import dual_positions
 
     L = 3
     lay = Layout(L, T)

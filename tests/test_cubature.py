@@ -1,4 +1,4 @@
-"""The cubature backend (dmftc/runtime/cubature.py): Gauss-Hermite nodes over a two-layer spec's sources."""
+"""The cubature backend (dmftc/runtime/engines/cubature.py): Gauss-Hermite nodes over a two-layer spec's sources."""
 import numpy as np
 import pytest
 
@@ -34,7 +34,7 @@ def test_tanh_agrees_with_monte_carlo_and_its_error_is_small(tmp_path):
     cu = m.solve(backend="cubature", samples=14000, **kw)
     assert cu.info["diagnostics"]["cubature"]["nodes"] == [24, 18]
     mc = m.solve(backend="mc", samples=40000, seed=3, **kw)
-    from dmftc.runtime.plot import CUBATURE_BAND, MC_BAND
+    from dmftc.runtime.results.plot import CUBATURE_BAND, MC_BAND
     fig = cu.plot(tmp_path / "c.png", return_fig=True)         # the bands say what they are
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert CUBATURE_BAND in legend and MC_BAND not in legend
@@ -73,7 +73,7 @@ def test_sparse_rule_moments():
     2k + 2 in general: the test can fail); the tensor rule of n nodes every degree <= 2n - 1 per coordinate."""
     import itertools
     from math import prod
-    from dmftc.runtime.quadrature import sparse_rule, tensor_rule
+    from dmftc.runtime.numerics.quadrature import sparse_rule, tensor_rule
 
     def moment(a):
         return prod(0 if k % 2 else prod(range(k - 1, 0, -2)) for k in a)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dmftc.deep import propagator_bytes, solve_deep
-from dmftc.runtime.deep_linear import deep_linear_propagator
+from dmftc.runtime.engines.deep_linear import deep_linear_propagator
 from dmftc.errors import ParameterError
 
 
@@ -70,7 +70,7 @@ def tanh_sol():
 
 
 def test_tanh_solution_gives_the_monte_carlo_propagator_on_first_use(tanh_sol):
-    from dmftc.runtime.deep_propagator import deep_propagator
+    from dmftc.runtime.engines.deep_propagator import deep_propagator
 
     assert not tanh_sol.blocks.computed
     ref = deep_propagator(activation="tanh", samples=1600, groups=4, seed=3, **TANH)
@@ -142,7 +142,7 @@ def test_kink_in_phi_prime_gets_means_and_a_refused_propagator(tmp_path):
 def test_default_model_checks_its_parameters(kw, match):
     """as_model without a model builds the standard network from its compiled spec; bad values are refused
     before they key its cache (a ParameterError, not a TypeError)."""
-    from dmftc.runtime.standard_spec import as_model
+    from dmftc.runtime.problem.standard_spec import as_model
 
     with pytest.raises(ParameterError, match=match):
         as_model(None, **kw)

@@ -1,6 +1,6 @@
-"""Saddle point of the exact discrete-time deep DMFT (dmftc.runtime.deep_dmft).
+"""Saddle point of the exact discrete-time deep DMFT (dmftc.runtime.march.deep_dmft).
 
-Reference equations: the docstrings of dmftc.validation.deep_ensemble and dmftc.runtime.deep_dmft.  The checks below are independent of the
+Reference equations: the docstrings of dmftc.validation.deep_ensemble and dmftc.runtime.march.deep_dmft.  The checks below are independent of the
 solver's method: closed recursions, Gauss-Hermite integrals, and field equations re-implemented
 here in numpy and differentiated by finite differences.
 """
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_dmft import DeepSaddle, solve_deep
+from dmftc.runtime.march.deep_dmft import DeepSaddle, solve_deep
 from dmftc.errors import NumericalError, ParameterError
 
 # 16 groups: the group standard errors have 15 degrees of freedom, so a "4 standard errors" band
@@ -243,7 +243,7 @@ def test_the_march_of_any_model_equals_the_exact_linear_march_of_its_action():
     from models import odd_model
 
     from dmftc.reference.deep_marches import numpy_linear_saddle
-    from dmftc.runtime.deep_linear import deep_linear_saddle
+    from dmftc.runtime.engines.deep_linear import deep_linear_saddle
 
     L, T = 3, 6
     model = odd_model()

@@ -223,7 +223,7 @@ def test_generated_activation_and_couplings():
 def test_deep_tanh_spec_matches_python_api():
     """Same seed and samples: the spec reproduces dmftc.deep.solve_deep, means and propagator.
 
-    The Python API's standard network is this spec with its model line renamed (dmftc.runtime.standard_spec),
+    The Python API's standard network is this spec with its model line renamed (dmftc.runtime.problem.standard_spec),
     so both run the same generated program through separately compiled but identical XLA computations: the
     results are equal (measured: bitwise; asserted to 1e-12 of each curve's scale).  Before that the API ran the
     structured march and the two agreed only to ~1e-8 (round-off lifted by the Cholesky extension of the rank-one
@@ -343,14 +343,14 @@ def test_deep_linear_too_large_keeps_means_and_names_the_size():
 def test_linear_spec_of_another_action_gets_its_own_exact_propagator(tmp_path):
     """A deep linear spec that is not the standard network (2 gamma in the h coupling, an input kernel Phi[0] =
     0.6): its exact propagator is that of its OWN action (deep_model.from_spec, then the autodiff Hessian of the
-    log-det action of dmftc.runtime.deep_linear).  Oracle: the Monte Carlo engine of dmftc.runtime.deep_propagator
+    log-det action of dmftc.runtime.engines.deep_linear).  Oracle: the Monte Carlo engine of dmftc.runtime.engines.deep_propagator
     (its own march, closed-form site moments, causal solve) run with the same model on a degree-5 Gaussian
     cubature rule, on which it is exact for phi = identity; both agree to round-off, and differ from the
     standard network's."""
     from dmftc.reference.deep_autodiff import gaussian_cubature5
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_dmft import SpecKernels
-    from dmftc.runtime.deep_propagator import group_propagator
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.march.deep_dmft import SpecKernels
+    from dmftc.runtime.engines.deep_propagator import group_propagator
 
     text = (ROOT / "specs" / "deep_linear.dmft").read_text()
     for old, new in (("+ gamma * integral(Delta(s) Phi[l-1](t, s) g[l](s), s < t)",
@@ -451,8 +451,8 @@ def test_propagator_reads_the_action_at_any_parameter_scale(tmp_path):
     scales the response is refused earlier, at compile time, with its location (the action then pairs the
     responses differently)."""
     from dmftc.errors import StructureSpecError
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_spec import resolve_deep_params
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.engines.deep_spec import resolve_deep_params
 
     mod = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").module
     model = from_spec(mod, resolve_deep_params(mod, dict(gamma=10.0, eta=1e50))[0])
@@ -471,7 +471,7 @@ def test_spec_activation_is_keyed_by_the_parameters_it_reads(tmp_path):
     """The spec's activation (and so every program compiled for it, e.g. the propagator's per-path sums) is keyed
     by the parameters phi and the gradient field read: a gamma sweep reuses them, another slope does not, and
     the slope reaches the numbers."""
-    from dmftc.runtime.deep_dmft import SpecKernels
+    from dmftc.runtime.march.deep_dmft import SpecKernels
 
     text = (Path(__file__).resolve().parent.parent / "specs" / "deep_tanh.dmft").read_text()
     text = text.replace("activation phi(h) = tanh(h)", "activation phi(h) = tanh(beta * h)").replace(
@@ -492,7 +492,7 @@ def test_standard_module_disk_cache(tmp_path, monkeypatch):
     a fresh process (here: an emptied in-process table) imports the kept module, whose code is the one a compile
     writes; another activation, or an incomplete entry, compiles; DMFTC_JAX_CACHE=0 keeps nothing."""
     from dmftc.compiler import generate
-    from dmftc.runtime import standard_spec as std
+    from dmftc.runtime.problem import standard_spec as std
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)   # (the suite's own JAX cache turns it off)
     monkeypatch.setenv("DMFTC_CACHE_DIR", str(tmp_path))

@@ -260,7 +260,7 @@ def test_activation_cannot_use_the_layer_index():
     (("B[L+1](t, s) = 0", "B[L+1](t, s) = -0.25"), "B[L+1](t, s) = -0.25", "boundary response B must be 0"),
 ])
 def test_spec_the_propagator_cannot_read_is_located(tmp_path, edit, needle, what):
-    """A spec that passes the checker but not the propagator's structure checks (dmftc.runtime.deep_model.from_spec):
+    """A spec that passes the checker but not the propagator's structure checks (dmftc.runtime.problem.deep_model.from_spec):
     the means are solved, and asking for a variance raises a StructureSpecError at the offending spec text
     (file:line:col, the line, a caret, a hint), located through the generated module's SOURCE_POS."""
     import dmftc

@@ -16,8 +16,8 @@ import pytest
 import sympy as sp
 
 import dmftc
-from dmftc.runtime.deep_dmft import SpecKernels
-from dmftc.runtime.deep_model import from_spec
+from dmftc.runtime.march.deep_dmft import SpecKernels
+from dmftc.runtime.problem.deep_model import from_spec
 from models import assert_site_moments_equal_autodiff  # noqa: E402  (tests/models.py)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_derive_prints_the_gradient_field(tmp_path):
 
 
 def test_site_moments_equal_autodiff_for_a_nonstandard_gradient_field(tmp_path):
-    """Every per-path sum of dmftc.runtime.site_moments (first, second and third source derivatives, from JAX
+    """Every per-path sum of dmftc.runtime.sensitivities.site_moments (first, second and third source derivatives, from JAX
     derivatives of the spec's program) equals the autodiff reference, which differentiates the generated a and b
     with JAX inside the whole integrand, on the same paths of the spec's own saddle, for both layer kinds of L = 2 (the
     r-block varying, the u-block varying; the standard network's test covers the middle layer of L = 3)."""

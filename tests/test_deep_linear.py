@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_action import Layout, gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.problem.deep_action import Layout, gather_local, observable_names, saddle_point_vector
 from dmftc.reference.dense_hessian import action_hessian, dense_linear_propagator
-from dmftc.runtime.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
+from dmftc.runtime.engines.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = dict(gamma=1.0, y=1.0, eta=0.1, T=10)
@@ -191,8 +191,8 @@ def test_a_parameter_sweep_reuses_the_compiled_hessian_and_matches_a_fresh_compi
     import dmftc
     from pathlib import Path
 
-    from dmftc.runtime import deep_linear
-    from dmftc.runtime.deep_model import from_spec
+    from dmftc.runtime.engines import deep_linear
+    from dmftc.runtime.problem.deep_model import from_spec
     from dmftc.reference.standard_model import standard
 
     T, L = 4, 2
@@ -220,9 +220,9 @@ def test_linear_spec_action_must_be_stationary_at_its_programs_saddle(monkeypatc
 
     import dmftc
     from dmftc.errors import StructureSpecError
-    from dmftc.runtime import deep_linear
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_spec import resolve_deep_params
+    from dmftc.runtime.engines import deep_linear
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.engines.deep_spec import resolve_deep_params
 
     m = dmftc.load(ROOT / "specs" / "deep_linear.dmft")
     p, L, T = resolve_deep_params(m.module, dict(L=2, T=6, gamma=1.3, y=-0.4))

@@ -1,4 +1,4 @@
-"""The exact O(1/N) mean correction of deep linear networks (dmftc.runtime.deep_linear_correction).
+"""The exact O(1/N) mean correction of deep linear networks (dmftc.runtime.engines.deep_linear_correction).
 
 Checked three ways: the cubic contraction against a dense third-derivative tensor of the whole action (tiny
 size); L = 1 against the two-layer engine on specs/eos.dmft (the same network, an independent derivation: the
@@ -14,9 +14,9 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.runtime.deep_action import Layout, saddle_point_vector
-from dmftc.runtime.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
-from dmftc.runtime.deep_linear_correction import cubic_contraction
+from dmftc.runtime.problem.deep_action import Layout, saddle_point_vector
+from dmftc.runtime.engines.deep_linear import deep_linear_action, deep_linear_propagator, deep_linear_saddle
+from dmftc.runtime.engines.deep_linear_correction import cubic_contraction
 from dmftc.reference.standard_model import standard
 from models import odd_model  # noqa: E402  (tests/models.py)
 

@@ -1,6 +1,6 @@
 """Deep specs with another loss: the logistic loss, whose error signal Delta = y / (1 + exp(y f)) is a nonlinear
 function of the network output f (specs/deep_logistic.dmft).  The propagator sees it through its slope at the
-saddle, step by step (dmftc.runtime.deep_model: DeepModel.linearised).  Checked against width-N networks trained by
+saddle, step by step (dmftc.runtime.problem.deep_model: DeepModel.linearised).  Checked against width-N networks trained by
 gradient descent on the logistic loss (dmftc.validation.deep_ensemble with ``error_signal``), extrapolated in 1/N
 from N and 2N, pointwise within 4 combined standard errors, with labels of both signs and rich training:
 
@@ -22,7 +22,7 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.runtime import deep_model
+from dmftc.runtime.problem import deep_model
 from dmftc.validation.deep_ensemble import deep_truth
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -135,7 +135,7 @@ def test_linearised_error_signal_is_the_tangent_of_the_spec(tmp_path):
     derivatives (central differences of the generated error signal), on P = 2 points with labels of both signs;
     the model before linearisation refuses to give its features."""
     m = _points(tmp_path, "h")
-    from dmftc.runtime.deep_points import resolve_point_params
+    from dmftc.runtime.engines.deep_points import resolve_point_params
 
     p = resolve_point_params(m.module, dict(P=2, Kx=np.eye(2), y=np.array([1.3, -0.7]), T=3))[0]
     model = deep_model.from_spec(m.module, p)

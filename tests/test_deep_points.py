@@ -249,11 +249,11 @@ def test_monte_carlo_propagator_on_points_is_exact_on_a_gaussian_cubature(tmp_pa
     time-0 term per point, the causal blocks of the Price sums and of U) on a case where an index-ordered
     causality would differ."""
     from dmftc.reference.deep_autodiff import gaussian_cubature5
-    from dmftc.runtime.deep_dmft import SpecKernels
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_points import linear_propagator, resolve_point_params
-    from dmftc.runtime.deep_propagator import group_propagator
-    from dmftc.runtime.point_observables import PointObservables
+    from dmftc.runtime.march.deep_dmft import SpecKernels
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.engines.deep_points import linear_propagator, resolve_point_params
+    from dmftc.runtime.engines.deep_propagator import group_propagator
+    from dmftc.runtime.results.point_observables import PointObservables
 
     mod = _load(tmp_path, LINEAR, "deep_multi_linear").module
     rng = np.random.default_rng(P + T)

@@ -1,9 +1,9 @@
 """Finite-width propagator of deep nonlinear networks from the Monte Carlo Hessian of the discrete-time MSR
-action (dmftc.runtime.deep_propagator).
+action (dmftc.runtime.engines.deep_propagator).
 
 Chain of checks: (1) the single-site integrand's derivatives from two Newton steps equal finite differences of
 a converged solver, through third order (and one step does not); (2) the structured estimator equals the
-brute-force autodiff Hessian on the same samples (round-off), and the sums of dmftc.runtime.site_moments (the
+brute-force autodiff Hessian on the same samples (round-off), and the sums of dmftc.runtime.sensitivities.site_moments (the
 default path: the program's local derivatives, implicit-function calculus) equal the structured estimator on the
 same samples (round-off; the closed forms of dmftc.reference.site_moments_closed in tests/test_site_local.py); (3) phi = identity: the Monte Carlo ln Z_l, its
 gradient and Hessian agree with deep_linear's closed form within Monte Carlo error, and the propagator with
@@ -17,13 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_action import Layout, gather_local, observable_names, saddle_point_vector
-from dmftc.runtime.deep_action import log_z_local
-from dmftc.runtime.deep_linear import local_hessian, deep_linear_propagator
+from dmftc.runtime.problem.deep_action import Layout, gather_local, observable_names, saddle_point_vector
+from dmftc.runtime.problem.deep_action import log_z_local
+from dmftc.runtime.engines.deep_linear import local_hessian, deep_linear_propagator
 from dmftc.reference.standard_model import standard
-from dmftc.runtime.deep_propagator import deep_propagator, mc_saddle
+from dmftc.runtime.engines.deep_propagator import deep_propagator, mc_saddle
 from dmftc.reference.deep_autodiff import autodiff_estimator
-from dmftc.runtime.local_estimator import LocalEstimator
+from dmftc.runtime.sensitivities.local_estimator import LocalEstimator
 from dmftc.reference.deep_autodiff import local_logf
 from dmftc.errors import NumericalError, ParameterError
 from models import assert_site_moments_equal_autodiff, odd_model  # noqa: E402  (tests/models.py)
@@ -179,11 +179,11 @@ def test_two_newton_steps_give_exact_derivatives_through_third_order():
 @pytest.mark.parametrize("activation,odd,weighted", [("tanh", False, False), ("sin(h)", True, True),
                                                      ("relu", False, True)])
 def test_group_saddle_is_the_one_march_and_equals_the_numpy_oracle(activation, odd, weighted):
-    """mc_saddle (the deep march of dmftc.runtime.deep_dmft with the direct readout and the paths kept) equals
+    """mc_saddle (the deep march of dmftc.runtime.march.deep_dmft with the direct readout and the paths kept) equals
     the path-by-path numpy march of dmftc.reference.deep_marches on the same paths and weights: saddle, K and
     every per-path source and field.  Standard network and the odd model; a kink in phi' too, where the march's
     tangents are pathwise (the delta of phi'' dropped: the oracle's phi'' at width 0)."""
-    from dmftc.runtime.activation import as_activation
+    from dmftc.runtime.problem.activation import as_activation
     from dmftc.reference.deep_marches import numpy_mc_saddle
 
     L, T, S = 2, 5, 200
@@ -236,7 +236,7 @@ def test_structured_estimator_equals_brute_force_autodiff():
 @pytest.mark.parametrize("activation,odd", [("tanh", False), pytest.param("tanh", True, marks=pytest.mark.slow),
                                             pytest.param("erf", False, marks=pytest.mark.slow)])
 def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
-    """Every sum of dmftc.runtime.site_moments (first, second and third source derivatives from the program, Price block
+    """Every sum of dmftc.runtime.sensitivities.site_moments (first, second and third source derivatives from the program, Price block
     summed over paths and times in one matrix product) equals the autodiff structured estimator on the same
     paths, for the three layer kinds of L = 3 (r-block varying, both blocks, u-block varying); for the standard
     network and for a model with other couplings, readout and boundaries."""
@@ -246,9 +246,9 @@ def test_closed_form_site_moments_equal_autodiff_estimator(activation, odd):
 def test_causal_blocking_of_the_price_products_is_exact():
     """The Price-block products are split by output time (o < hi needs only s, j, a, b < hi); on arbitrary
     paths (T = 9, both source blocks varying) the blocked sums equal the single dense product to round-off."""
-    from dmftc.runtime.activation import as_activation
-    from dmftc.runtime.site_local import local_map
-    from dmftc.runtime.site_moments import SiteMoments
+    from dmftc.runtime.problem.activation import as_activation
+    from dmftc.runtime.sensitivities.site_local import local_map
+    from dmftc.runtime.sensitivities.site_moments import SiteMoments
 
     T, S = 9, 40
     rng = np.random.default_rng(1)
@@ -273,8 +273,8 @@ def test_price_blocks_by_parts_are_unbiased_and_less_noisy():
     all pathwise (price_tol None), on the same 8000 paths in 40 independent batches.  Equal in expectation
     (paired t <= 5 on every entry that changes, Student t39), only the Price entries change, and their batch
     spread is smaller by parts (the reason for it: the third and fourth derivatives of phi drop out)."""
-    from dmftc.runtime.activation import as_activation
-    from dmftc.runtime.sampling import source_normals
+    from dmftc.runtime.problem.activation import as_activation
+    from dmftc.runtime.numerics.sampling import source_normals
 
     L, T, batches, per = 2, 4, 40, 200
     model = standard(gamma=1.0, eta=0.1, y=1.0)
@@ -382,11 +382,11 @@ def test_linear_propagator_is_exact_with_a_degree_5_gaussian_cubature(L, T, odd)
     """For phi = identity every sum behind the Hessian (kernels, fourth moments, responses, Price terms) is a
     Gaussian moment of degree <= 4.  Running the SAME estimator (march, the program's site derivatives,
     assembly, inverse) on the points of a degree-5 cubature rule instead of random paths must therefore give
-    the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.runtime.deep_linear)
+    the exact propagator: it equals the autodiff Hessian of the closed-form log-det action (dmftc.runtime.engines.deep_linear)
     to round-off, for every block of Delta, K, Phi[l], G[l] (the issue asks for 1e-6 relative); for the standard
     network and for a model with nonlinear couplings, another readout, boundaries and K (both codes read the
     DeepModel; they share only the Layout and the final solve)."""
-    from dmftc.runtime.deep_propagator import group_propagator
+    from dmftc.runtime.engines.deep_propagator import group_propagator
     from dmftc.reference.deep_autodiff import gaussian_cubature5
 
     kw = dict(L=L, T=T, model=odd_model() if odd else standard(gamma=1.2, y=1.0, eta=0.2))
@@ -473,7 +473,7 @@ def test_unresolved_propagator_says_its_error_bars_understate_the_error():
     estimate does (measured: up to 4.9 standard errors, 1.0 for K), and the solution's summary warns.  Whenever the networks
     disagree beyond 4 standard errors the flag must be up."""
     from dmftc.deep import solve_deep
-    from dmftc.runtime.solution import solve_bias_warning
+    from dmftc.runtime.results.solution import solve_bias_warning
     from dmftc.validation.deep_ensemble import deep_truth
 
     act = "sqrt(2) * h * (1 + erf(h / (0.4 * sqrt(2)))) / 2"
@@ -497,7 +497,7 @@ def test_solve_bias_warning_names_the_observable_most_off():
     largest bias relative to its peak, not the largest ratio (measured, h + 0.5 sin(2 h), L = 2, T = 10, gamma =
     1.8, 32 groups of 512 paths: Delta 3.0 standard errors but 1% of its peak, K and G[2] 2.9-3.0 and 23%), and
     lists the rest."""
-    from dmftc.runtime.solution import solve_bias_warning
+    from dmftc.runtime.results.solution import solve_bias_warning
 
     msg = solve_bias_warning({"propagator_solve_bias_vs_se": {"Delta": 3.0, "K": 2.9, "G[1]": 0.5},
                               "propagator_solve_bias": {"Delta": 0.01, "K": 0.23, "G[1]": 0.4}})

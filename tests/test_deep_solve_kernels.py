@@ -1,5 +1,5 @@
 """The deep modules' generated Numba solve kernels (dmftc.codegen.solve_kernels: block_back, block_forward) against
-dense reference solves and the NumPy block solves (dmftc.runtime.linalg), and the deep solutions unchanged by them."""
+dense reference solves and the NumPy block solves (dmftc.runtime.solvers.linalg), and the deep solutions unchanged by them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,9 @@ import pytest
 
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime import causal_solve
-from dmftc.runtime.causal_solve import back_kernel
-from dmftc.runtime.linalg import kernel_back, left_solve, lower_inverse, right_solve
+from dmftc.runtime.solvers import causal_solve
+from dmftc.runtime.solvers.causal_solve import back_kernel
+from dmftc.runtime.solvers.linalg import kernel_back, left_solve, lower_inverse, right_solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.dmft"))

@@ -54,7 +54,7 @@ def test_deep_tanh_means_within_two_percent():
 # ------------------------------------------------------------------ a spec the built-in network does not cover
 def _input_norm_spec(tmp_path, base="deep_tanh"):
     """specs/<base>.dmft with an input kernel Phi[0] = kx = |x|^2 / D as a parameter: the propagator reads
-    the boundary from the spec's action (dmftc.runtime.deep_model.from_spec); no built-in network has it."""
+    the boundary from the spec's action (dmftc.runtime.problem.deep_model.from_spec); no built-in network has it."""
     from pathlib import Path
 
     import dmftc

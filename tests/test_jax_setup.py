@@ -90,7 +90,7 @@ def test_march_options_change_no_number():
 
     import dmftc
     from dmftc.jax_setup import march_options
-    from dmftc.runtime.site_march import site_march
+    from dmftc.runtime.march.site_march import site_march
 
     opts = march_options()
     assert opts in ({}, {"xla_cpu_experimental_ynn_fusion_type": ""})

@@ -1,4 +1,4 @@
-"""Labelled results (dmftc.runtime.labelled): Solution.to_xarray for every shipped spec, netCDF files that load
+"""Labelled results (dmftc.runtime.results.labelled): Solution.to_xarray for every shipped spec, netCDF files that load
 back the same solution, sweeps as one Dataset (serially and as Dask tasks), ensembles in the same layout and
 z-scores between two results."""
 import json
@@ -10,7 +10,7 @@ import xarray as xr
 
 import dmftc
 from dmftc.errors import DmftcError, ParameterError
-from dmftc.runtime.jsonable import jsonable
+from dmftc.runtime.results.jsonable import jsonable
 from dmftc.validation import truth_dataset
 from dmftc.validation.truth import finite_width_truth
 

@@ -25,7 +25,7 @@ def _code_words(path: Path) -> list[tuple[int, str]]:
 
 
 def test_runtime_names_no_activation():
-    hits = [f"{p.relative_to(PKG)}:{line}: {w}" for p in sorted((PKG / "runtime").glob("*.py"))
+    hits = [f"{p.relative_to(PKG)}:{line}: {w}" for p in sorted((PKG / "runtime").rglob("*.py"))
             for line, w in _code_words(p) if w in ACTIVATION_WORDS]
     assert not hits, "activation names in runtime code:\n" + "\n".join(hits)
 
@@ -365,3 +365,57 @@ def test_a_stage_violation_is_found(tmp_path):
                              "derive/c.py": "import pkg.runtime.d\n", "runtime/d.py": "",
                              "codegen/e.py": "from pkg.derive import c\nfrom pkg.ir import b\n"})
     assert stage_violations(root) == ["pkg.derive.c:1 -> pkg.runtime.d", "pkg.ir.b:3 -> pkg.derive.c"]
+
+
+# The runtime's sub-packages by role, lowest first: a module may import runtime modules of its own package or of a
+# lower rank only (the modules directly in runtime/, the entry points solve and model, rank above all).
+RUNTIME_ROLES = {"numerics": 0, "results": 0, "problem": 1, "march": 2, "solvers": 2, "sensitivities": 3,
+                 "adjoint": 4, "matrix_free": 4, "engines": 4}
+
+
+def runtime_role_violations(root: Path) -> list[str]:
+    """'module:line -> target' for every import inside the runtime that reaches a package of the same or a higher
+    rank than the importer's own (RUNTIME_ROLES), or a runtime module that belongs to no role package."""
+    top = f"{root.name}.runtime"
+    top_rank = max(RUNTIME_ROLES.values()) + 1
+
+    def rank(mod):
+        parts = mod.split(".")
+        if len(parts) < 3 or parts[2] not in RUNTIME_ROLES:
+            return parts[2] if len(parts) >= 3 else None, top_rank
+        return parts[2], RUNTIME_ROLES[parts[2]]
+
+    found = []
+    for mod, edges in sorted(import_graph(root).items()):
+        if not mod.startswith(top + "."):
+            continue
+        own, r = rank(mod)
+        for t, line in sorted(edges.items()):
+            if not t.startswith(top + ".") or t.split(".")[2] == own:
+                continue
+            pkg, rt = rank(t)
+            if rt >= r and not (rt == r == top_rank):        # the entry points may import each other
+                found.append(f"{mod}:{line} -> {t}")
+    return found
+
+
+def test_runtime_roles_import_one_way():
+    hits = runtime_role_violations(PKG)
+    assert not hits, "runtime imports against the roles' order (numerics, results < problem < march, solvers < " \
+        "sensitivities < engines and prototypes < solve, model):\n" + "\n".join(hits)
+    loose = sorted(p.name for p in (PKG / "runtime").glob("*.py"))
+    assert loose == ["__init__.py", "model.py", "solve.py"], loose
+
+
+def test_a_runtime_role_violation_is_found(tmp_path):
+    """A march module importing an engine inside a function, and a problem module importing the march."""
+    files = {"__init__.py": "", "runtime/__init__.py": "", "runtime/solve.py": "from pkg.runtime.engines import e\n"}
+    for p in RUNTIME_ROLES:
+        files[f"runtime/{p}/__init__.py"] = ""
+    files |= {"runtime/march/m.py": "def f():\n    from pkg.runtime.engines import e\n",
+              "runtime/problem/p.py": "import pkg.runtime.march.m\n",
+              "runtime/engines/e.py": "from pkg.runtime.problem import p\nfrom pkg.runtime.numerics import n\n",
+              "runtime/numerics/n.py": ""}
+    root = _plant(tmp_path, files)
+    assert runtime_role_violations(root) == ["pkg.runtime.march.m:2 -> pkg.runtime.engines.e",
+                                             "pkg.runtime.problem.p:1 -> pkg.runtime.march.m"]

@@ -4,12 +4,12 @@ equals the causal solve of the assembled blocks, on the same paths, to round-off
 import numpy as np
 import pytest
 
-from dmftc.runtime.deep_action import Layout, gather_local, saddle_point_vector
-from dmftc.runtime.deep_propagator import group_propagator, mc_saddle
-from dmftc.runtime.local_estimator import LocalEstimator
+from dmftc.runtime.problem.deep_action import Layout, gather_local, saddle_point_vector
+from dmftc.runtime.engines.deep_propagator import group_propagator, mc_saddle
+from dmftc.runtime.sensitivities.local_estimator import LocalEstimator
 from dmftc.runtime.matrix_free.products import LayerProducts
 from dmftc.runtime.matrix_free.solve import matrix_free_propagator
-from dmftc.runtime.standard_spec import model_and_activation
+from dmftc.runtime.problem.standard_spec import model_and_activation
 
 
 def _group(L, T, S=32):
@@ -61,9 +61,9 @@ def test_layer_products_with_one_time_coefficients():
     """A spec whose local functions read one-time coefficients (specs/deep_sgd.dmft with weight decay: phi(a(t) h),
     g = a(t) phi'(a(t) h) z): the matrix-free products (the integrand's local map, fed the coefficients' values per
     step) equal the dense Hessian of the structured estimator (fed them by its own path) to round-off."""
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.params import resolve_deep_params
-    from dmftc.runtime.spec_kernels import SpecKernels
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.problem.params import resolve_deep_params
+    from dmftc.runtime.problem.spec_kernels import SpecKernels
     from generated import deep_sgd as mod
 
     p, L, T = resolve_deep_params(mod, dict(L=2, T=3, lam=0.7, beta=0.5, eta=0.2, gamma=1.2, y=0.8,

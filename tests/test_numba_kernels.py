@@ -1,5 +1,5 @@
 """The generated Numba solve kernels (dmftc.codegen.solve_kernels) and the structured propagator
-(runtime.linalg.coupled_sandwich) against dense reference solves."""
+(runtime.solvers.linalg.coupled_sandwich) against dense reference solves."""
 from __future__ import annotations
 
 import importlib
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import dmftc
-from dmftc.runtime import site_engine
-from dmftc.runtime.linalg import cross_components, right_solve, sandwich, time_edges
+from dmftc.runtime.engines import site_engine
+from dmftc.runtime.solvers.linalg import cross_components, right_solve, sandwich, time_edges
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LAYER = sorted(p.stem for p in (ROOT / "specs").glob("*.dmft")             # the shipped two-layer specs

@@ -1,4 +1,4 @@
-"""The solve options are one definition for every kind of spec (dmftc.runtime.options): the same bad option gives
+"""The solve options are one definition for every kind of spec (dmftc.runtime.problem.options): the same bad option gives
 the same error whatever the spec (two-layer, deep, deep linear, deep on several points), before anything is
 solved, and an option that the spec's kind does not read is an error instead of being ignored."""
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.runtime.options import DEEP_ONLY, TWO_LAYER_ONLY, SolveOptions
+from dmftc.runtime.problem.options import DEEP_ONLY, TWO_LAYER_ONLY, SolveOptions
 from dmftc.runtime.solve import kind_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ PARAMS_BAD = [
 
 @pytest.mark.parametrize("bad, message", PARAMS_BAD, ids=[repr(b) for b, _ in PARAMS_BAD])
 def test_a_bad_model_parameter_is_the_same_error_for_every_kind_of_spec(models, bad, message):
-    """One resolver (dmftc.runtime.params.resolve_params) for the model parameters of every kind of spec."""
+    """One resolver (dmftc.runtime.problem.params.resolve_params) for the model parameters of every kind of spec."""
     for name, m in models.items():
         with pytest.raises(ParameterError) as err:
             m.solve(**{"T": 2, **bad})

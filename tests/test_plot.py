@@ -1,4 +1,4 @@
-"""Figures of a Solution (dmftc.runtime.plot): Monte Carlo error bands in every panel, symbols on the axes, the
+"""Figures of a Solution (dmftc.runtime.results.plot): Monte Carlo error bands in every panel, symbols on the axes, the
 solve's parameters in the title, the width-N spread labelled, a networks ensemble overlaid, and a clear error
 without matplotlib."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from matplotlib.container import ErrorbarContainer  # noqa: E402
 
 from dmftc.compiler import load  # noqa: E402
 from dmftc.errors import ParameterError  # noqa: E402
-from dmftc.runtime.plot import MC_BAND, plot_solution, symbol, width_band_label  # noqa: E402
+from dmftc.runtime.results.plot import MC_BAND, plot_solution, symbol, width_band_label  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Standard normals of the source paths (dmftc.runtime.sampling): pseudo-random and randomised QMC."""
+"""Standard normals of the source paths (dmftc.runtime.numerics.sampling): pseudo-random and randomised QMC."""
 from pathlib import Path
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.runtime.deep_propagator import deep_propagator
-from dmftc.runtime.sampling import source_normals
+from dmftc.runtime.engines.deep_propagator import deep_propagator
+from dmftc.runtime.numerics.sampling import source_normals
 
 ROOT = Path(__file__).resolve().parents[1]
 

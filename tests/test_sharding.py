@@ -1,4 +1,4 @@
-"""Monte Carlo paths sharded over JAX devices (the solve option ``devices``, dmftc.runtime.devices).
+"""Monte Carlo paths sharded over JAX devices (the solve option ``devices``, dmftc.runtime.numerics.devices).
 
 JAX fixes its device count when it is imported, so the check runs in a subprocess with XLA_FLAGS asking the
 host platform for 4 devices: the two-layer solve with devices=4 equals the one-device solve on the same draws
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmftc.errors import ParameterError
-from dmftc.runtime.options import SolveOptions
+from dmftc.runtime.problem.options import SolveOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,11 +33,11 @@ four = m.solve(devices=4, **kw)
 every = m.solve(devices="all", **dict(kw, samples=4090))    # groups of 511 / 512 paths: padded to 512
 # the march compiled for paths laid out over the devices reduces across them (all-reduce), gathering nothing
 import jax.numpy as jnp
-from dmftc.runtime.devices import path_mesh, place_paths
-from dmftc.runtime.params import resolve_params
-from dmftc.runtime.site_engine import normals_of
-from dmftc.runtime.site_march import site_march
-from dmftc.runtime.site_solve import sample_draws
+from dmftc.runtime.numerics.devices import path_mesh, place_paths
+from dmftc.runtime.problem.params import resolve_params
+from dmftc.runtime.engines.site_engine import normals_of
+from dmftc.runtime.march.site_march import site_march
+from dmftc.runtime.engines.site_solve import sample_draws
 mod = m.module
 p, sz, T = resolve_params(mod, {"T": 8}, dirac_width=0.1)
 nm, w = place_paths((normals_of(mod, sample_draws(mod, p, sz, 512, 0)), jnp.full(512, 1 / 512)), path_mesh(4))
@@ -82,7 +82,7 @@ def test_devices_option_checked():
 
 
 def test_more_devices_than_visible_is_a_clear_error():
-    from dmftc.runtime.devices import path_mesh
+    from dmftc.runtime.numerics.devices import path_mesh
     import jax
 
     assert path_mesh(None) is None and path_mesh(1) is None

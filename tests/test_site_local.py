@@ -1,5 +1,5 @@
-"""The deep propagator's per-path derivatives come from the spec's own program (dmftc.runtime.site_local: local
-derivatives by JAX of the generated site functions; dmftc.runtime.site_moments: the implicit-function sums).  They
+"""The deep propagator's per-path derivatives come from the spec's own program (dmftc.runtime.sensitivities.site_local: local
+derivatives by JAX of the generated site functions; dmftc.runtime.sensitivities.site_moments: the implicit-function sums).  They
 are checked here against the hand-written closed forms of the standard two-field network
 (dmftc.reference.site_moments_closed) on the same paths, where the autodiff reference of
 tests/test_deep_propagator.py does not reach: a kink in phi'' (delta functions through the activation's
@@ -14,15 +14,15 @@ import pytest
 
 import dmftc
 from dmftc.reference.site_moments_closed import ClosedFormMoments
-from dmftc.runtime import kernels as K
-from dmftc.runtime.deep_action import Layout, gather_local, split_local, saddle_point_vector
-from dmftc.runtime.deep_dmft import SpecKernels
-from dmftc.runtime.deep_model import from_spec
-from dmftc.runtime.deep_propagator import mc_saddle
-from dmftc.runtime.deep_spec import resolve_deep_params
-from dmftc.runtime.local_estimator import local_couplings, estimator
-from dmftc.runtime.price_by_parts import stein_plan
-from dmftc.runtime.site_local import local_map
+from dmftc.runtime.numerics import kernels as K
+from dmftc.runtime.problem.deep_action import Layout, gather_local, split_local, saddle_point_vector
+from dmftc.runtime.march.deep_dmft import SpecKernels
+from dmftc.runtime.problem.deep_model import from_spec
+from dmftc.runtime.engines.deep_propagator import mc_saddle
+from dmftc.runtime.engines.deep_spec import resolve_deep_params
+from dmftc.runtime.sensitivities.local_estimator import local_couplings, estimator
+from dmftc.runtime.sensitivities.price_by_parts import stein_plan
+from dmftc.runtime.sensitivities.site_local import local_map
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 NAMES = ("F", "residual", "g", "f", "ff", "Jf", "Ha", "Pc", "Pe", "Sf", "Sc")
@@ -129,10 +129,10 @@ def test_program_derivatives_equal_the_closed_forms(tmp_path, case):
 
 
 def test_chunks_fit_the_paths_and_change_no_sum(tmp_path):
-    """dmftc.runtime.site_moments.chunk_rows: as few chunks as the cap allows, each at most the cap, and at most
+    """dmftc.runtime.sensitivities.site_moments.chunk_rows: as few chunks as the cap allows, each at most the cap, and at most
     about twice the paths' rows in all (a power of two per chunk); the sums over fitted chunks (here one chunk
     of 64 rows for 48 paths) equal those over fixed chunks of 16 rows to round-off."""
-    from dmftc.runtime.site_moments import chunk_rows
+    from dmftc.runtime.sensitivities.site_moments import chunk_rows
 
     for most in (4, 37, 232, 512):
         for S in range(1, 1500, 7):

@@ -1,4 +1,4 @@
-"""The deep march read from the spec's IR (dmftc.runtime.site_march) against the structured march of
+"""The deep march read from the spec's IR (dmftc.runtime.march.site_march) against the structured march of
 dmftc.reference.structured_march (the spec's couplings in a fixed h / z / g template), on the same source paths.
 
 Both are the exact saddle of the Monte Carlo action of the paths (direct readout), so they agree to round-off.
@@ -17,9 +17,9 @@ import dmftc
 from models import structured
 from dmftc.errors import ParameterError
 from dmftc.reference.structured_march import TemplateKernels, structured_paths
-from dmftc.runtime.deep_dmft import SpecKernels
-from dmftc.runtime.deep_spec import resolve_deep_params
-from dmftc.runtime.site_march import schedule, site_march
+from dmftc.runtime.march.deep_dmft import SpecKernels
+from dmftc.runtime.engines.deep_spec import resolve_deep_params
+from dmftc.runtime.march.site_march import schedule, site_march
 
 ROOT = Path(__file__).resolve().parent.parent
 TANH = (ROOT / "specs" / "deep_tanh.dmft").read_text()
@@ -131,8 +131,8 @@ def test_propagator_groups_march_the_spec_program(name, tmp_path):
     runtime has no program for is refused."""
     import dataclasses
 
-    from dmftc.runtime.deep_model import from_spec
-    from dmftc.runtime.deep_propagator import group_propagator
+    from dmftc.runtime.problem.deep_model import from_spec
+    from dmftc.runtime.engines.deep_propagator import group_propagator
 
     text, given = VARIANTS[name]
     spec = tmp_path / f"{name}.dmft"

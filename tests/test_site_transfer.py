@@ -1,5 +1,5 @@
-"""dmftc.runtime.site_transfer: the drivers' columns of dF/dq by per-path transfer matrices equal the tangent march
-(dmftc.runtime.site_tangents) on the same paths to round-off, for every shipped two-layer spec, in batches of
+"""dmftc.runtime.sensitivities.site_transfer: the drivers' columns of dF/dq by per-path transfer matrices equal the tangent march
+(dmftc.runtime.sensitivities.site_tangents) on the same paths to round-off, for every shipped two-layer spec, in batches of
 paths and causal segments, also where its transfer matrices are singular; the programs it does not apply to keep
 the march."""
 from pathlib import Path
@@ -10,10 +10,10 @@ import pytest
 
 import dmftc
 from dmftc.errors import ParameterError
-from dmftc.runtime.params import resolve_params
-from dmftc.runtime.site_drivers import tangent_method
-from dmftc.runtime.site_engine import group_saddle, group_sensitivities, normals_of
-from dmftc.runtime.site_transfer import transfer_applies
+from dmftc.runtime.problem.params import resolve_params
+from dmftc.runtime.sensitivities.site_drivers import tangent_method
+from dmftc.runtime.engines.site_engine import group_saddle, group_sensitivities, normals_of
+from dmftc.runtime.sensitivities.site_transfer import transfer_applies
 from models import source_draws
 
 ROOT = Path(__file__).resolve().parent.parent

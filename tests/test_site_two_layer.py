@@ -1,7 +1,7 @@
 """Issue 12, one engine: a two-layer spec lowered to the single-site program of the deep engine
 (dmftc.derive.site_lowering: one layer, constant-in-time sources, every order parameter a readout) marches to
 the same saddle as the two-layer engine (dmftc.reference.two_layer_engine), and its propagator by autodiff of the march
-(dmftc.runtime.site_engine) is the two-layer engine's, on the same source draws, to round-off."""
+(dmftc.runtime.engines.site_engine) is the two-layer engine's, on the same source draws, to round-off."""
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -10,12 +10,12 @@ import pytest
 
 import dmftc
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.params import resolve_params
-from dmftc.runtime import kernels as _k
+from dmftc.runtime.problem.params import resolve_params
+from dmftc.runtime.numerics import kernels as _k
 from dmftc.reference import two_layer_engine as engine
 from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
-from dmftc.runtime.geometry import Geometry
-from dmftc.runtime.site_engine import two_layer_propagator, two_layer_saddle
+from dmftc.runtime.numerics.geometry import Geometry
+from dmftc.runtime.engines.site_engine import two_layer_propagator, two_layer_saddle
 from dmftc.reference.two_layer_engine import saddle_on_draws
 from models import source_draws
 
@@ -202,7 +202,7 @@ def test_exact_backend_is_the_two_layer_engine(spec, params):
     and Isserlis on one path's gradient and Hessian in the sources give the two-layer exact backend's saddle
     and propagator to round-off."""
     from dmftc.reference.two_layer_exact import exact_moments
-    from dmftc.runtime.site_engine import two_layer_exact
+    from dmftc.runtime.engines.site_engine import two_layer_exact
 
     mod, ref = _pair(ROOT / spec)
     assert mod.NONLINEAR is None
@@ -285,11 +285,11 @@ def test_batches_and_causal_pieces_of_the_tangent_march_add_up(spec, params, bat
 
 
 def test_solve_is_the_two_layer_engine_group_by_group(tmp_path):
-    """The user's solve (dmftc.runtime.site_solve) on the draws it samples, cut into unequal groups (one padded
+    """The user's solve (dmftc.runtime.engines.site_solve) on the draws it samples, cut into unequal groups (one padded
     to the other's size), equals the two-layer engine run group by group on the same draws: means, sigma, its
     standard error, and U and kappa in the spec's own form, here with a coefficient 2 in K's constraint
     (2 K = <phi^2 + g^2>), which the engine's solved form divides out."""
-    from dmftc.runtime.site_solve import sample_draws
+    from dmftc.runtime.engines.site_solve import sample_draws
 
     text = TWO_LAYER.replace("hat K(t) K(t)", "hat K(t) 2 K(t)")
     assert text != TWO_LAYER

@@ -1,4 +1,4 @@
-"""One solution class (dmftc.runtime.solution.Solution) for two-layer specs, deep specs and solve_deep."""
+"""One solution class (dmftc.runtime.results.solution.Solution) for two-layer specs, deep specs and solve_deep."""
 import warnings
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import pytest
 import dmftc
 from dmftc.deep import solve_deep
 from dmftc.errors import ParameterError
-from dmftc.runtime.solution import Solution
+from dmftc.runtime.results.solution import Solution
 
 ROOT = Path(__file__).resolve().parents[1]
 

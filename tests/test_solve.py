@@ -9,10 +9,10 @@ import pytest
 import dmftc
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.reference.two_layer_engine import triangular_sandwich
-from dmftc.runtime.linalg import asymmetry, factor, left_solve, right_solve, sandwich, time_edges, time_major_edges
+from dmftc.runtime.solvers.linalg import asymmetry, factor, left_solve, right_solve, sandwich, time_edges, time_major_edges
 from dmftc.reference.two_layer_kernels import load as reference_module, place_sources
-from dmftc.runtime.geometry import Geometry
-from dmftc.runtime.site_solve import sample_draws
+from dmftc.runtime.numerics.geometry import Geometry
+from dmftc.runtime.engines.site_solve import sample_draws
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +140,7 @@ def _autodiff_D(spec, sol, name):
 
 
 def _place_comp(vals, mod, shape):
-    from dmftc.runtime import kernels as _k
+    from dmftc.runtime.numerics import kernels as _k
 
     return jnp.reshape(_k.place(vals, mod.STORED_AXES["Delta"], len(shape)), shape) if mod.STORED_AXES["Delta"] \
         else jnp.full(shape, vals)
@@ -174,7 +174,7 @@ def test_symbolic_sensitivities_match_autodiff_multi(multi):
 
 @pytest.mark.parametrize("m", [1, 3])
 def test_block_solves_match_dense_triangular_solves(m):
-    """The one causal solve (runtime.linalg) against LAPACK's dense triangular solves, on a time-major U with m
+    """The one causal solve (runtime.solvers.linalg) against LAPACK's dense triangular solves, on a time-major U with m
     components per time (a two-layer spec's U: lower triangular, some rows starting late)."""
     rng = np.random.default_rng(0)
     T = 20

@@ -8,7 +8,7 @@ import pytest
 
 import dmftc
 from dmftc.reference.transfer_two_layer import delta_jacobian
-from dmftc.runtime.site_engine import two_layer_propagator
+from dmftc.runtime.engines.site_engine import two_layer_propagator
 
 ROOT = Path(__file__).resolve().parent.parent
 T, PATHS = 15, 200          # the sizes of tests/test_site_two_layer.py: the same compiled marches

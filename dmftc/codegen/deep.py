@@ -4,7 +4,7 @@ The module holds what the spec determines numerically: the activation and its fi
 (SymPy -> JAX), the coupling kernels of the forward and backward field equations as functions of the
 adjacent layer's rows of order parameters, the boundary values, the readout of the error signal (reduced
 by Stein's lemma) and the other scalar order parameters, plus the structure (layers, sources, responses).
-:mod:`dmftc.runtime.deep_spec` runs the march of :mod:`dmftc.runtime.deep_dmft` with these functions.  Deterministic:
+:mod:`dmftc.runtime.engines.deep_spec` runs the march of :mod:`dmftc.runtime.march.deep_dmft` with these functions.  Deterministic:
 the text depends only on the spec, its path and the dmftc version.
 """
 from __future__ import annotations
@@ -41,8 +41,8 @@ Model: {model}{desc}
 Spec sha256: {sha}
 
 Regenerate with `dmftc compile {path}`.  A deep network: the single-site process of hidden
-layer {lv} = 1..{depth}, solved by dmftc.runtime.deep_spec: the means and the saddles of the finite-width
-propagator march the single-site program at the end of this module (dmftc.runtime.site_march); the
+layer {lv} = 1..{depth}, solved by dmftc.runtime.engines.deep_spec: the means and the saddles of the finite-width
+propagator march the single-site program at the end of this module (dmftc.runtime.march.site_march); the
 propagator's per-path derivatives read the coupling, readout and boundary functions (rows: every coupling
 function gets row t, a vector over s, of the adjacent layer's kernels).
 """
@@ -65,7 +65,7 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     w(HEADER.format(version=__version__, path=spec_path, model=spec.model.name, desc=desc, sha=spec_sha256,
                     lv=lv, depth=depth))
     w("import jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numba\nimport numpy as np\n\n"
-      "from dmftc.runtime import kernels as _k\n\n")
+      "from dmftc.runtime.numerics import kernels as _k\n\n")
     w(f"MODEL = {spec.model.name!r}\nDESCRIPTION = {spec.model.description!r}\n")
     w(f"DMFTC_VERSION = {__version__!r}\nSPEC_PATH = {spec_path!r}\nSPEC_SHA256 = {spec_sha256!r}\n")
     w("KIND = 'deep'\n")

@@ -15,7 +15,7 @@ _FUNCS = {sp.tanh: "jnp.tanh", sp.exp: "jnp.exp", sp.log: "jnp.log", sp.sin: "jn
 _IMPORTS = (("import jax\n", r"\bjax\.(?!numpy\b|scipy\b)"), ("import jax.numpy as jnp\n", r"\bjnp\."),
             ("import jax.scipy.special  # noqa: F401\n", r"\bjax\.scipy\.special\."),
             ("import numba\n", r"\bnumba\."), ("import numpy as np\n", r"(?<![A-Za-z_.])np\."),
-            ("from dmftc.runtime import kernels as _k\n", r"\b_k\."))
+            ("from dmftc.runtime.numerics import kernels as _k\n", r"\b_k\."))
 
 
 def prune_imports(text: str) -> str:

@@ -1,7 +1,7 @@
 """Print a deep spec's single-site program (:mod:`dmftc.derive.site`) into its generated module.
 
 Every field, kernel observable, response observable, readout average and readout constraint becomes a function
-of an evaluator ``E`` (:class:`dmftc.runtime.site_eval.Evaluator`), which supplies the values at the current
+of an evaluator ``E`` (:class:`dmftc.runtime.march.site_eval.Evaluator`), which supplies the values at the current
 step t of the layer being computed:
 
     E.field(name, ref, time)    the field of layer ``ref`` ('' = this layer) at 't' (paths,), at 's' (paths, T:
@@ -86,9 +86,9 @@ class _SitePrinter(ExprPrinter):
         return None
 
     def kink_atom(self, e):
-        """A deep program's non-smooth functions as the kink-aware helpers of :mod:`dmftc.runtime.kernels`: the
+        """A deep program's non-smooth functions as the kink-aware helpers of :mod:`dmftc.runtime.numerics.kernels`: the
         same values, and derivatives that hold the delta functions mollified with ``E.kink`` (0 in the march:
-        pathwise tangents; the solve's width in the propagator's local derivatives, dmftc.runtime.site_local)."""
+        pathwise tangents; the solve's width in the propagator's local derivatives, dmftc.runtime.sensitivities.site_local)."""
         if isinstance(e, sp.Abs):
             return f"_k.kabs({self.p(e.args[0])}, E.kink)"
         if isinstance(e, sp.sign):
@@ -228,13 +228,13 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
         site.update(axes=prog.axes, stored=prog.stored, drivers=prog.drivers,
                     sums=tuple((n, scope) for n, _, scope, _ in prog.sums))
     w("\n# ---------------------------------------------------------------- the single-site program\n"
-      "# read by dmftc.runtime.site_march: fields, kernel rows, responses and the readout as functions of an\n"
+      "# read by dmftc.runtime.march.site_march: fields, kernel rows, responses and the readout as functions of an\n"
       "# evaluator E (dmftc.codegen.site); 'reads': what each quantity needs at the same time step, with layer\n"
       "# references relative to its own layer ('' = the same layer); 'history': the fields read at earlier times,\n"
       "# through 'terms': the path factors of the fields' sums at s, whose values and tangents the march keeps over\n"
       "# time (the fields' tangents live for the current step only); 'normals': the sources constant in time,\n"
       "# whose values the caller draws; a deep spec's 'factors': the path factors each field's causal sums read\n"
-      "# (the propagator's couplings, dmftc.runtime.site_local); a two-layer spec's: 'axes' (its sample indices:\n"
+      "# (the propagator's couplings, dmftc.runtime.sensitivities.site_local); a two-layer spec's: 'axes' (its sample indices:\n"
       "# the arrays are laid out as (paths, one axis per index, time)), 'stored' (the indices of each quantity),\n"
       "# 'drivers' (the order parameters the fields and running sums read), 'sums' (the running sums,\n"
       "# site_increment_<k>)\n")
@@ -263,7 +263,7 @@ def emit_site(prog: SiteProgram, w, *, scalars: tuple, params: tuple, coefficien
           f"at {tv} (the runtime carries its tangents)\"\"\"\n    return {pr.p(e)}\n\n")
     if prog.tangents:
         w("\n# the tangents of a perturbation of the fields, running sums and driving order parameters (arrays with\n"
-          "# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.site_tangents)\n")
+          "# the directions on the last axis): the Jacobian of the saddle-point map (dmftc.runtime.sensitivities.site_tangents)\n")
     for k, (kind, n, e) in enumerate(prog.tangents):
         if kind == "sum":
             fn = f"site_dincrement_{[m for m, *_ in prog.sums].index(n)}"

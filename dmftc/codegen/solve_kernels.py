@@ -10,7 +10,7 @@ per time, against the n^2 k of a dense triangular solve.  With identity diagonal
 (the specialised variant); otherwise they apply the blocks' inverses, which the runtime computes (and checks)
 once.  ``cache=SOLVE_CACHE`` (true for a module file imported by :func:`dmftc.load`): Numba compiles each kernel
 once per module file and reuses it across processes.
-The runtime (:mod:`dmftc.runtime.site_engine`) checks that a U has the pattern before calling them.
+The runtime (:mod:`dmftc.runtime.engines.site_engine`) checks that a U has the pattern before calling them.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def emit_solve_kernels(w, *, cross: tuple, same_time: tuple) -> None:
       "# U = 1 - dF/dq, time-major (T steps, m components per time), block lower triangular in time: its columns\n"
       "# reach later times only at the components of SOLVE_CROSS (the drivers); SOLVE_SAME_TIME: the order\n"
       "# parameters each constraint reads at its own time (none: U's diagonal blocks are the identity and the\n"
-      "# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.site_engine on the CPU.\n")
+      "# kernels skip them).  dmftc.codegen.solve_kernels; called by dmftc.runtime.engines.site_engine on the CPU.\n")
     w(f"SOLVE_CROSS = {tuple(cross)!r}\nSOLVE_SAME_TIME = {tuple(same_time)!r}\nSOLVE_IDENTITY = {identity!r}\n")
     w("# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name\n"
       "# per file: a cache written under another name would not load); otherwise it compiles them in memory\n"
@@ -173,12 +173,12 @@ def emit_block_kernels(w) -> None:
     whose diagonal blocks have the sizes the action's causal order gives (``edges``), and each diagonal block's
     exact 1-norm condition number (``w`` writes text)."""
     w("\n# ---------------------------------------------------------------- the causal solves (Numba)\n"
-      "# U (dual x primal block of the action Hessian, in causal order: dmftc.runtime.causal_solve) is block lower\n"
+      "# U (dual x primal block of the action Hessian, in causal order: dmftc.runtime.solvers.causal_solve) is block lower\n"
       "# triangular in time, with diagonal blocks at edges (T + 1 offsets) that grow with time: at time tau the\n"
       "# kernels, responses and error signal first acting at tau.  Below the diagonal every later row of U reaches\n"
       "# every block (the local Hessians of ln Z_l couple all earlier times), so the kernels skip only U's zero\n"
       "# entries there; they invert each diagonal block once (its exact 1-norm condition number is returned for the\n"
-      "# runtime's check).  dmftc.codegen.solve_kernels; called by dmftc.runtime.causal_solve on the CPU.\n")
+      "# runtime's check).  dmftc.codegen.solve_kernels; called by dmftc.runtime.solvers.causal_solve on the CPU.\n")
     w("SOLVE_BLOCKS = 'time'\n")
     w("# Numba caches the kernels' machine code beside the module file when dmftc.load imported it (one module name\n"
       "# per file: a cache written under another name would not load); otherwise it compiles them in memory\n"

@@ -117,7 +117,7 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
                     axes_doc=axes_doc))
     w("import jax\nimport jax.numpy as jnp\nimport jax.scipy.special  # noqa: F401\nimport numba\n"
       "import numpy as np\n\n"
-      "from dmftc.runtime import kernels as _k\n\n")
+      "from dmftc.runtime.numerics import kernels as _k\n\n")
     w(f"MODEL = {spec.model.name!r}\nDESCRIPTION = {spec.model.description!r}\n")
     w(f"DMFTC_VERSION = {__version__!r}\nSPEC_PATH = {spec_path!r}\nSPEC_SHA256 = {spec_sha256!r}\n")
     w(f"RANK = {L.rank}\nAXES = {L.axes!r}\nAXIS_SIZE = {L.sizes!r}\n")

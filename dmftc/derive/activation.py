@@ -4,7 +4,7 @@ Every numerical path that needs phi and its derivatives (the deep march, the dee
 derivatives, the finite-width simulators of deep networks) gets them from here, either through a compiled
 spec's generated module (whose functions are printed from :class:`Activation`) or, for the Python API
 without a spec, from an expression such as ``"sin(h)"`` or ``"h / (1 + abs(h))"`` printed by
-:mod:`dmftc.codegen.activation` and run by :mod:`dmftc.runtime.activation`.  There is no table of known activations in the numerical code: a few names (``tanh``, ``erf``,
+:mod:`dmftc.codegen.activation` and run by :mod:`dmftc.runtime.problem.activation`.  There is no table of known activations in the numerical code: a few names (``tanh``, ``erf``,
 ``linear``, ``relu``) are accepted as shorthands for their expressions, nothing more.
 
 Non-smooth activations.  Derivatives are taken in the sense of distributions: phi is split at its kinks

@@ -186,7 +186,7 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     w.append("  Sigma_11 = Sigma0 - Sigma0 . Hess_q1q2 S . M^-1 . Hess_q2q1 S . Sigma0   (the physical block)")
     w.append("  Sigma_12 = -Sigma0 . Hess_q1q2 S . M^-1,   Sigma_22 = -M^-1")
     w.append(f"  (the responses enter the action as -Tr({A}[{lv}] {B}[{lv}+1]) pairs; numerically: "
-             "dmftc.runtime.deep_linear for linear activations)")
+             "dmftc.runtime.engines.deep_linear for linear activations)")
     return w
 
 
@@ -194,7 +194,7 @@ def site_text(site, f=dsl_str) -> list[str]:
     """What the saddle-point march runs (the single-site program of :mod:`dmftc.derive.site`)."""
     lv = site.layer
     terms = getattr(site, "terms", ())
-    out = [f"the saddle-point march, one step t (dmftc.runtime.site_march; tangents over time for "
+    out = [f"the saddle-point march, one step t (dmftc.runtime.march.site_march; tangents over time for "
            f"{', '.join(site.history) or 'no field'}"
            + (f" as the sums' path factors {', '.join(f(p) for p in terms)}, each computed once per step"
               if terms else "") + "; the fields' tangents at the current step only):"]
@@ -292,7 +292,7 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
             w(f"      {ph} = E[{r['z']}[{m.depth}]({when}) {m.activation.name}({r['h']}[{m.depth}]({when}))]")
         if not sc.affine:
             w(f"      (nonlinear in the averages, e.g. another loss: the propagator takes {sc.name}'s slope at the "
-              "saddle, step by step, dmftc.runtime.deep_model.DeepModel.linearised; no O(1/N) mean correction)")
+              "saddle, step by step, dmftc.runtime.problem.deep_model.DeepModel.linearised; no O(1/N) mean correction)")
     w(f"  readout by Stein's lemma for {r['r']}[{m.depth}]: E[{r['z']}[{m.depth}](t) {m.activation.name}("
       f"{r['h']}[{m.depth}](t))] = {f(d.readout_stein)}")
     if d.site is not None:

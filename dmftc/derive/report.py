@@ -125,7 +125,7 @@ def site_program_text(site) -> str:
     from dmftc.derive.deep_blocks import site_text
 
     ix = dict(site.stored)
-    out = ["single-site program (one layer l; dmftc.derive.site_lowering, run by dmftc.runtime.site_engine):"]
+    out = ["single-site program (one layer l; dmftc.derive.site_lowering, run by dmftc.runtime.engines.site_engine):"]
     out.append(f"  sources constant in time: {', '.join(n + _ix(ix.get(n, ())) for n in site.normals)}"
                + (f";  array axes (paths, {', '.join(_axis_names(site.axes))}, time)" if site.axes else ""))
     out += site_text(site)[1:]

@@ -7,7 +7,7 @@ constraints that read single-site averages (the readout) and the boundaries, and
 * the **same-time reads** of every quantity, in layer references relative to its own layer: a field reads its
   layer's fields at t (not those at s inside a strictly causal sum), its source, and the rows t of kernels and
   responses (row t of a kernel needs that layer's fields at t, whatever s it is read at); a kernel or response
-  row reads the fields of its observable.  :mod:`dmftc.runtime.site_march` orders one time step by them;
+  row reads the fields of its observable.  :mod:`dmftc.runtime.march.site_march` orders one time step by them;
 * for each readout average X(t), whether **Stein's lemma** applies: X linear in a field F(t) whose equation is
   F = x(t) + (terms without x(t)) for a gp source x with a response (so the march carries tangents in x), then
   E[X] = sum_{s<=t} Cov_x(t, s) E[dY / dx(s)] + E[X - x(t) Y] with Y = dX/dF(t): exact Gaussian integration by

@@ -13,7 +13,7 @@ BUILTIN_FUNCTIONS = dict(ARITY)      # the DSL's functions and their arities (on
 # Names that may be used as activations directly, e.g. ``phi'`` of a builtin.
 DEFAULT_FUNCTIONS = {"eye": 1, "ones": 1, "zeros": 1, "sqrt": 1, "exp": 1, "log": 1}
 RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
-# the options of a solve (dmftc.runtime.options.SolveOptions; tests/test_options.py keeps the two equal): solve(**kw)
+# the options of a solve (dmftc.runtime.problem.options.SolveOptions; tests/test_options.py keeps the two equal): solve(**kw)
 # takes the options and the model parameters together, so a parameter of one of these names could never be set
 SOLVE_OPTIONS = ("samples", "seed", "groups", "dirac_width", "backend", "sampler", "progress", "correction", "batch",
                  "propagator_samples", "propagator_groups", "memory_limit", "devices")

@@ -1,7 +1,7 @@
 """Autodiff references for the deep propagator's per-path sums (used by the tests as independent oracles).
 
-:class:`dmftc.runtime.local_estimator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
-per-path derivatives of :mod:`dmftc.runtime.site_moments` (the implicit-function calculus of the single-site system
+:class:`dmftc.runtime.sensitivities.local_estimator.LocalEstimator` computes the Hessian of each layer's Monte Carlo ln Z_l from the
+per-path derivatives of :mod:`dmftc.runtime.sensitivities.site_moments` (the implicit-function calculus of the single-site system
 on the local derivatives of the spec's program).  This module computes the same quantities by JAX autodiff of the
 whole single-site integrand of the standard two-field network, with no implicit-function calculus:
 
@@ -25,15 +25,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.local_estimator import JIT_CACHE, LocalEstimator, local_couplings
+from dmftc.runtime.sensitivities.local_estimator import JIT_CACHE, LocalEstimator, local_couplings
 from dmftc.errors import ParameterError
-from dmftc.runtime.site_moments import nilpotent_inverse
-from dmftc.runtime.activation import as_activation
+from dmftc.runtime.sensitivities.site_moments import nilpotent_inverse
+from dmftc.runtime.problem.activation import as_activation
 
 
 def _act_jax(act):
     """(h, z) -> (phi(h), phi'(h), g, dg/dh, dg/dz) with the gradient field g = a(h) z + b(h) of an activation
-    (anything dmftc.runtime.activation.as_activation reads), in JAX; higher derivatives are JAX's own."""
+    (anything dmftc.runtime.problem.activation.as_activation reads), in JAX; higher derivatives are JAX's own."""
     act = as_activation(act)
 
     def fields(h, z):
@@ -169,7 +169,7 @@ def gaussian_cubature5(d):
 
 
 class AutodiffEstimator(LocalEstimator):
-    """:class:`~dmftc.runtime.local_estimator.LocalEstimator` with its per-path sums from autodiff (module doc):
+    """:class:`~dmftc.runtime.sensitivities.local_estimator.LocalEstimator` with its per-path sums from autodiff (module doc):
     method 'struct' (at the saddle) or 'full' (brute force; any base point where local_logf is exact)."""
 
     price_tol = None                 # the references sum the Price blocks pathwise
@@ -297,7 +297,7 @@ class AutodiffEstimator(LocalEstimator):
 
 
 def autodiff_estimator(T, activation, vary_u, vary_r, *, method="struct", chunk=None) -> AutodiffEstimator:
-    """The autodiff reference of :func:`dmftc.runtime.local_estimator.estimator` for a layer kind (one training
+    """The autodiff reference of :func:`dmftc.runtime.sensitivities.local_estimator.estimator` for a layer kind (one training
     point): ``method`` 'struct' (at the saddle) or 'full' (brute force); ``activation`` as the runtime takes it."""
     return AutodiffEstimator(T=T, activation=as_activation(activation), vary_u=vary_u, vary_r=vary_r, chunk=chunk,
                              method=method)

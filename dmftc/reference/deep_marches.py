@@ -1,10 +1,10 @@
 """The deep saddle marches written out in numpy: independent oracles for the one march of
-:mod:`dmftc.runtime.deep_dmft`.  Not on the user's path.
+:mod:`dmftc.runtime.march.deep_dmft`.  Not on the user's path.
 
 * ``numpy_mc_saddle``: path by path on given sources, the per-path tangents stored as (S, T, T) arrays (the
-  one march's ``march_paths``, which :func:`dmftc.runtime.deep_propagator.mc_saddle` uses);
+  one march's ``march_paths``, which :func:`dmftc.runtime.engines.deep_propagator.mc_saddle` uses);
 * ``numpy_linear_saddle``: the exact march of a linear network on the fields' coefficient rows over the
-  sources (the one march's ``march_exact``, which :func:`dmftc.runtime.deep_linear.deep_linear_saddle` uses).
+  sources (the one march's ``march_exact``, which :func:`dmftc.runtime.engines.deep_linear.deep_linear_saddle` uses).
 
 Every coupling is read from the DeepModel directly; the tests check each against the one march.
 """
@@ -15,11 +15,11 @@ import math
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.activation import as_activation
+from dmftc.runtime.problem.activation import as_activation
 from dmftc.errors import NumericalError
-from dmftc.runtime.deep_action import Saddle, make_saddle
-from dmftc.runtime.standard_spec import as_model
-from dmftc.runtime.deep_propagator import MarchFields
+from dmftc.runtime.problem.deep_action import Saddle, make_saddle
+from dmftc.runtime.problem.standard_spec import as_model
+from dmftc.runtime.engines.deep_propagator import MarchFields
 
 __all__ = ["numpy_mc_saddle", "numpy_linear_saddle"]
 
@@ -113,7 +113,7 @@ def numpy_mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gam
 def numpy_linear_saddle(*, L: int, T: int, model=None, gamma: float | None = None, y: float | None = None,
                        eta: float | None = None) -> Saddle:
     """Exact infinite-width solution of the discrete-time DMFT of an L-hidden-layer linear network whose action
-    is ``model``'s (a :class:`dmftc.runtime.deep_model.DeepModel`; default the standard network with gamma, y, eta).
+    is ``model``'s (a :class:`dmftc.runtime.problem.deep_model.DeepModel`; default the standard network with gamma, y, eta).
 
     Every field of layer l is linear in that layer's sources w = (u^l(0..T-1), r^l(0..T-1)),
     Cov(w) = diag(Phi[l-1], G[l+1]); we march the coefficient rows of h^l(t), z^l(t) causally

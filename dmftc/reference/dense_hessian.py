@@ -1,8 +1,8 @@
 """The deep action's Hessian as one dense matrix and its LU inverse: the oracle of the causal route.
 
 The runtime never forms the whole Hessian of a deep action: it assembles the dual-primal block U and the
-dual-dual block Kd (:func:`dmftc.runtime.causal_solve.assemble_blocks`) and solves causally
-(:func:`dmftc.runtime.linalg.sandwich`), for the Monte Carlo and the exact (linear) ln Z_l alike.  Here the
+dual-dual block Kd (:func:`dmftc.runtime.solvers.causal_solve.assemble_blocks`) and solves causally
+(:func:`dmftc.runtime.solvers.linalg.sandwich`), for the Monte Carlo and the exact (linear) ln Z_l alike.  Here the
 same local Hessians are assembled densely (:func:`assemble_hessian`), the closed-form Gaussian action of a
 linear network is differentiated as one function (:func:`action_hessian`, 'dense') or layer by layer
 ('blocked'), and the propagator and the O(1/N) mean correction come from the LU of the whole 2n x 2n matrix
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from dmftc.runtime.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
-from dmftc.runtime.standard_spec import as_model
+from dmftc.runtime.problem.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
+from dmftc.runtime.problem.standard_spec import as_model
 
 __all__ = ["assemble_hessian", "action_hessian", "propagator_from_hessian", "dense_linear_propagator"]
 
@@ -45,7 +45,7 @@ def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
     """Sigma = [-(H)^-1]_{phys,phys} and the time-diagonal observables (Delta, K, Phi[l](t,t), G[l](t,t)),
     for the action Hessian H at the saddle ``sad`` (K is mapped linearly with the saddle's kernel diagonals).
     A float64 H is factorised in place (overwritten) to halve the peak memory.  With the saddle-point vector
-    ``x0``, also the O(1/N) mean correction from the whole inverse (:mod:`dmftc.runtime.deep_linear_correction`)."""
+    ``x0``, also the O(1/N) mean correction from the whole inverse (:mod:`dmftc.runtime.engines.deep_linear_correction`)."""
     L, T = sad.L, sad.T
     lay = Layout(L, T)
     t2 = _time.perf_counter()
@@ -60,7 +60,7 @@ def propagator_from_hessian(sad: Saddle, H, x0=None) -> Propagator:
     blk = X[: lay.n_phys, : lay.n_phys]
     asym = float(np.abs(blk - blk.T).max() / np.abs(blk).max())
     if x0 is not None:
-        from dmftc.runtime.deep_linear_correction import mean_correction_from_inverse
+        from dmftc.runtime.engines.deep_linear_correction import mean_correction_from_inverse
 
         X *= -1.0
         X += X.T
@@ -91,7 +91,7 @@ def action_hessian(x0, *, L, T, model=None, gamma=None, y=None, eta=None, method
     """Hessian of the closed-form Gaussian action of ``model`` (default: the standard network with gamma, y,
     eta) at x0.  'dense': jax.hessian of the whole action; 'blocked': the runtime's jax.hessian of each ln Z_l
     over its local variables, assembled densely with the bilinear part."""
-    from dmftc.runtime.deep_linear import local_hessian, deep_linear_action
+    from dmftc.runtime.engines.deep_linear import local_hessian, deep_linear_action
 
     model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
@@ -110,9 +110,9 @@ def dense_linear_propagator(*, L, T, model=None, gamma=None, y=None, eta=None, m
                             correction=False) -> Propagator:
     """The deep linear propagator (and with ``correction`` the O(1/N) mean correction) from the dense LU of the
     whole Hessian of the closed-form action at the exact saddle: the oracle of
-    :func:`dmftc.runtime.deep_linear.deep_linear_propagator`."""
-    from dmftc.runtime.deep_action import saddle_point_vector
-    from dmftc.runtime.deep_linear import deep_linear_saddle
+    :func:`dmftc.runtime.engines.deep_linear.deep_linear_propagator`."""
+    from dmftc.runtime.problem.deep_action import saddle_point_vector
+    from dmftc.runtime.engines.deep_linear import deep_linear_saddle
 
     model = as_model(model, gamma, y, eta, L=L)
     sad = deep_linear_saddle(L=L, T=T, model=model)

@@ -1,7 +1,7 @@
 """The deep propagator as the linear response of the saddle-point march: an oracle for small T.
 
 The finite-width propagator of a deep network, Sigma = U^-1 Kd U^-T from the Hessian of the MSR action
-(:mod:`dmftc.runtime.deep_propagator`), can be written in terms of the one causal march of the single-site
+(:mod:`dmftc.runtime.engines.deep_propagator`), can be written in terms of the one causal march of the single-site
 processes alone.  Let the march compute every average q_i = <O_i> (kernels Phi[l](t, s), G[l](t, s), the
 responses A[l](t, s) = <d phi(h[l](t)) / d r[l](s)>, B[l](t, s) = <d g[l](t) / d u[l](s)> as averages of
 per-path tangents, and the readout average M(t) = <z[L](t) phi(h[L](t))>), and inject a perturbation
@@ -21,7 +21,7 @@ an observable under an anti-causal coupling, and the loop terms of -ln det) is w
 what that picture misses (measured: 5-15% of N Var at the later times for tanh, L = 2, T = 3).
 
 This module computes all three by brute force on the standard network (one training point, the network of
-:mod:`dmftc.runtime.deep_dmft`): the march unrolled in Python, J by forward-mode JAX over every eps, H by
+:mod:`dmftc.runtime.march.deep_dmft`): the march unrolled in Python, J by forward-mode JAX over every eps, H by
 ``jax.hessian`` of l per path (x* by fixed-point iteration, exact to second order because the causal part is
 nilpotent).  Cost grows fast with T; it is meant for T <= 4 in tests, as an independent check of the
 propagator's estimator and as the specification of a reverse-mode engine (J^T by vector-Jacobian products of
@@ -83,7 +83,7 @@ def _source(K, t, xi):
 
 
 def march(eps, xiu, xir, *, phi, L, T, gamma, eta, y, keep=False):
-    """The discrete-time march of the standard deep network (module doc of :mod:`dmftc.runtime.deep_dmft`) with
+    """The discrete-time march of the standard deep network (module doc of :mod:`dmftc.runtime.march.deep_dmft`) with
     every average perturbed by ``eps`` (``Layout(L, T)``); sources u[l] = chol(Phi[l-1]) xiu[l-1], r[l] =
     chol(G[l+1]) xir[l-1], xiu, xir (L, T, S) standard normals (the boundary kernels 1 give constant sources).
     Returns the outputs (Delta(t), K(t), Phi[l](t, t), G[l](t, t) for l = 1..L, stacked, (2 + 2L) T); with

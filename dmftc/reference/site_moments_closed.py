@@ -1,8 +1,8 @@
 """Closed-form derivatives of one layer's single-site integrand of the standard two-field network, summed over
 Monte Carlo paths: an oracle for the tests.
 
-The runtime (:mod:`dmftc.runtime.site_moments`) takes the same sums from the spec's own program (local
-derivatives by JAX of the generated functions, :mod:`dmftc.runtime.site_local`); this module writes out the
+The runtime (:mod:`dmftc.runtime.sensitivities.site_moments`) takes the same sums from the spec's own program (local
+derivatives by JAX of the generated functions, :mod:`dmftc.runtime.sensitivities.site_local`); this module writes out the
 derivatives of one process by hand, with the activation's derivatives phi' to phi(4) and the gradient field's
 coefficients a, b and their derivatives as inputs (what the runtime computed before issue 12 moved its per-path
 derivatives onto the program).  The tests check the runtime against it on the same paths, to round-off.
@@ -27,7 +27,7 @@ Per path, with lambda = -ln det(I - J) (zero on the causal subspace) and the fea
     d/dc  d2 F/dw_a dw_b   = Xi3[o_c; j_c, a, b]                (Price block of the couplings)
     d/dhat d2 F/dw_a dw_b  = d2 f / dw_a dw_b                   (Price block of the hats)
 
-(derivation in the docstring of :mod:`dmftc.runtime.deep_propagator`; the test suite checks every sum against the
+(derivation in the docstring of :mod:`dmftc.runtime.engines.deep_propagator`; the test suite checks every sum against the
 autodiff reference on the same paths).
 """
 from __future__ import annotations
@@ -35,19 +35,19 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.activation import as_activation
-from dmftc.runtime.site_local import local_map
-from dmftc.runtime.site_moments import SiteMoments, MomentPattern, nilpotent_inverse
+from dmftc.runtime.problem.activation import as_activation
+from dmftc.runtime.sensitivities.site_local import local_map
+from dmftc.runtime.sensitivities.site_moments import SiteMoments, MomentPattern, nilpotent_inverse
 
 
 __all__ = ["ClosedFormMoments"]
 
 
 class ClosedFormMoments(SiteMoments):
-    """:class:`dmftc.runtime.site_moments.SiteMoments` with the per-path derivatives of the standard two-field
+    """:class:`dmftc.runtime.sensitivities.site_moments.SiteMoments` with the per-path derivatives of the standard two-field
     network written out by hand (the module doc) instead of taken from a program: the same sums over paths (the
     runtime's), on the per-path quantities of ``_path`` below (outputs y = (p, g) in this order).  ``activation``:
-    a :class:`dmftc.runtime.activation.SiteActivation` (or text), whose phi to its fourth derivative and gradient-field
+    a :class:`dmftc.runtime.problem.activation.SiteActivation` (or text), whose phi to its fourth derivative and gradient-field
     coefficients the formulas read."""
 
     def __init__(self, *, T, activation, pa, pb, anti, chunk=None, points=1):

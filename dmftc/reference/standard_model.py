@@ -1,12 +1,12 @@
-"""The standard deep network written out by hand as a :class:`dmftc.runtime.deep_model.DeepModel`: an oracle for
+"""The standard deep network written out by hand as a :class:`dmftc.runtime.problem.deep_model.DeepModel`: an oracle for
 the tests, independent of the spec compiler.  The runtime's standard network is the compiled spec
-``specs/deep_tanh.dmft`` (:mod:`dmftc.runtime.standard_spec`); tests compare the two (tests/test_deep_linear.py)
+``specs/deep_tanh.dmft`` (:mod:`dmftc.runtime.problem.standard_spec`); tests compare the two (tests/test_deep_linear.py)
 and use this one where a model must not depend on the compiler."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from dmftc.runtime.deep_model import DeepModel
+from dmftc.runtime.problem.deep_model import DeepModel
 
 __all__ = ["standard"]
 
@@ -29,7 +29,7 @@ def _standard_bound(v) -> DeepModel:
 
 
 def standard(*, gamma: float, eta: float, y: float) -> DeepModel:
-    """The standard deep network of :mod:`dmftc.runtime.deep_dmft`'s doc (mean-field parameterisation, one
+    """The standard deep network of :mod:`dmftc.runtime.march.deep_dmft`'s doc (mean-field parameterisation, one
     training point, |x|^2 = D): k_h = eta gamma Delta Phi, k_z = eta gamma Delta G, Delta = y - (E_t - E_0) / gamma,
     Phi[0] = G[L+1] = 1, K = sum_l G[l+1] Phi[l]."""
     v = {"eta": float(eta), "gamma": float(gamma), "y": float(y)}

@@ -1,25 +1,25 @@
 """The structured deep march: the reference the spec's own single-site program is checked against.
 
 Before deep specs carried their single-site program (:mod:`dmftc.derive.site`, marched by
-:mod:`dmftc.runtime.site_march`), every deep network was marched by this one: a fixed template of two gp sources
-and three fields per layer (h, z, g = phi'(h) z; equations in :mod:`dmftc.runtime.deep_dmft`), whose couplings,
+:mod:`dmftc.runtime.march.site_march`), every deep network was marched by this one: a fixed template of two gp sources
+and three fields per layer (h, z, g = phi'(h) z; equations in :mod:`dmftc.runtime.march.deep_dmft`), whose couplings,
 boundary rows and readout come from a kernels object: :class:`TemplateKernels` (a compiled deep spec's structured
 functions ``h_coupling``, ``z_coupling``, ``readout_average``, ``readout``) or :class:`ModelKernels` (a
-:class:`dmftc.runtime.deep_model.DeepModel` with any activation).
+:class:`dmftc.runtime.problem.deep_model.DeepModel` with any activation).
 
 It stays as an independent oracle: on the same source paths it equals the site march to round-off
 (``tests/test_site_march.py``), for the means, each propagator group's saddle and the exact basis.  The runtime
 runs it only for a model given as a DeepModel without a compiled spec (the tests' odd models, and the closed-form
-linear propagator of :mod:`dmftc.runtime.deep_linear`); compiled specs and the standard network of the Python API
-(:mod:`dmftc.runtime.standard_spec`) march their own program.
+linear propagator of :mod:`dmftc.runtime.engines.deep_linear`); compiled specs and the standard network of the Python API
+(:mod:`dmftc.runtime.problem.standard_spec`) march their own program.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from dmftc.runtime.march_numerics import PIVOT_TOL, PIVOT_TOL_EXACT, extend_cholesky, set_col, traced
-from dmftc.runtime.spec_kernels import SpecKernels
+from dmftc.runtime.numerics.march_numerics import PIVOT_TOL, PIVOT_TOL_EXACT, extend_cholesky, set_col, traced
+from dmftc.runtime.problem.spec_kernels import SpecKernels
 
 
 __all__ = ["TemplateKernels", "ModelKernels", "structured_march", "structured_paths"]
@@ -68,7 +68,7 @@ class TemplateKernels(SpecKernels):
 
 
 class ModelKernels(TemplateKernels):
-    """A :class:`dmftc.runtime.deep_model.DeepModel`'s action with an activation, in the march's terms: couplings
+    """A :class:`dmftc.runtime.problem.deep_model.DeepModel`'s action with an activation, in the march's terms: couplings
     A + k_h(Phi, Delta) and (B, k_z(G, Delta)), boundary kernels phi0 and g_top (responses 0), the readout
     Delta = y0 + c_t E_t + c_0 E_0 with E by Stein's lemma, and the model's K.  Marched for a model given as
     a DeepModel without a compiled spec (e.g. :func:`dmftc.reference.standard_model.standard`, or the tests' odd model).  The
@@ -134,7 +134,7 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
     """One complete forward march.  xiu, xir: (L, S, T) standard normals (or basis coefficients).
 
     ``spec`` (a :class:`TemplateKernels` of a compiled deep spec, or a :class:`ModelKernels`, e.g. the network of
-    :mod:`dmftc.runtime.deep_dmft`) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
+    :mod:`dmftc.runtime.march.deep_dmft`) supplies the activation, the coupling kernels of the h and z equations, the boundary layers and
     the readout of the error signal; ``prm`` is the dict of its parameter values (traced: one compilation
     serves every value).  ``wts`` (S,): the weight of each row in the averages (1/S for plain sample means,
     cubature weights summing to 1, or 1 per basis row on the exact backend).
@@ -142,7 +142,7 @@ def structured_march(xiu, xir, wts, prm, *, L, T, exact, spec, direct=False, kee
     ``direct``: the error signal reads the readout average E[z[L] phi(h[L])](t) as the weighted mean over the
     rows themselves ('fdir') instead of its Stein's-lemma form: then every average of the march is a
     plain weighted mean over the same paths, and the result is the exact saddle of the Monte Carlo action
-    built on those paths (what :mod:`dmftc.runtime.deep_propagator` differentiates).  ``keep``: also return
+    built on those paths (what :mod:`dmftc.runtime.engines.deep_propagator` differentiates).  ``keep``: also return
     the per-path fields h, z and the causal Cholesky factors Cu, Cr of the sources (u = xiu Cu^T).
 
     Per-layer buffers, all with the sample axis leading (a pure batch axis: no loop over samples):
@@ -231,7 +231,7 @@ _JIT: dict = {}
 def structured_paths(spec, prm: dict, xiu, xir, weights=None, *, direct=True):
     """The structured march on standard normals xiu, xir (L, S, T) with every path kept: numpy arrays
     {Phi, G, Rphi, Rg (L, T, T; causal rows), Delta, f, fdir (T,), h, z, Cu, Cr (L, ...)} (``direct``: the
-    readout average as a plain mean over the paths, as :func:`dmftc.runtime.deep_dmft.march_paths`)."""
+    readout average as a plain mean over the paths, as :func:`dmftc.runtime.march.deep_dmft.march_paths`)."""
     import numpy as np
 
     L, S, T = xiu.shape

@@ -1,7 +1,7 @@
 """The Jacobian dF/dDelta of ``specs/two_layer.dmft`` by per-path transfer matrices and BLAS products, written by
 hand for that network: an oracle for the tests and the measured design of a faster tangent pass.
 
-The site engine (:mod:`dmftc.runtime.site_tangents`) carries each path's tangents along all T driving directions
+The site engine (:mod:`dmftc.runtime.sensitivities.site_tangents`) carries each path's tangents along all T driving directions
 through the march: O(S T^2) elementwise updates.  But a two-layer path's memory is a handful of running sums x
 (here k = 2: I1 = sum eta Delta g, I2 = sum eta Delta phi(h)); the fields at step t are functions of x(t) and the
 sources.  Linearised, one step is x(t + 1) = M_t x(t) + b_t dDelta(t) with per-path M_t (k x k) and b_t (k),

@@ -1,7 +1,7 @@
 """The two-layer engine (reference): saddle-point march, sensitivities, kappa and the propagator of a two-layer
 spec through its two-layer kernels (``fields``, ``observables``, ``tangents_*``, ``past_factors``: the module of
 :func:`dmftc.reference.two_layer_kernels.load`, not the generated one), independent of the single-site program
-the solver marches (dmftc.runtime.site_engine).  The tests use it as an
+the solver marches (dmftc.runtime.engines.site_engine).  The tests use it as an
 oracle: on the same source draws both give the same saddle and propagator to round-off.
 
 For one group of samples: pass 1
@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime import kernels as _k
+from dmftc.runtime.numerics import kernels as _k
 from dmftc.errors import ParameterError
 from dmftc.reference.two_layer_kernels import place_sources, single_site, tangent_shape
-from dmftc.runtime.geometry import Geometry
-from dmftc.runtime.params import resolve_params
+from dmftc.runtime.numerics.geometry import Geometry
+from dmftc.runtime.problem.params import resolve_params
 
 
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
@@ -209,7 +209,7 @@ def explicit_jacobian(mod, geo, q, Rq, p, sz, T):
     for row, col in getattr(mod, "SAME_TIME", ()):    # d rest_row / d col(t) at the same time (scalars)
         if geo.size(row) != 1 or geo.size(col) != 1:
             raise NotImplementedError(f"the reference engine's same-time partials are for scalar order parameters; "
-                                      f"{row} reads {col}: use the site engine (dmftc.runtime.site_engine)")
+                                      f"{row} reads {col}: use the site engine (dmftc.runtime.engines.site_engine)")
         def part(x, qt, rt, row=row, col=col):
             return jnp.sum(jnp.asarray(mod.rest({**qt, col: x}, rt, p, sz)[row]))
         qj = {k: jnp.asarray(v) for k, v in q.items()}
@@ -258,7 +258,7 @@ def propagator(U0, kappa_obs, D, geo, T, obs_names=None):
 
 def triangular_sandwich(U, kappa):
     """(U^-1 kappa U^-T, U's 1-norm condition number) by two dense triangular solves (LAPACK trsm): the oracle of
-    the runtime's block solve (:func:`dmftc.runtime.linalg.sandwich`)."""
+    the runtime's block solve (:func:`dmftc.runtime.solvers.linalg.sandwich`)."""
     import scipy.linalg as sla
 
     Y = sla.solve_triangular(U, kappa, lower=True, check_finite=False)

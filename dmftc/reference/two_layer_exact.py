@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime import kernels as _k
+from dmftc.runtime.numerics import kernels as _k
 from dmftc.reference.two_layer_kernels import place_sources, single_site
 from dmftc.reference.two_layer_kernels import tangent_shape as _tangent_shape
-from dmftc.runtime.geometry import source_factors
+from dmftc.runtime.numerics.geometry import source_factors
 
 
 def basis_sources(mod, p, sz):

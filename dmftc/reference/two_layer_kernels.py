@@ -4,7 +4,7 @@ two-layer derivation for the reference engine (:mod:`dmftc.reference.two_layer_e
 
 The generated modules in ``generated/`` carry what the solver reads (metadata, defaults, source covariances,
 constraint coefficients and the single-site program ``SITE``); the solver marches ``SITE``
-(:mod:`dmftc.runtime.site_engine`).  :func:`load` compiles a spec into one module object holding the generated
+(:mod:`dmftc.runtime.engines.site_engine`).  :func:`load` compiles a spec into one module object holding the generated
 module's text followed by these kernels (nothing is written to disk), so an oracle reads the same metadata as the
 solver and its own, independent kernels.
 """
@@ -32,7 +32,7 @@ def kernel_text(d: Derivation, L: Layout) -> str:
     single = tuple(s.name for s in d.saddles if s.observable is not None)
     w("\n\n# ---- reference kernels (dmftc.reference.two_layer_kernels)\n")
     w("import jax  # noqa: E402,F401\nimport jax.numpy as jnp  # noqa: E402\nimport jax.scipy.special  # noqa: E402,F401\n"
-      "import numpy as np  # noqa: E402,F401\nfrom dmftc.runtime import kernels as _k  # noqa: E402\n\n")
+      "import numpy as np  # noqa: E402,F401\nfrom dmftc.runtime.numerics import kernels as _k  # noqa: E402\n\n")
     w(f"SINGLE_SITE = {single!r}\nDRIVERS = {d.drivers!r}\n")
     primed_axes = {k: tuple(L.axis(i) for i in v) for k, v in sorted(d.primed.items())}
     w(f"PRIMED_AXES = {primed_axes!r}\n")
@@ -152,7 +152,7 @@ def place_sources(mod, x_by_group):
     """Uniform-layout source arrays from per-group values x (leading axis: samples or points)."""
     import jax.numpy as jnp
 
-    from dmftc.runtime import kernels as _k
+    from dmftc.runtime.numerics import kernels as _k
 
     out = {}
     for group, x in zip(mod.SOURCES, x_by_group):

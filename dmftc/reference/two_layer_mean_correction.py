@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from dmftc.runtime import kernels as _k
+from dmftc.runtime.numerics import kernels as _k
 
 
 def _to_flat(mod, geo, arrays, T, B):

@@ -6,13 +6,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from dmftc.build import build_module
-from dmftc.runtime.labelled import index_names
-from dmftc.runtime.options import SolveOptions
+from dmftc.runtime.results.labelled import index_names
+from dmftc.runtime.problem.options import SolveOptions
 from dmftc.runtime.solve import solve
 
 
 class CompiledModel:
-    """``m = dmftc.load(spec)``; ``m.solve(**params)`` -> :class:`dmftc.runtime.solution.Solution`."""
+    """``m = dmftc.load(spec)``; ``m.solve(**params)`` -> :class:`dmftc.runtime.results.solution.Solution`."""
 
     def __init__(self, module):
         self.module = module
@@ -39,13 +39,13 @@ class CompiledModel:
         Monte Carlo otherwise), "exact" or "mc"; ``progress`` draws a progress bar on stderr;
         ``correction`` also computes the O(1/N) correction to the mean (two-layer and deep linear specs:
         ``sol.mean_correction``, ``sol.mean_at_width``, ``sol.expected_loss``); ``sampler``: the standard normals
-        of the sample groups, 'sobol' (randomised quasi-Monte Carlo) or 'random' (:mod:`dmftc.runtime.sampling`;
+        of the sample groups, 'sobol' (randomised quasi-Monte Carlo) or 'random' (:mod:`dmftc.runtime.numerics.sampling`;
         default: 'sobol' for the propagator paths of deep specs, 'random' for two-layer specs).
         Two-layer specs only: ``batch`` (paths per kernel call; default: sized to memory) and ``devices`` (None:
         one device; 'all' or a number: each group's Monte Carlo paths sharded over that many JAX devices).  Deep
         specs only: ``propagator_samples``, ``propagator_groups`` (paths and groups of the Monte Carlo propagator;
         default 4000 and 8) and ``memory_limit`` (bytes a dense propagator may take; default 8e9).  The options are
-        checked alike for every spec (:class:`dmftc.runtime.options.SolveOptions`); one that the spec's kind
+        checked alike for every spec (:class:`dmftc.runtime.problem.options.SolveOptions`); one that the spec's kind
         does not read is an error, not ignored.
         """
         options = SolveOptions(samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
@@ -61,11 +61,11 @@ class CompiledModel:
         in declaration order); returns ``{name: (*dims, T)}``.  With the S draws of the neurons of finite-width
         networks this is the order-parameter trajectory of a width-S system on exactly those neurons: the
         common-random-number reference for measuring O(1/N) effects.  It marches the spec's single-site program
-        (:func:`dmftc.runtime.site_engine.two_layer_saddle`)."""
+        (:func:`dmftc.runtime.engines.site_engine.two_layer_saddle`)."""
         from dmftc.errors import ParameterError
-        from dmftc.runtime.options import check_dirac_width
-        from dmftc.runtime.params import resolve_params
-        from dmftc.runtime.site_engine import two_layer_saddle
+        from dmftc.runtime.problem.options import check_dirac_width
+        from dmftc.runtime.problem.params import resolve_params
+        from dmftc.runtime.engines.site_engine import two_layer_saddle
         from dmftc.runtime.solve import kind_of
 
         if kind_of(self.module) == "deep":
@@ -85,7 +85,7 @@ class CompiledModel:
         every value.  Serially in this process (compiled kernels are reused across the sweep), or with
         ``client`` (a ``dask.distributed.Client`` or a scheduler address) as one Dask task per value: each
         worker loads this model from its spec file and returns the solution's Dataset."""
-        from dmftc.runtime.sweep import run_sweep
+        from dmftc.runtime.results.sweep import run_sweep
 
         return run_sweep(self, name, values, client, kwargs, task=solve_task)
 
@@ -105,7 +105,7 @@ def _model(spec_file: str, out_dir: str, digest: str):
 
 
 def solve_task(spec_file: str, out_dir: str, kwargs: dict):
-    """One Dask task of a sweep (:func:`dmftc.runtime.sweep.run_sweep`): the Dataset of
+    """One Dask task of a sweep (:func:`dmftc.runtime.results.sweep.run_sweep`): the Dataset of
     ``load(spec_file, out_dir).solve(**kwargs)``."""
     digest = hashlib.sha256(Path(spec_file).read_bytes()).hexdigest()
     return _model(spec_file, out_dir, digest).solve(**kwargs).to_xarray()

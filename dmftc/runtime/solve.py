@@ -1,22 +1,22 @@
 """The one entry of the runtime: solve a generated module, whatever kind of spec it was compiled from.
 
-    solve(module, SolveOptions(...), params)  ->  dmftc.runtime.solution.Solution
+    solve(module, SolveOptions(...), params)  ->  dmftc.runtime.results.solution.Solution
 
-The options are validated once (:mod:`dmftc.runtime.options`); the module's ``KIND`` picks the engine:
+The options are validated once (:mod:`dmftc.runtime.problem.options`); the module's ``KIND`` picks the engine:
 
 * a two-layer spec (time-constant Gaussian sources), lowered to a one-layer single-site program:
-  :func:`dmftc.runtime.site_solve.solve_two_layer`;
+  :func:`dmftc.runtime.engines.site_solve.solve_two_layer`;
 * a deep spec (layers l = 1..L, gp sources whose covariances are order parameters):
-  :func:`dmftc.runtime.deep_spec.solve_deep_module`, and for a deep spec on several training points
-  (``POINTS``) :func:`dmftc.runtime.deep_points.solve_points`.
+  :func:`dmftc.runtime.engines.deep_spec.solve_deep_module`, and for a deep spec on several training points
+  (``POINTS``) :func:`dmftc.runtime.engines.deep_points.solve_points`.
 
-Every engine returns the same :class:`~dmftc.runtime.solution.Solution`.
+Every engine returns the same :class:`~dmftc.runtime.results.solution.Solution`.
 """
 from __future__ import annotations
 
 from dmftc.jax_setup import make_room
-from dmftc.runtime.devices import serial_blas_on_cpu
-from dmftc.runtime.options import SolveOptions
+from dmftc.runtime.numerics.devices import serial_blas_on_cpu
+from dmftc.runtime.problem.options import SolveOptions
 
 __all__ = ["solve", "kind_of"]
 
@@ -34,14 +34,14 @@ def solve(module, options: SolveOptions, params: dict):
     kw = options.for_kind(kind)
     make_room()                       # a long process: drop compiled programs before the mappings run out
     if kind == "two-layer":
-        from dmftc.runtime.site_solve import solve_two_layer
+        from dmftc.runtime.engines.site_solve import solve_two_layer
 
-        with serial_blas_on_cpu():        # measured for the two-layer solves (dmftc.runtime.devices)
+        with serial_blas_on_cpu():        # measured for the two-layer solves (dmftc.runtime.numerics.devices)
             return solve_two_layer(module, **kw, **params)
     if getattr(module, "POINTS", None):
-        from dmftc.runtime.deep_points import solve_points
+        from dmftc.runtime.engines.deep_points import solve_points
 
         return solve_points(module, **kw, **params)
-    from dmftc.runtime.deep_spec import solve_deep_module
+    from dmftc.runtime.engines.deep_spec import solve_deep_module
 
     return solve_deep_module(module, **kw, **params)

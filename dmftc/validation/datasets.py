@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dmftc.errors import ParameterError
-from dmftc.runtime.labelled import stats_dataset
+from dmftc.runtime.results.labelled import stats_dataset
 from dmftc.validation.ensemble import EnsembleStats
 
 __all__ = ["truth_dataset"]

@@ -120,7 +120,7 @@ def draw_deep_parameters(rng: np.random.Generator, n_members: int, N: int, L: in
 def gradient_fns(activation):
     """h -> (phi(h), a(h), b(h)) in numpy: the activation and the coefficients of the backward signal
     g = a(h) z + b(h) (b None for gradient descent, a = phi').  A
-    :class:`dmftc.runtime.activation.SiteActivation` of a compiled deep spec carries its spec's gradient field
+    :class:`dmftc.runtime.problem.activation.SiteActivation` of a compiled deep spec carries its spec's gradient field
     (e.g. a surrogate derivative); anything else is gradient descent (:func:`activation_fns`)."""
     if getattr(activation, "standard_gradient", True):
         fns = activation_fns(activation)
@@ -336,7 +336,7 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     Gram matrix x_mu . x_nu / D (P, P) and ``y`` (P,), loss 1/2 sum_mu Delta_mu^2; Delta (P, T), K and the
     same-time kernels (P, P, T), two-time kernels (P, P, T, T) indexed [mu, nu, t, s].
 
-    ``activation``: an expression in h, a shorthand, or a :class:`dmftc.runtime.activation.SiteActivation` (a
+    ``activation``: an expression in h, a shorthand, or a :class:`dmftc.runtime.problem.activation.SiteActivation` (a
     compiled deep spec's carries its backward signal, e.g. a surrogate derivative: :func:`gradient_fns`).
     ``batch`` members are processed together (default: ~16 MB of work arrays per batch); ``progress``
     shows a progress bar on stderr as in :func:`dmftc.validation.ensemble.simulate_two_layer`.

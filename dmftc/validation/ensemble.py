@@ -96,12 +96,12 @@ QUANTITIES = ("Delta", "f", "K", "M")
 def activation_fns(activation):
     """h -> (phi(h), phi'(h)) in numpy.  The simulators' own in-place implementations for 'tanh', 'relu'
     (sqrt(2) max(0, h)), 'linear' and 'erf'; any other activation (an expression in h such as 'sin(h)', or a
-    :class:`dmftc.runtime.activation.SiteActivation`) through :mod:`dmftc.runtime.activation`, jit-compiled."""
+    :class:`dmftc.runtime.problem.activation.SiteActivation`) through :mod:`dmftc.runtime.problem.activation`, jit-compiled."""
     if isinstance(activation, str) and activation in ACTIVATIONS:
         return ACTIVATIONS[activation]
     import jax
 
-    from dmftc.runtime.activation import as_activation
+    from dmftc.runtime.problem.activation import as_activation
     from dmftc.errors import ParameterError
 
     try:

@@ -108,7 +108,7 @@ def mean_shift_truth(compiled, params: dict, *, N: int, E: int, batches: int = 1
     """
     from dmftc.validation.ensemble import draw_parameters, inputs_from_gram
 
-    from dmftc.runtime.params import resolve_params
+    from dmftc.runtime.problem.params import resolve_params
 
     full, _, _ = resolve_params(compiled.module, dict(params))
     act, Kx_all, y, names = _network(network or compiled.name, full)

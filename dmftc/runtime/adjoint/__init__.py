@@ -27,5 +27,5 @@ computes all three by brute force for the standard network).  Here nothing of si
 * :mod:`.propagator`: groups of paths, means and standard errors.
 
 The derivatives in the source covariances are pathwise (through the Cholesky factors), not Price's theorem as
-in :mod:`dmftc.runtime.deep_propagator`: the same propagator in expectation, a different Monte Carlo estimator.
+in :mod:`dmftc.runtime.engines.deep_propagator`: the same propagator in expectation, a different Monte Carlo estimator.
 """

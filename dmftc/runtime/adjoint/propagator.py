@@ -11,11 +11,11 @@ import numpy as np
 from dmftc.errors import ParameterError
 from dmftc.runtime.adjoint.second_order import second_order_part
 from dmftc.runtime.adjoint.sweep import Program, kappa_part, output_names, reverse_sweep
-from dmftc.runtime.deep_dmft import march_kernels, runs_site
-from dmftc.runtime.march_numerics import traced
-from dmftc.runtime.options import check_integer
-from dmftc.runtime.sampling import source_normals
-from dmftc.runtime.standard_spec import model_and_activation
+from dmftc.runtime.march.deep_dmft import march_kernels, runs_site
+from dmftc.runtime.numerics.march_numerics import traced
+from dmftc.runtime.problem.options import check_integer
+from dmftc.runtime.numerics.sampling import source_normals
+from dmftc.runtime.problem.standard_spec import model_and_activation
 
 _JIT: dict = {}
 
@@ -70,7 +70,7 @@ def group_sigma(prog: Program, xi: dict, wts):
 def adjoint_propagator(*, L: int, T: int, paths: int, groups: int = 4, seed: int = 0, sampler: str = "sobol",
                        activation=None, model=None, gamma=None, y=None, eta=None) -> AdjointPropagator:
     """The deep propagator of the time-diagonal outputs from ``paths`` source paths in ``groups`` independent
-    groups (randomised quasi-Monte Carlo by default, :func:`dmftc.runtime.sampling.source_normals`)."""
+    groups (randomised quasi-Monte Carlo by default, :func:`dmftc.runtime.numerics.sampling.source_normals`)."""
     groups = check_integer("groups", groups, 2)
     size = check_integer("paths", paths, groups) // groups
     prog = program_of(L=L, T=T, activation=activation, model=model, gamma=gamma, y=y, eta=eta)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.site_march import adjoint_march
+from dmftc.runtime.march.site_march import adjoint_march
 
 __all__ = ["Program", "output_names", "output_vector", "reverse_sweep", "kappa_part"]
 

@@ -2,12 +2,12 @@
 
 ln F(v; w) = hats . f(x) - ln det(I - J(x)),   x = w + K y(x),   J = K dy/dx,
 
-with (C, E, hats) = theta(v) of :func:`dmftc.runtime.local_estimator.local_couplings`, the outputs y and the
-features f evaluated by :class:`dmftc.runtime.site_local.LocalMap` (the generated ``site_*`` functions), and
+with (C, E, hats) = theta(v) of :func:`dmftc.runtime.sensitivities.local_estimator.local_couplings`, the outputs y and the
+features f evaluated by :class:`dmftc.runtime.sensitivities.site_local.LocalMap` (the generated ``site_*`` functions), and
 x reproduced from the march's field x0 by two differentiable Newton steps whose linear solves and ln det are
 Neumann series around the causal resolvent R0 = (I - J(x0))^-1 truncated after third order: exact for every
-derivative of order <= 3 at a causal base point (the argument of :mod:`dmftc.runtime.local_estimator`).  It is
-the integrand whose derivatives :mod:`dmftc.runtime.site_moments` sums in closed form; here JAX differentiates
+derivative of order <= 3 at a causal base point (the argument of :mod:`dmftc.runtime.sensitivities.local_estimator`).  It is
+the integrand whose derivatives :mod:`dmftc.runtime.sensitivities.site_moments` sums in closed form; here JAX differentiates
 it along directions instead (:mod:`dmftc.runtime.matrix_free.products`).
 
 Cost of one evaluation: dense (n x n) matrix products, n = nx T, i.e. O(T^3) per path.
@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.local_estimator import local_couplings
-from dmftc.runtime.site_local import LocalMap
-from dmftc.runtime.site_moments import nilpotent_inverse
+from dmftc.runtime.sensitivities.local_estimator import local_couplings
+from dmftc.runtime.sensitivities.site_local import LocalMap
+from dmftc.runtime.sensitivities.site_moments import nilpotent_inverse
 
 __all__ = ["coupling_matrix", "log_integrand"]
 

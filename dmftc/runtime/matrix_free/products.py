@@ -2,7 +2,7 @@
 
 ln Z_l = ln Z,  Z = sum_n F_n (v; w_n) (up to the constant 1/S), F_n = exp(ln F) of
 :mod:`dmftc.runtime.matrix_free.integrand`.  The dense Hessian that
-:class:`dmftc.runtime.local_estimator.LocalEstimator` assembles (with its Price blocks summed pathwise,
+:class:`dmftc.runtime.sensitivities.local_estimator.LocalEstimator` assembles (with its Price blocks summed pathwise,
 ``price_tol = None``) is
 
     H = Hv / Z - g g^T / Z^2 + P + P^T,     g = sum_n dF_n/dv,   Hv = sum_n d2F_n/dv2,
@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmftc.runtime.deep_action import Layout, bilinear_pairs, gather_local
-from dmftc.runtime.local_estimator import estimator
+from dmftc.runtime.problem.deep_action import Layout, bilinear_pairs, gather_local
+from dmftc.runtime.sensitivities.local_estimator import estimator
 from dmftc.runtime.matrix_free.integrand import log_integrand
-from dmftc.runtime.site_local import local_map
+from dmftc.runtime.sensitivities.site_local import local_map
 
 __all__ = ["LayerProducts", "ActionProducts"]
 
@@ -143,7 +143,7 @@ class LayerProducts:
 
 class ActionProducts:
     """Products of the whole action's Hessian (bilinear part plus every layer's ln Z_l, the matrix that
-    :func:`dmftc.runtime.causal_solve.assemble_blocks` splits into U and Kd) with vectors over the Layout, at the
+    :func:`dmftc.runtime.solvers.causal_solve.assemble_blocks` splits into U and Kd) with vectors over the Layout, at the
     saddle x0 of a group whose per-layer paths are ``W``, ``X`` (lists over layers)."""
 
     def __init__(self, *, x0, lay: Layout, activation, model, W, X, chunk=64, batch=8):

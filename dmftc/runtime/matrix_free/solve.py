@@ -1,6 +1,6 @@
 """The propagator of the requested outputs from Hessian-vector products alone (no U or Kd assembled).
 
-With the causal split of :mod:`dmftc.runtime.causal_solve`, Hess S = [[0, U^T], [U, Kd]] (primal, dual) and
+With the causal split of :mod:`dmftc.runtime.solvers.causal_solve`, Hess S = [[0, U^T], [U, Kd]] (primal, dual) and
 E Sigma E^T = W Kd W^T with W = E U^-1, E the output rows over the primal variables.  Write U = B + U_l, B the
 bilinear part (a signed pairing of each dual with one primal: a sparse permutation) and U_l the layers' ln Z_l.
 N = B^-1 U_l is NILPOTENT: U is block lower triangular in time, and within a time block the layers' dependences
@@ -28,8 +28,8 @@ from scipy import sparse
 from scipy.sparse.linalg import splu
 
 from dmftc.errors import NumericalError
-from dmftc.runtime.causal_solve import causal_order
-from dmftc.runtime.deep_action import Layout, Propagator, bilinear_pairs, observable_map, saddle_point_vector
+from dmftc.runtime.solvers.causal_solve import causal_order
+from dmftc.runtime.problem.deep_action import Layout, Propagator, bilinear_pairs, observable_map, saddle_point_vector
 from dmftc.runtime.matrix_free.products import ActionProducts
 
 __all__ = ["neumann_solve", "matrix_free_propagator"]
@@ -83,7 +83,7 @@ def neumann_solve(prod: ActionProducts, E, *, tol=1e-14, max_terms=None):
 
 def matrix_free_propagator(sad, fields, *, activation, model=None, chunk=64, batch=8, observables=None):
     """deep_action.Propagator of the time-diagonal observables of one group (its saddle ``sad`` and the paths
-    ``fields`` of :func:`dmftc.runtime.deep_propagator.mc_saddle`), from products only (module doc)."""
+    ``fields`` of :func:`dmftc.runtime.engines.deep_propagator.mc_saddle`), from products only (module doc)."""
     model = sad.model if model is None else model
     lay = Layout(sad.L, sad.T)
     co = causal_order(lay)

@@ -77,7 +77,7 @@ def activation_pair(activation):
     elif callable(activation) and not hasattr(activation, "fn"):
         phi = activation
     else:
-        from dmftc.runtime.activation import as_activation
+        from dmftc.runtime.problem.activation import as_activation
         site = as_activation(activation)
         phi = lambda h: site.fn(h)[0]                                     # noqa: E731
     return phi, lambda h: jax.jvp(phi, (h,), (jnp.ones_like(h),))[1]

@@ -1,0 +1,2 @@
+"""Results of a solve: the `Solution` class, its propagator blocks, labelled arrays and files, figures and
+sweeps."""
