@@ -160,9 +160,9 @@ def width_summary(sol, N: int) -> str:
 
     T = len(sol.times)
     lines = [f"at width N = {N} (final step; mean +- 2 sqrt(Sigma / N), correction m1 / N +- its standard error):"]
-    deep = getattr(sol, "kind", None) == "deep"       # deep kernels are (T, T): report their time diagonal
-    final = (lambda a: np.diagonal(a)[-1] if np.ndim(a) == 2 else a[-1]) if deep else (lambda a: a[..., -1])
     for n in getattr(sol, "observables", sol.names):
+        two = sol.time_axes(n) == 2                     # a deep kernel (.., T, T): its time diagonal
+        final = (lambda a: np.diagonal(a, axis1=-2, axis2=-1)[..., -1]) if two else (lambda a: a[..., -1])
         m, mw, v = final(sol.mean(n)), final(sol.mean_at_width(n, N)), sol.var(n)[..., -1]
         c, cs = final(sol.mean_correction(n)) / N, final(sol.mean_correction(n, stderr=True)) / N
         for k, idx in enumerate(np.ndindex(np.shape(m))):

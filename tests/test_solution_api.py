@@ -145,3 +145,28 @@ def test_a_solution_without_propagator_keeps_its_reason_through_a_file(tmp_path)
     with pytest.raises(ParameterError, match="needs about"):
         back.var("K")
     assert "N Var: (saved) ParameterError" in back.summary()
+
+
+@pytest.mark.parametrize("which", ["two_layer", "deep_spec", "deep_api", "deep_mc"])
+def test_time_axes_are_data_of_the_solution(which, request, tmp_path):
+    """sol.time_axes(name): 2 for the two-time kernels and responses of deep solutions ((T, T) means), 1 for
+    everything else, whatever the kind of spec; kept through a results file, and read off the means of a deep
+    file written before solves recorded it (``info['two_time']`` missing)."""
+    import json
+
+    sol = request.getfixturevalue(which)
+    want = {n: 2 if sol.depth is not None and np.ndim(sol.mean(n)) == 2 else 1 for n in sol.names}
+    assert {n: sol.time_axes(n) for n in sol.names} == want
+    assert (sol.depth is not None) == (2 in want.values())
+    with pytest.raises(ParameterError, match="unknown name"):
+        sol.time_axes("Phi[9]")
+    if which == "deep_mc":
+        return                                       # saving computes its propagator: the exact ones suffice
+    back = Solution.load(sol.save(tmp_path / "s.npz"))
+    assert {n: back.time_axes(n) for n in back.names} == want
+    with np.load(tmp_path / "s.npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files if k != "meta"}
+        meta = json.loads(str(z["meta"]))
+    meta["info"].pop("two_time", None)
+    old = Solution.from_record(arrays, meta)
+    assert {n: old.time_axes(n) for n in old.names} == want

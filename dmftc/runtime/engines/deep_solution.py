@@ -82,6 +82,7 @@ def deep_solution(activation: str, L: int, T: int, params: dict, means: dict, me
     from dmftc.runtime.problem.deep_action import observable_names
 
     obs = observable_names(L)
+    info.setdefault("two_time", tuple(k for k, v in means.items() if np.ndim(v) == 2))   # kernels, responses
     blocks = LazyBlocks(T, source if source is not None else _no_source(error), {n: n for n in obs}, info)
     return Solution(f"deep {activation} network", dict(params), params["eta"] * np.arange(T), dict(means), blocks,
                     info, kind="deep", mean_se=dict(mean_se), m1=m1,

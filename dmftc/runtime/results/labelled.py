@@ -110,11 +110,12 @@ class _Builder:
 
 
 def _two_time(sol, name: str) -> bool:
-    if sol.kind != "deep":
-        return False
-    if "two_time" in sol.info:
-        return name in sol.info["two_time"]
-    return np.ndim(sol.means[name]) == 2
+    return sol.time_axes(name) == 2
+
+
+def _dense(blocks) -> bool:
+    """Whether a solution's propagator blocks are at hand (dense; not computed on first use, as a deep solve's)."""
+    return blocks is not None and not hasattr(blocks, "computed")
 
 
 def _members(sol, name: str) -> list:
@@ -199,7 +200,7 @@ def solution_dataset(sol, sigma=None, var: bool = True):
                 b.add(prefix, n, table[n], idx, times)
     ds = b.dataset(attrs)
     if sigma is None:
-        sigma = [(n, n) for n in sol.observables] if sol.kind != "deep" and sol.blocks is not None else []
+        sigma = [(n, n) for n in sol.observables] if _dense(sol.blocks) else []
     for pair in sigma:
         if isinstance(pair, str) or len(pair) != 2:
             raise ParameterError(f"sigma takes pairs of names, e.g. [('Delta', 'Delta')]; got {pair!r}")

@@ -56,23 +56,17 @@ def symbol(name: str, args: str | None = "t", index: str | None = None, componen
     return f"${tex}({args})$" if args else f"${tex}$"
 
 
-def _two_time(sol, name, m) -> bool:
-    if sol.kind != "deep":
-        return False
-    return name in sol.info["two_time"] if "two_time" in sol.info else m.ndim == 2
-
-
-def _equal_time(sol, m, name=None):
+def _equal_time(sol, m, name):
     """A deep two-time kernel on its time diagonal ((T, T), or (P, P, T, T) on several points -> (P, P, T))."""
     m = np.asarray(m)
-    return np.diagonal(m, axis1=-2, axis2=-1) if _two_time(sol, name, m) else m
+    return np.diagonal(m, axis1=-2, axis2=-1) if sol.time_axes(name) == 2 else m
 
 
 def _title(sol, width) -> str:
     """The model and the parameters of the solve, compact: gamma, the other scalar parameters, eta, T, samples
     (and L for deep specs)."""
     params = dict(sol.params)
-    parts = [f"L = {sol.depth}"] if sol.kind == "deep" else []
+    parts = [f"L = {sol.depth}"] if sol.depth is not None else []
     skip = {"T", "L", "eta", "dirac width"}
     scalar = [k for k, v in params.items() if k not in skip and not isinstance(v, str) and np.ndim(v) == 0]
     for k in sorted(scalar, key=lambda k: (k != "gamma", list(params).index(k))):     # gamma first
@@ -263,7 +257,7 @@ def plot_solution(sol, path, width=None, ensemble=None, return_fig: bool = False
         for n in members:
             panel.draw(n, lambda: palette[next(counter) % len(palette)])
         first = members[0]
-        args = "t,t" if _two_time(sol, first, np.asarray(sol.mean(first))) else "t"
+        args = "t,t" if sol.time_axes(first) == 2 else "t"
         layered = len(members) > 1 and all("[" in n for n in members)
         panel.finish(symbol(first, args=args, index=r"\ell" if layered else None))
     handles = {}

@@ -78,6 +78,12 @@ class Solution:
     def L(self) -> int | None:
         return self.depth
 
+    def time_axes(self, name: str) -> int:
+        """2 for a two-time quantity (a deep kernel or response, q(t, s): its means carry two trailing time axes),
+        else 1 (``info['two_time']``, which every solve with two-time quantities records)."""
+        self._check(name)
+        return 2 if name in self.info.get("two_time", ()) else 1
+
     def _check(self, name):
         if name not in self.means:
             close = difflib.get_close_matches(str(name), list(self.names), n=1)
@@ -301,6 +307,8 @@ class Solution:
         if "blocks_error" in meta:
             error = ParameterError(f"(saved) {meta['blocks_error']['type']}: {meta['blocks_error']['message']}")
         means = {k: tables["mean"][k] for k in meta["order"]}
+        if meta["depth"] is not None and "two_time" not in info:      # written before solves recorded it: one
+            info["two_time"] = tuple(k for k, v in means.items() if np.ndim(v) == 2)   # point, kernels (T, T)
         return cls(meta["model"], params, times, means, blocks, info, meta["kind"], tables.get("mean_se"),
                    tables.get("m1"), tables.get("m1_se"), meta["error_signal"], error, meta["depth"])
 
@@ -326,8 +334,11 @@ class Solution:
                                                        if v in blocks._names}, self.info)
         elif blocks is not None:
             raise ParameterError("renamed() is for deep solutions with lazily computed blocks")
+        info = changes.pop("info", self.info)   # the same dict: the lazy blocks record their diagnostics in it
+        if "two_time" in info:
+            info["two_time"] = tuple(k for k, v in names.items() if v in info["two_time"])
         return replace(self, means=table(self.means), mean_se=table(self.mean_se), m1=table(self.m1),
-                       m1_se=table(self.m1_se), blocks=blocks, **changes)
+                       m1_se=table(self.m1_se), blocks=blocks, info=info, **changes)
 
     # ------------------------------------------------------------ text and figures
     def summary(self) -> str:
@@ -348,11 +359,8 @@ class Solution:
                 how += " (randomised QMC)"
         shown = ", ".join(f"{k} = {float(v):g}" for k, v in self.params.items()
                           if np.ndim(v) == 0 and not isinstance(v, str) and k != "dirac width")
-        head = f"model {self.model}"
-        if self.kind == "deep":
-            head += f" (deep, L = {self.depth} hidden layers"
-        else:
-            head += " (two-layer"
+        head = f"model {self.model} (" + (f"deep, L = {self.depth} hidden layers" if self.depth is not None
+                                          else "two-layer")
         lines = [f"{head}, T = {self.T}, t_max = {self.times[-1]:.3g}; {how}): {shown}"]
         if self.info.get("test_points"):
             lines.append(f"  test points (not trained on; 0-based along the point axes): "
@@ -364,7 +372,7 @@ class Solution:
             if self.blocks is not None and n not in self.blocks.names:
                 continue                          # a response function: mean only
             m, se = self.mean(n), self.mean_stderr(n)
-            two = self.kind == "deep" and (n in self.info["two_time"] if "two_time" in self.info else m.ndim != 1)
+            two = self.time_axes(n) == 2
             final, fse = (m[..., -1, -1], se[..., -1, -1]) if two else (m[..., -1], se[..., -1])
             if np.ndim(final) == 0:
                 fm, fs = f"{float(final):13.5g}", f"{float(fse):11.2g}"
@@ -400,7 +408,7 @@ class Solution:
             w = self.info.get("dirac_width", 0.0)
             lines.append(f"  note: DiracDelta terms ({', '.join(self.info['singular'])}) of a non-smooth activation "
                          + (f"mollified with a Gaussian of width {w:g}" if w > 0 else "DROPPED (dirac_width=0)"))
-        if self.kind == "deep" and self.info.get("approximation"):
+        if self.info.get("approximation"):
             lines.append("  note: " + self.info["approximation"])
         warning = solve_bias_warning(self.info)
         if warning:
@@ -415,7 +423,7 @@ class Solution:
         return plot_solution(self, path, width=width, ensemble=ensemble, return_fig=return_fig)
 
     def __repr__(self) -> str:
-        deep = f", L={self.depth}" if self.kind == "deep" else ""
+        deep = f", L={self.depth}" if self.depth is not None else ""
         return f"Solution({self.model!r}, kind={self.kind!r}{deep}, T={self.T})"
 
 
