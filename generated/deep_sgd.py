@@ -38,6 +38,7 @@ ACTIVATION_PARAMS = ()  # the parameters phi and the gradient field read
 # (dmftc.frontend.points_deep); 'params' / 'orders': how many point indices each carries (None: one point);
 # 'mask': the update mask, 1 on a training point and 0 on a test point (None: every point trains)
 POINTS = None
+INDEX_NAMES = {}  # the index names of each name's point axes ('*': every other name)
 ORDERS = (('Delta', 1), ('K', 1), ('Phi', 2), ('G', 2))  # (name, number of times)
 RESPONSES = ('A', 'B')
 # what the runtime computes where: forward field h with source u ~ GP(0, Phi[l-1]), backward field z with

@@ -22,6 +22,7 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('K', ()))
+INDEX_NAMES = {'Delta': (), 'K': ()}  # the index names of each order parameter's axes
 SOURCES = ((('u', ()),), (('r', ()),))
 STORED_AXES = {'Delta': (), 'K': (), 'r': (), 'u': ()}
 SINGULAR = ()

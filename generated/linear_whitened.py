@@ -23,6 +23,7 @@ AXIS_SIZE = {'mu': 'P', 'mu#10': 'P', "mu'": 'P', 'nu#1': 'P'}
 PARAMS = (('P', (), 'number of training points'), ('y', ('P',), 'targets (unit norm by default)'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ('mu',)),)
+INDEX_NAMES = {'Delta': ('mu',)}  # the index names of each order parameter's axes
 SOURCES = ((('u', ('mu',)),), (('r', ()),))
 STORED_AXES = {'Delta': (1,), 'r': (), 'u': (1,)}
 SINGULAR = ()

@@ -23,6 +23,7 @@ AXIS_SIZE = {'k': 'D', 'k#10': 'D', "k'": 'D', 'l#1': 'D'}
 PARAMS = (('D', (), 'input dimension'), ('beta_star', ('D',), 'teacher weights, y = beta_star . x (unit norm by default)'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ('k',)),)
+INDEX_NAMES = {'Delta': ('k',)}  # the index names of each order parameter's axes
 SOURCES = ((('w0', ('k',)),), (('a0', ()),))
 STORED_AXES = {'Delta': (1,), 'a0': (), 'w0': (1,)}
 SINGULAR = ()

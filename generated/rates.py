@@ -23,6 +23,7 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target (nonzero)'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('r', ()), ('K', ()))
+INDEX_NAMES = {'Delta': (), 'r': (), 'K': ()}  # the index names of each order parameter's axes
 SOURCES = ((('u', ()),), (('w', ()),))
 STORED_AXES = {'Delta': (), 'K': (), 'r': (), 'u': (), 'w': ()}
 SINGULAR = ()

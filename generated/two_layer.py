@@ -23,6 +23,7 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target'), ('kx', (), 'train/test input overlap x.x_star/D'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('f_star', ()), ('K', ()), ('K_star', ()))
+INDEX_NAMES = {'Delta': (), 'f_star': (), 'K': (), 'K_star': ()}  # the index names of each order parameter's axes
 SOURCES = ((('u', ()), ('u_star', ())), (('r', ()),))
 STORED_AXES = {'Delta': (), 'K': (), 'K_star': (), 'f_star': (), 'r': (), 'u': (), 'u_star': ()}
 SINGULAR = ()

@@ -23,6 +23,7 @@ AXIS_SIZE = {'mu': 'P', 'nu': 'P', 'mu#26': 'P', 'mu#27': 'P', "mu'": 'P', 'nu#1
 PARAMS = (('P', (), 'number of training points'), ('Kx', ('P', 'P'), 'input Gram matrix x_mu . x_nu / D'), ('y', ('P',), 'training targets'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ('mu',)), ('K', ('mu', 'nu')))
+INDEX_NAMES = {'Delta': ('mu',), 'K': ('mu', 'nu')}  # the index names of each order parameter's axes
 SOURCES = ((('u', ('mu',)),), (('r', ()),))
 STORED_AXES = {'Delta': (1,), 'K': (1, 2), 'r': (), 'u': (1,)}
 SINGULAR = ('DiracDelta(h[mu])',)

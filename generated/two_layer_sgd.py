@@ -23,6 +23,7 @@ AXIS_SIZE = {}
 PARAMS = (('gamma', (), 'feature learning strength'), ('y', (), 'training target'), ('beta', (), 'momentum'), ('lam', (), 'weight decay (optax add_decayed_weights(lam / (N gamma^2)))'), ('lr', ('T',), 'per-step factor of the step size (a schedule, e.g. from optax.schedules)'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('Delta', ()), ('K', ()))
+INDEX_NAMES = {'Delta': (), 'K': ()}  # the index names of each order parameter's axes
 SOURCES = ((('u', ()),), (('r', ()),))
 STORED_AXES = {'Delta': (), 'K': (), 'r': (), 'u': ()}
 SINGULAR = ()

@@ -23,6 +23,7 @@ AXIS_SIZE = {'mu': 'P', 'nu': 'P', 'c': 'C', 'd': 'C', 'c#60': 'C', "c'": 'C', '
 PARAMS = (('P', (), 'number of training points'), ('C', (), 'number of classes'), ('Kx', ('P', 'P'), 'input Gram matrix x_mu . x_nu / D'), ('y', ('P', 'C'), 'one-hot targets (default: point mu in class mu, P = C)'), ('gamma', (), 'feature learning strength'))
 TIME = {'var': 't', 'steps': 'T', 'step': 'eta'}
 ORDERS = (('f', ('mu', 'c')), ('Delta', ('mu', 'c')), ('K', ('mu', 'c', 'nu', 'd')))
+INDEX_NAMES = {'f': ('mu', 'c'), 'Delta': ('mu', 'c'), 'K': ('mu', 'c', 'nu', 'd')}  # the index names of each order parameter's axes
 SOURCES = ((('u', ('mu',)),), (('r', ('c',)),))
 STORED_AXES = {'Delta': (1, 3), 'K': (1, 3, 2, 4), 'f': (1, 3), 'r': (3,), 'u': (1,)}
 SINGULAR = ()

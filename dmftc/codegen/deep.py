@@ -98,6 +98,8 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     points = None if pts is None else {"index": pts.names, "size": pts.size, "params": pts.params,
                                        "orders": pts.orders, "mask": pts.mask}
     w(f"POINTS = {points!r}\n")
+    index = {} if pts is None else {"*": tuple(pts.names[:2]), **{n: tuple(pts.names[:k]) for n, k in pts.orders}}
+    w(f"INDEX_NAMES = {index!r}  # the index names of each name's point axes ('*': every other name)\n")
     orders = tuple((n, 1) for n in m.scalars) + tuple((n, 2) for n in m.families)
     w(f"ORDERS = {orders!r}  # (name, number of times)\n")
     w(f"RESPONSES = {tuple(m.responses)!r}\n")

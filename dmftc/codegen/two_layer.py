@@ -126,6 +126,7 @@ def emit(d: Derivation, L: Layout, *, spec_path: str, spec_sha256: str) -> str:
     tm = spec.time
     w(f"TIME = {{'var': {tm.var!r}, 'steps': {tm.steps_name!r}, 'step': {tm.step_name!r}}}\n")
     w(f"ORDERS = {d.orders!r}\n")
+    w(f"INDEX_NAMES = {dict(d.orders)!r}  # the index names of each order parameter's axes\n")
     w(f"SOURCES = {tuple(g.targets for g in d.sources)!r}\n")
     names = [n for n, _ in d.orders] + [name for g in d.sources for name, _ in g.targets]
     w(f"STORED_AXES = {dict(sorted((k, tuple(L.axis(i) for i in L.stored[k])) for k in names))!r}\n")

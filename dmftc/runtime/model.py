@@ -66,9 +66,8 @@ class CompiledModel:
         from dmftc.runtime.problem.options import check_dirac_width
         from dmftc.runtime.problem.params import resolve_params
         from dmftc.runtime.engines.site_engine import two_layer_saddle
-        from dmftc.runtime.solve import kind_of
 
-        if kind_of(self.module) == "deep":
+        if self.module.SITE["sources"]:              # the single-site program's sources are Gaussian processes
             raise ParameterError(
                 f"saddle_on_draws takes draws of time-constant sources (two-layer specs); the sources of the deep "
                 f"spec {self.module.SPEC_PATH} are Gaussian processes whose covariances are order parameters, "

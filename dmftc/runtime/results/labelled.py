@@ -39,16 +39,10 @@ _STATS = (("mean", "mean_se"), ("var", "var_se"), ("m1", "m1_se"))
 
 
 def index_names(module) -> dict:
-    """The spec's index names per name of a generated module (recorded in ``info['index_names']`` by a solve):
-    two-layer specs name them per order parameter; deep specs on several points have one point index pair
-    (key ``'*'``: every other name)."""
-    if getattr(module, "KIND", None) != "deep":
-        return {name: list(idx) for name, idx in getattr(module, "ORDERS", ())}
-    points = getattr(module, "POINTS", None)
-    if not points:
-        return {}
-    index = list(points["index"])
-    return {"*": index[:2], **{name: index[:k] for name, k in points.get("orders", ())}}
+    """The spec's index names per name of a generated module (its ``INDEX_NAMES``, recorded in
+    ``info['index_names']`` by a solve; key ``'*'``: every name not listed, e.g. the kernels of a deep spec on
+    several points)."""
+    return {name: list(idx) for name, idx in module.INDEX_NAMES.items()}
 
 
 def _split(name: str):
