@@ -136,3 +136,19 @@ def test_derive_report_mentions_every_block(two_layer):
     latex = format_derivation(two_layer, latex=True)
     assert latex.count(r"\begin{align*}") == latex.count(r"\end{align*}") >= 3      # one per section
     assert latex.count("{") == latex.count("}")
+
+
+SECTIONS = ("order parameters", "single-site process", "saddle-point equations", "field sensitivities",
+            "Hessian blocks", "single-site program")
+
+
+@pytest.mark.parametrize("spec", sorted(p.stem for p in SPECS.glob("*.dmft")))
+def test_derive_prints_the_same_sections_for_every_spec(spec):
+    """`dmftc derive`: the same six sections, in the same order, for two-layer and deep specs alike (the headings
+    are the report's unindented lines after the model's own; sub-blocks are indented under them)."""
+    text = format_derivation(front_end(SPECS / f"{spec}.dmft")[1])
+    heads = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    found = [next((s for s in SECTIONS if line.startswith(s)), None) for line in heads]
+    assert [s for s in found if s is not None] == list(SECTIONS), heads
+    first = found.index(SECTIONS[0])
+    assert all(s is not None for s in found[first:]), heads      # nothing but sections after the header lines

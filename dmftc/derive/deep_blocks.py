@@ -163,6 +163,9 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     w.append(f"  d{z}(t)/d{B}[{lv}+1](t', s') = [t' = t, s' <= t] ({dsl_str(dz_dB.subs(d.s, sq))}) {ph}({h}(s')) "
              f"+ sum_{{s<=t}} (c0_{z} + [s<t] c_{z})(t, s) d{ph}({h}(s))/d{B}[{lv}+1](t', s')")
     w.append(f"  d{g}(t)/dq = (a'({h}(t)) {z}(t) + b'({h}(t))) d{h}(t)/dq + a({h}(t)) d{z}(t)/dq")
+    w.append("")
+    w.append("Hessian blocks (Sigma from the action's Hessian: the Price term, kappa, D and the response blocks):")
+    hessian = len(w)                                 # the blocks below are indented under this heading
     w.append("Price-theorem term (a source covariance is an order parameter): for O = O(" + u + ") at fixed "
              f"couplings, d<O>/d{Phi}[{lv}-1](t', s') = w(t', s') <d^2 O / d{u}(t') d{u}(s')>, "
              "w = 1/2 if t' = s' else 1 (the symmetric entry is two matrix entries); likewise "
@@ -187,14 +190,14 @@ def blocks_text(d: DeepDerivation) -> list[str]:
     w.append("  Sigma_12 = -Sigma0 . Hess_q1q2 S . M^-1,   Sigma_22 = -M^-1")
     w.append(f"  (the responses enter the action as -Tr({A}[{lv}] {B}[{lv}+1]) pairs; numerically: "
              "dmftc.runtime.engines.deep_linear for linear activations)")
-    return w
+    return w[:hessian] + ["  " + line for line in w[hessian:]]
 
 
 def site_text(site, f=dsl_str) -> list[str]:
     """What the saddle-point march runs (the single-site program of :mod:`dmftc.derive.site`)."""
     lv = site.layer
     terms = getattr(site, "terms", ())
-    out = [f"the saddle-point march, one step t (dmftc.runtime.march.site_march; tangents over time for "
+    out = [f"single-site program, the saddle-point march at one step t (dmftc.runtime.march.site_march; tangents over time for "
            f"{', '.join(site.history) or 'no field'}"
            + (f" as the sums' path factors {', '.join(f(p) for p in terms)}, each computed once per step"
               if terms else "") + "; the fields' tangents at the current step only):"]
@@ -236,14 +239,16 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
         if pts.mask is not None:
             w(f"  update mask {pts.mask}[{pts.names[0]}]: every coupling at s below is multiplied by {pts.mask} of the "
               f"point of s (0 on a test point, which no update reads; its error signal is then its test error)")
+    w("")
+    w(f"order parameters: {', '.join(f'{n}[{lv}](t, s)' for n in m.families + m.responses)}, "
+      f"{', '.join(f'{sc.name}(t)' for sc in d.scalars)}")
     if m.from_action:
         from dmftc.frontend.action_deep import expr_text
 
-        w("")
-        w("from the action (stationarity in the duals hat Q, in the paired responses and in the constraints' duals):")
+        w("  from the action (stationarity in the duals hat Q, in the paired responses and in the constraints' duals):")
         for eq in m.from_action:
             lhs = f"{eq.name}{'[' + ', '.join(eq.indices) + ']' if eq.indices else ''}({eq.time}"
-            w(f"  {lhs}{', ' + eq.time2 if eq.time2 else ''}) = {expr_text(eq.body)}")
+            w(f"    {lhs}{', ' + eq.time2 if eq.time2 else ''}) = {expr_text(eq.body)}")
     kink = d.kink_order
     if kink is not None:
         w(f"  non-smooth: derivative {kink} of {m.activation.name} (or {kink - 1} of the gradient field's a, b) "
@@ -251,7 +256,8 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
           "as distributions; the generated code replaces each delta by a Gaussian of width dirac_width, a bias "
           "of the propagator's Monte Carlo estimate)")
     w("")
-    w(f"process of layer {lv} (c_X: coupling kernels, explicit in the order parameters of the adjacent layers):")
+    w(f"single-site process of layer {lv} (c_X: coupling kernels, explicit in the order parameters of the adjacent "
+      "layers):")
     w(f"  {r['u']}[{lv}] ~ GP(0, {r['Phi']}[{lv}-1]),  {r['r']}[{lv}] ~ GP(0, {r['G']}[{lv}+1])  (independent)")
     w(f"  {r['h']}(t) = {r['u']}(t) + sum_{{s<t}} c_{r['h']}(t, s) {r['g']}(s),     c_{r['h']}(t, s) = "
       f"{f(d.couplings.h_past)}")
@@ -295,9 +301,9 @@ def format_deep_derivation(d: DeepDerivation, latex: bool = False) -> str:
               "saddle, step by step, dmftc.runtime.problem.deep_model.DeepModel.linearised; no O(1/N) mean correction)")
     w(f"  readout by Stein's lemma for {r['r']}[{m.depth}]: E[{r['z']}[{m.depth}](t) {m.activation.name}("
       f"{r['h']}[{m.depth}](t))] = {f(d.readout_stein)}")
+    w("")
+    out.extend(blocks_text(d))
     if d.site is not None:
         w("")
         out.extend(site_text(d.site, f))
-    w("")
-    out.extend(blocks_text(d))
     return "\n".join(out)

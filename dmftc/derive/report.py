@@ -92,8 +92,7 @@ def format_derivation(d: Derivation, latex: bool = False) -> str:
             text += f"{' ' if text else ''}- D[{r}, {c}](t, s)"
         w(f"  U[{r}, {c}](t, s) = {text}")
     if d.singular:
-        w("")
-        w("note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
+        w("  note: derivatives of a non-smooth activation produce " + ", ".join(d.singular)
           + "; the Monte Carlo sensitivities replace each delta by a Gaussian of width dirac_width (solve option)")
     if d.site is not None:
         w("")
