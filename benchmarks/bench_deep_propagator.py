@@ -34,8 +34,12 @@ from checkouts import run_case
 
 CASE = r"""
 import json, resource, time
-from dmftc.runtime.engines.deep_propagator import deep_propagator
-from dmftc.runtime.problem.deep_action import Layout
+try:
+    from dmftc.runtime.engines.deep_propagator import deep_propagator
+    from dmftc.runtime.problem.deep_action import Layout
+except ImportError:                   # a checkout from before the runtime's sub-packages (--against)
+    from dmftc.runtime.deep_propagator import deep_propagator
+    from dmftc.runtime.deep_action import Layout
 kw = json.loads({kw!r})
 t0 = time.perf_counter()
 P = deep_propagator(gamma=1.0, y=1.0, eta=0.05, **kw)
