@@ -52,17 +52,18 @@ def format_ir(ir: ModelIR) -> str:
     spec = ir.model.spec
     tv, steps, step = ir.time
     names = {o.name for o in ir.orders} | {f.name for f in ir.fields} | {s.name for s in ir.sample_sums + ir.order_sums}
-    f = (lambda e, when=tv: dsl_str(timed(e, names, when))) if ir.kind == "two_layer" else dsl_str
+    f = lambda e, when=tv: dsl_str(timed(e, names, when))          # noqa: E731  (names at the step: name(t))
     L: list[str] = []
     w = L.append
     w(f"IR of {spec.model.name} ({ir.kind.replace('_', '-')}): {spec.model.description}")
     w(f"parameters: {', '.join(ir.params)};  time {tv}: {steps} steps of {step}")
     for a in ir.axes:
         w(f"axis {a.name} in 1..{a.size} ({a.kind})")
-    if ir.kind == "deep" and any(a.kind == "sample" for a in ir.axes):
+    points = getattr(ir.model, "points", None)           # a spec on several points with the time folded in
+    if points is not None:
         w("  (the training points are folded into time: every time below is a pair (time, point), "
           "dmftc.frontend.points_deep)")
-        mask = getattr(getattr(ir.model, "points", None), "mask", None)
+        mask = points.mask
         if mask is not None:
             w(f"  (update mask {mask}: each coupling at s is multiplied by {mask} of the point of s; 0 on a test point)")
     for name, x, body in ir.activations:
