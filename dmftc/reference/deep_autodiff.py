@@ -193,9 +193,11 @@ class AutodiffEstimator(LocalEstimator):
             JIT_CACHE[key] = jax.jit(lambda *a: body(model, *a))
         return JIT_CACHE[key]
 
-    def moments(self, v, W, X0, *, top, model, weights=None):
+    def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
         if weights is not None:
             raise ParameterError("path weights need method='fast'")
+        if stein is not None:           # LocalEstimator.log_z passes stein=None here: price_tol is None
+            raise ParameterError("the autodiff references sum the Price blocks pathwise (no Stein sums)")
         S, c = W.shape[0], self.chunk
         acc = None
         for i0 in range(0, S, c):
