@@ -17,7 +17,7 @@ import numpy as np
 from dmftc.errors import ParameterError
 from dmftc.runtime.results.blocks import LazyBlocks
 from dmftc.runtime.problem.options import check_integer
-from dmftc.runtime.results.solution import Solution
+from dmftc.runtime.results.solution import Solution, two_time_names
 
 __all__ = ["deep_solution", "linear_solution", "nonlinear_solution", "LazyPropagator", "propagator_bytes",
            "causal_propagator_bytes", "kink_note", "NO_NONLINEAR_CORRECTION"]
@@ -82,7 +82,7 @@ def deep_solution(activation: str, L: int, T: int, params: dict, means: dict, me
     from dmftc.runtime.problem.deep_action import observable_names
 
     obs = observable_names(L)
-    info.setdefault("two_time", tuple(k for k, v in means.items() if np.ndim(v) == 2))   # kernels, responses
+    info.setdefault("two_time", two_time_names(means))
     blocks = LazyBlocks(T, source if source is not None else _no_source(error), {n: n for n in obs}, info)
     return Solution(f"deep {activation} network", dict(params), params["eta"] * np.arange(T), dict(means), blocks,
                     info, kind="deep", mean_se=dict(mean_se), m1=m1,

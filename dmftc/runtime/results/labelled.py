@@ -103,10 +103,6 @@ class _Builder:
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def _two_time(sol, name: str) -> bool:
-    return sol.time_axes(name) == 2
-
-
 def _dense(blocks) -> bool:
     """Whether a solution's propagator blocks are at hand (dense; not computed on first use, as a deep solve's)."""
     return blocks is not None and not hasattr(blocks, "computed")
@@ -156,7 +152,7 @@ def solution_dataset(sol, sigma=None, var: bool = True):
     propagator is computed for them; when it cannot be, attr ``var_missing`` says why)."""
     names = sol.info.get("index_names", {})
     b = _Builder(sol.times)
-    ndim_index = {n: np.ndim(m) - (2 if _two_time(sol, n) else 1) for n, m in sol.means.items()}
+    ndim_index = {n: np.ndim(m) - sol.time_axes(n) for n, m in sol.means.items()}
     attrs = _attrs(sol)
     observables = ()
     if var and not sol.observables:
@@ -169,7 +165,7 @@ def solution_dataset(sol, sigma=None, var: bool = True):
             attrs["var_missing"] = str(err)
     for n, m in sol.means.items():
         idx = _index_dims(n, ndim_index[n], names)
-        times = ("t", "s") if _two_time(sol, n) else ("t",)
+        times = ("t", "s") if sol.time_axes(n) == 2 else ("t",)
         b.add("mean", n, m, idx, times)
         se = None
         if sol.mean_se is not None and n in sol.mean_se:

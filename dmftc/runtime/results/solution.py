@@ -34,6 +34,12 @@ _DEEP_STDERR_DEPRECATED = (
 _FORMAT = 2                  # results-file format (1: two-layer only, before deep solutions shared the class)
 
 
+
+def two_time_names(means: dict) -> tuple[str, ...]:
+    """The two-time quantities of a deep solution on one point: the names whose means are (T, T) (its kernels and
+    responses; Delta, K and the other scalars are (T,)).  On several points the engine records its own."""
+    return tuple(k for k, v in means.items() if np.ndim(v) == 2)
+
 @dataclass(frozen=True)
 class Solution:
     """Infinite-width saddle point and leading finite-width propagator of a spec (see the module doc).
@@ -307,8 +313,8 @@ class Solution:
         if "blocks_error" in meta:
             error = ParameterError(f"(saved) {meta['blocks_error']['type']}: {meta['blocks_error']['message']}")
         means = {k: tables["mean"][k] for k in meta["order"]}
-        if meta["depth"] is not None and "two_time" not in info:      # written before solves recorded it: one
-            info["two_time"] = tuple(k for k, v in means.items() if np.ndim(v) == 2)   # point, kernels (T, T)
+        if meta["depth"] is not None and "two_time" not in info:      # written before solves recorded it
+            info["two_time"] = two_time_names(means)
         return cls(meta["model"], params, times, means, blocks, info, meta["kind"], tables.get("mean_se"),
                    tables.get("m1"), tables.get("m1_se"), meta["error_signal"], error, meta["depth"])
 
