@@ -393,7 +393,7 @@ def runtime_role_violations(root: Path) -> list[str]:
         for t, line in sorted(edges.items()):
             if not t.startswith(top + ".") or t.split(".")[2] == own:
                 continue
-            pkg, rt = rank(t)
+            _, rt = rank(t)
             if rt >= r and not (rt == r == top_rank):        # the entry points may import each other
                 found.append(f"{mod}:{line} -> {t}")
     return found
