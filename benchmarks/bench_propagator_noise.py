@@ -22,8 +22,9 @@ Measured on one 2-core machine (8 groups of 250 Sobol' paths, gamma = 1, eta = 0
 and 20 and for sin at T = 10 the hat-hat block carries the noise (5-18% of the peak against at most 1% from U and
 1.6% from the other blocks); for the steep tanh(3 h) at T = 10 it is U (the Price-theorem blocks,
 :mod:`dmftc.runtime.solvers.solve_bias`), where 250 paths per group do not resolve the propagator at all.  Where
-the hat-hat block dominates, taking it from more paths than the derivatives did not beat the plain estimator at
-equal work (docs/how-it-works.md, "Where the deep propagator's noise comes from").
+the hat-hat block dominates, the propagator now takes it from more paths marched at each group's saddle
+(``feature_samples``, :mod:`dmftc.runtime.sensitivities.held_paths`); this benchmark solves the plain estimator's
+groups (docs/how-it-works.md, "Where the deep propagator's noise comes from").
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Benchmark: time to N Var of a given accuracy -- dmftc against extrapolated ensembles of trained networks.
 
 Run: python benchmarks/bench_time_to_accuracy.py --kind two_layer [--T 100] [--gamma 1.5]
-     python benchmarks/bench_time_to_accuracy.py --kind deep [--T 30] [--gamma 1] [--L 2]
+     python benchmarks/bench_time_to_accuracy.py --kind deep [--T 30] [--gamma 1] [--L 2] [--feature-factors 1 16]
 
 The question a user asks: how long until I have lim N Var(q(t)) of every order parameter to within x% of its
 peak?  Every method answers it in the same run, on the same machine:
@@ -169,18 +169,21 @@ def deep_methods(args):
     kw = dict(activation="tanh", L=args.L, T=args.T, gamma=args.gamma, y=1.0, eta=args.eta, samples=args.samples,
               propagator_samples=args.paths, propagator_groups=args.groups)
 
-    def run(seed):
-        sol, march = timed(lambda: solve_deep(seed=seed, **kw))
+    def run(seed, factor):
+        sol, march = timed(lambda: solve_deep(seed=seed, propagator_feature_samples=factor * args.paths, **kw))
         c, prop = timed(lambda: Curves({k: np.asarray(sol.var(k)) for k in names},
                                        {k: np.asarray(sol.var_stderr(k)) for k in names}))
         return c, march, prop
 
-    _, m0, p0 = run(0)
-    c, march, prop = run(1)
-    print(f"  dmftc: first call {m0 + p0:.1f} s, steady: means march {march:.1f} s, propagator {prop:.1f} s",
-          flush=True)
-    out = [Pilot("dmftc mc propagator", f"{args.paths} paths/{args.groups} groups", m0 + p0, march + prop, c,
-                 scaled=prop)]
+    out = []
+    for factor in args.feature_factors:            # 1: the plain estimator (features from the derivative paths)
+        _, m0, p0 = run(0, factor)
+        c, march, prop = run(1, factor)
+        what = "plain" if factor == 1 else f"features x{factor}"
+        print(f"  dmftc ({what}): first call {m0 + p0:.1f} s, steady: means march {march:.1f} s, propagator "
+              f"{prop:.1f} s", flush=True)
+        size = f"{args.paths} paths/{args.groups} groups" + ("" if factor == 1 else f", features x{factor}")
+        out.append(Pilot(f"dmftc propagator, {what}", size, m0 + p0, march + prop, c, scaled=prop))
 
     def ensembles():
         return deep_truth(activation="tanh", L=args.L, gamma=args.gamma, y=1.0, eta=args.eta, T=args.T, N=args.N,
@@ -235,13 +238,13 @@ def fmt(x: float, width: int) -> str:
 
 
 def show(rows, targets) -> str:
-    head = (f"{'method':<20} {'pilot size':<26} {'first call':>10} {'pilot s':>8} {'accuracy':>9}"
+    head = (f"{'method':<31} {'pilot size':<40} {'first call':>10} {'pilot s':>8} {'accuracy':>9}"
             + "".join(f" {f'to {100 * a:g}% s':>11}" for a in targets)
             + "".join(f" {f'x at {100 * a:g}%':>10}" for a in targets) + f" {'max z':>6}")
     lines = [head]
     for r in rows:
         first = f"{'n/a':>10}" if math.isnan(r["first"]) else fmt(r["first"], 10)
-        line = (f"{r['method']:<20} {r['size']:<26} {first} {fmt(r['seconds'], 8)} {100 * r['accuracy']:>8.3g}%"
+        line = (f"{r['method']:<31} {r['size']:<40} {first} {fmt(r['seconds'], 8)} {100 * r['accuracy']:>8.3g}%"
                 + "".join(f" {fmt(r['to'][a][0], 11)}" for a in targets))
         if "ratio" in r:
             line += "".join(f" {fmt(r['ratio'][a], 10)}" for a in targets) + f" {r['z']:>6.2f}"
@@ -270,6 +273,9 @@ def parse(argv=None):
     ap.add_argument("--eta", type=float, default=0.05, help="step size (deep)")
     ap.add_argument("--paths", type=int, default=2000, help="deep propagator source paths")
     ap.add_argument("--groups", type=int, default=8, help="deep propagator groups")
+    ap.add_argument("--feature-factors", type=int, nargs="+", default=[1, 16],
+                    help="deep: feature paths per derivative path, one dmftc row each (1: the plain estimator; "
+                         "the solve's default is 16)")
     ap.add_argument("--N", type=int, default=256, help="ensemble width (and 2N)")
     ap.add_argument("--E", type=int, default=None, help="ensemble members per width (default 4000 two_layer, 500 deep)")
     ap.add_argument("--seed", type=int, default=0, help="ensemble seed")

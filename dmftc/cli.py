@@ -136,7 +136,8 @@ def cmd_run(args) -> int:
     # the options are checked alike for every kind of spec (dmftc.runtime.problem.options: e.g. --propagator-samples is
     # for deep specs only)
     sol = model.solve(samples=args.samples, seed=args.seed, backend=args.backend, sampler=args.sampler,
-                      propagator_samples=args.propagator_samples, correction=args.width is not None,
+                      propagator_samples=args.propagator_samples,
+                      propagator_feature_samples=args.propagator_feature_samples, correction=args.width is not None,
                       progress=not args.quiet, **params)
     if not args.quiet:
         print(sol.summary())
@@ -214,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--samples", type=int, default=20000, help="single-site Monte Carlo paths (default 20000)")
     r.add_argument("--propagator-samples", type=int, default=None, metavar="S",
                    help="deep nonlinear specs: source paths of the finite-width propagator (default 4000)")
+    r.add_argument("--propagator-feature-samples", type=int, default=None, metavar="S",
+                   help="deep nonlinear specs: paths whose features give the propagator's feature covariance, its "
+                        "largest source of noise (default 16 times --propagator-samples; equal to it: none added)")
     r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     r.add_argument("--sampler", choices=("sobol", "random"), default=None,
                    help="standard normals of the sample groups: randomised quasi-Monte Carlo or pseudo-random "

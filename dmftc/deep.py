@@ -40,7 +40,8 @@ __all__ = ["solve_deep", "propagator_bytes", "causal_propagator_bytes", "deep_so
 def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y: float = 1.0,
                eta: float = 0.05, T: int = 20, samples: int = 20000, seed: int = 0,
                memory_limit: float = 8e9, spec=None, spec_params: dict | None = None,
-               propagator_samples: int = 4000, propagator_groups: int = 8, progress: bool = False,
+               propagator_samples: int = 4000, propagator_groups: int = 8,
+               propagator_feature_samples: int | None = None, progress: bool = False,
                correction: bool = False, model=None, propagator_sampler: str = "sobol",
                **march_options) -> Solution:
     """Solve the deep network's discrete-time DMFT; the propagator too for linear networks.
@@ -50,6 +51,8 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     ``march_options`` (groups, dirac_width, backend) are passed to :func:`dmftc.runtime.march.deep_dmft.solve_deep`;
     ``propagator_samples`` / ``propagator_groups``: source paths and independent groups of the nonlinear
     propagator (:func:`dmftc.runtime.engines.deep_propagator.deep_propagator`, seeded with ``seed``), run on first use;
+    ``propagator_feature_samples``: the paths whose features give its feature covariance (default 16 times
+    ``propagator_samples``; equal to it: the plain estimator);
     ``propagator_sampler``: its paths' standard normals, 'sobol' (randomised quasi-Monte Carlo) or 'random'
     (:mod:`dmftc.runtime.numerics.sampling`).
     ``correction``: also the exact O(1/N) mean correction of a linear network
@@ -83,5 +86,5 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     return nonlinear_solution(act, march_act, L=L, T=T, gamma=gamma, y=y, eta=eta, samples=samples, seed=seed,
                               spec=spec, spec_params=spec_params, model=model, memory_limit=memory_limit,
                               propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                              progress=progress, propagator_sampler=propagator_sampler, width=width,
+                              propagator_feature_samples=propagator_feature_samples, progress=progress, propagator_sampler=propagator_sampler, width=width,
                               **march_options)

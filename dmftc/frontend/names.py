@@ -16,7 +16,7 @@ RESERVED = set(BUILTIN_FUNCTIONS) | {"pi", "eye", "ones", "zeros"}
 # the options of a solve (dmftc.runtime.problem.options.SolveOptions; tests/test_options.py keeps the two equal): solve(**kw)
 # takes the options and the model parameters together, so a parameter of one of these names could never be set
 SOLVE_OPTIONS = ("samples", "seed", "groups", "dirac_width", "backend", "sampler", "progress", "correction", "batch",
-                 "propagator_samples", "propagator_groups", "memory_limit", "devices")
+                 "propagator_samples", "propagator_groups", "propagator_feature_samples", "memory_limit", "devices")
 DEEP_HINT = "deep-network specs declare a layer index first, e.g. 'layers l = 1..L'"
 KIND_WORDS = {"param": "a parameter", "index": "an index", "activation": "an activation",
                "order": "an order parameter", "source": "a source", "field": "a field", "time": "the time variable",

@@ -29,7 +29,8 @@ class CompiledModel:
     def solve(self, *, samples: int = 20000, seed: int = 0, batch: int | None = None, groups: int = 8,
               dirac_width: float = 0.1, backend: str = "auto", progress: bool = False, correction: bool = False,
               sampler: str | None = None, propagator_samples: int | None = None,
-              propagator_groups: int | None = None, memory_limit: float | None = None, devices=None, **params):
+              propagator_groups: int | None = None, propagator_feature_samples: int | None = None,
+              memory_limit: float | None = None, devices=None, **params):
         """Saddle point and propagator; unspecified parameters take the spec's defaults.
 
         ``samples`` single-site draws (seeded by ``seed``) estimate every average; ``groups``
@@ -44,14 +45,16 @@ class CompiledModel:
         Two-layer specs only: ``batch`` (paths per kernel call; default: sized to memory) and ``devices`` (None:
         one device; 'all' or a number: each group's Monte Carlo paths sharded over that many JAX devices).  Deep
         specs only: ``propagator_samples``, ``propagator_groups`` (paths and groups of the Monte Carlo propagator;
-        default 4000 and 8) and ``memory_limit`` (bytes a dense propagator may take; default 8e9).  The options are
+        default 4000 and 8), ``propagator_feature_samples`` (paths whose features give the propagator's feature
+        covariance, which carries most of its noise; default 16 times ``propagator_samples``; equal to it: the
+        plain estimator) and ``memory_limit`` (bytes a dense propagator may take; default 8e9).  The options are
         checked alike for every spec (:class:`dmftc.runtime.problem.options.SolveOptions`); one that the spec's kind
         does not read is an error, not ignored.
         """
         options = SolveOptions(samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
                                sampler=sampler, progress=progress, correction=correction, batch=batch,
                                propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                               memory_limit=memory_limit, devices=devices)
+                               propagator_feature_samples=propagator_feature_samples, memory_limit=memory_limit, devices=devices)
         sol = solve(self.module, options, params)
         sol.info.setdefault("index_names", index_names(self.module))     # the dims of sol.to_xarray()
         return sol

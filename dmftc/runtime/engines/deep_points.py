@@ -171,7 +171,7 @@ def _pairs_of_tril(v, n, T, P):
 def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                  backend: str = "auto", correction: bool = False, progress: bool = False, memory_limit: float = 8e9,
                  propagator_samples: int = 4000, propagator_groups: int = 8, sampler: str = "sobol",
-                 **given) -> Solution:
+                 propagator_feature_samples: int | None = None, **given) -> Solution:
     """Solve a compiled deep spec on several training points (module doc).  ``samples`` source paths in
     ``groups`` independent marches (means = group averages, standard errors from their spread); a linear spec
     is marched once on the exact Gaussian basis (``backend`` 'auto' or 'exact').  The Monte Carlo propagator of
@@ -270,7 +270,8 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
             obs = PointObservables(mod, model, L, T, P)
             kw = dict(activation=act, L=L, T=T * P, model=model, samples=propagator_samples,
                       groups=propagator_groups, seed=seed, progress=progress, sampler=sampler,
-                      dirac_width=dirac_width, points=P, observables=obs)
+                      dirac_width=dirac_width, points=P, observables=obs,
+                      feature_samples=propagator_feature_samples)
             blocks = LazyDense(T, obs.names, lambda: mc_propagator(obs, memory_limit, kw), info)
     return Solution(mod.MODEL, params, p[mod.TIME["step"]] * np.arange(T), means, blocks, info, kind="deep",
                     mean_se=se, error_signal=mod.ERROR_SIGNAL, blocks_error=error, depth=L, m1=m1,

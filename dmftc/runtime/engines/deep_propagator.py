@@ -77,17 +77,25 @@ from dmftc.runtime.problem.standard_spec import model_and_activation
 from dmftc.runtime.numerics.sampling import check_sampler, source_normals
 
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator", "FEATURE_FACTOR"]
+
+# Default feature paths per derivative path (deep_propagator's feature_samples): the features' covariance carries
+# most of the noise and costs a march per path, the derivatives about a hundred (tanh, L = 2, T = 30: 16 times
+# the paths cut the worst standard error of N Var from 7.8% to 1.9% of its peak for 4% more time; 64 times gave
+# 1.9% as well, the derivatives' own noise then dominating; docs/how-it-works.md)
+FEATURE_FACTOR = 16
 
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.march.deep_dmft) with the direct readout, paths kept
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class MarchFields:
-    """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T)."""
+    """Per-layer samples of one group: sources w = (u, r) and fields x = (h, z), each (S, 2T); ``factors``: per
+    layer the sources' causal Cholesky factors (Cu, Cr), each (T, T), with which w = (Cu xi_u, Cr xi_r)."""
     w: list
     x: list
     march: str = "structured"             # which march made them: 'site program' or 'structured'
+    factors: list | None = None
 
 
 def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=None, y=None, eta=None, points=1):
@@ -107,7 +115,8 @@ def mc_saddle(*, activation, L, T, xiu, xir, weights=None, model=None, gamma=Non
     sad = saddle_of_march(model, out, L, T)
     fields = MarchFields([np.concatenate([out["u"][l], out["r"][l]], axis=1) for l in range(L)],
                      [np.concatenate([out["h"][l], out["z"][l]], axis=1) for l in range(L)],
-                     "site program" if runs_site(kern) else "structured")
+                     "site program" if runs_site(kern) else "structured",
+                     [(out["Cu"][l], out["Cr"][l]) for l in range(L)])
     return sad, fields
 
 
@@ -152,7 +161,7 @@ class DeepPropagator:
 
 def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None, model=None, chunk=None,
                      weights=None, full=False, keep_blocks=False, keep_local=False, points=1,
-                     observables=None):
+                     observables=None, extra=None):
     """One complete estimate from one group of standard normals xiu, xir (L, S, T): the group's own saddle
     (march), the Monte Carlo Hessian of its action with the same samples, and the deep_action.Propagator
     (its diagnostics add 'stationarity', the largest |dS/dq| at the saddle relative to max(1, |q|)).
@@ -165,7 +174,11 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
 
     ``points``: P of a spec on several training points: T counts its (time, point) steps, causality goes by
     time (:func:`dmftc.runtime.solvers.causal_solve.causal_order`), and ``observables`` (saddle, layout) -> (names, rows,
-    J) maps the physical block to the observables of every point and pair."""
+    J) maps the physical block to the observables of every point and pair.
+
+    ``extra``: standard normals (xiu, xir) (L, S_e, T) of more paths, marched at the group's saddle with its
+    order parameters held; their features join the hat-hat block of each ln Z_l (the features' covariance) and
+    nothing else (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
     model, activation = model_and_activation(model, activation, gamma, y, eta, L=L)
     t0 = _time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -188,8 +201,12 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
             v, idx = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             est = estimator(T, activation, l > 1, l < L, chunk, points)
             ta = _time.perf_counter()
+            more = None
+            if extra is not None:                      # their sources from the saddle's own Cholesky factors
+                Cu, Cr = fields.factors[l - 1]
+                more = np.concatenate([np.asarray(extra[0][l - 1]) @ Cu.T, np.asarray(extra[1][l - 1]) @ Cr.T], axis=1)
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
-                                 model=model, weights=weights)
+                                 model=model, weights=weights, extra=more)
             tl.append(_time.perf_counter() - ta)
             if not np.all(np.isfinite(h)):
                 raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
@@ -254,7 +271,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
                     eta: float | None = None, model: DeepModel | None = None, samples: int = 8000, seed: int = 0,
                     groups: int = 4, chunk: int | None = None, progress: bool = False,
                     dirac_width: float = 0.1, dirac_extrapolate: bool = True, sampler: str = "sobol", points: int = 1,
-                    observables=None) -> DeepPropagator:
+                    observables=None, feature_samples: int | None = None) -> DeepPropagator:
     """Finite-width propagator lim N Cov of Delta(t), K(t), Phi[l](t,t), G[l](t,t) of an L-hidden-layer network
     (module doc).  ``samples`` source paths are split into ``groups`` independent groups; each group marches
     its own saddle and estimates its own Hessian and propagator; the result is the group mean and ``se`` the
@@ -283,7 +300,14 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     :mod:`dmftc.runtime.solvers.solve_bias`), relative to the curve's peak and to the standard error.
 
     ``points``, ``observables``: a spec on several training points (:func:`group_propagator`); ``T`` then
-    counts its (time, point) steps and the observables are those ``observables`` names."""
+    counts its (time, point) steps and the observables are those ``observables`` names.
+
+    ``feature_samples``: paths (at least ``samples``, split over the groups alike; default ``FEATURE_FACTOR``
+    times ``samples``) whose features give the hat-hat block of each ln Z_l, the features' covariance, which
+    carries most of the propagator's noise; each group's first samples / groups of them are its own paths (saddle
+    and derivatives), the rest are marched at the group's saddle with its order parameters held
+    (:mod:`dmftc.runtime.sensitivities.held_paths`).  ``feature_samples = samples`` is the plain estimator.  With
+    the Sobol' sampler powers of two per group keep the point sets balanced."""
     make_room()                       # a long process: drop compiled programs before the mappings run out
     std = dict(gamma=gamma, eta=eta, y=y) if model is None and isinstance(activation, str) else None
     # (the standard network: its compiled spec's program and activation)
@@ -307,15 +331,19 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     if chunk is not None:
         chunk = check_integer("chunk", chunk, 1)
     per = samples // groups
+    if feature_samples is None:
+        feature_samples = FEATURE_FACTOR * samples
+    fper = check_integer(f"feature_samples (at least samples = {samples})", feature_samples, samples) // groups
     t0 = _time.perf_counter()
     runs, runs_w = [], []
     pools = (Pool(), Pool())                          # Hessian blocks summed over groups: width w, w/2
     with Progress(f"deep propagator (L = {L}, T = {T // points}" + (f", P = {points})" if points > 1 else ")"),
                   groups, enabled=progress) as bar:
         for gi in range(groups):
-            xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, per, T)
-            kw = dict(L=L, model=model, T=T, xiu=xi[0], xir=xi[1], chunk=chunk, keep_blocks=True,
-                      points=points, observables=observables)
+            xi = source_normals(sampler, np.random.SeedSequence([seed, gi]), L, fper, T)
+            kw = dict(L=L, model=model, T=T, xiu=xi[0][:, :per], xir=xi[1][:, :per], chunk=chunk, keep_blocks=True,
+                      points=points, observables=observables,
+                      extra=(xi[0][:, per:], xi[1][:, per:]) if fper > per else None)
             run = group_propagator(activation=activation, **kw)
             pools[0].add(run)
             if half is not None:
@@ -350,7 +378,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     # for perturbations of that size); exact zero modes (e.g. Delta(0) = y) show up as O(noise) eigenvalues
     noise = float(np.linalg.norm(allS.std(axis=0, ddof=1) / math.sqrt(groups), 2))
     d = [p.diagnostics for p in runs]
-    diag = {"samples_per_group": per, "groups": groups, "sampler": sampler,
+    diag = {"samples_per_group": per, "feature_samples_per_group": fper, "groups": groups, "sampler": sampler,
             "stationarity": max(x["stationarity"] for x in d),
             "asymmetry": max(x["asymmetry"] for x in d),
             "min_eig": float(ev.min()), "max_eig": float(ev.max()),
@@ -384,6 +412,6 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     diag["time_pooled_solve"] = _time.perf_counter() - ts
     diag["time_total"] = _time.perf_counter() - t0
     params = dict(activation=activation.label, model=model.label, L=L, T=T, samples=per * groups,
-                  seed=seed, groups=groups, sampler=sampler)
+                  seed=seed, groups=groups, sampler=sampler, feature_samples=fper * groups)
     params.update(model.standard_params or std or {})
     return DeepPropagator(L, T, params, sigma, se, saddle, saddle_se, runs, diag)

@@ -99,11 +99,13 @@ def _no_source(error):
 def nonlinear_solution(act, march_act, *, L: int, T: int, gamma: float, y: float, eta: float, samples: int,
                        seed: int, spec, spec_params, model, memory_limit: float, propagator_samples: int,
                        propagator_groups: int, progress: bool, propagator_sampler: str, width: float,
-                       **march_options) -> Solution:
+                       propagator_feature_samples: int | None = None, **march_options) -> Solution:
     """A nonlinear deep network: the Monte Carlo saddle of ``spec`` (a compiled spec's
     :class:`dmftc.runtime.march.deep_dmft.SpecKernels` at ``spec_params``; without one, the reference march of
     ``model``) and its propagator on first use, from ``propagator_samples`` paths in ``propagator_groups``
-    groups.  ``act``: the activation (labels, kink order); ``march_act``: the one the propagator marches."""
+    groups (and the features' covariance from ``propagator_feature_samples`` paths, default
+    :data:`dmftc.runtime.engines.deep_propagator.FEATURE_FACTOR` times as many).  ``act``: the activation (labels,
+    kink order); ``march_act``: the one the propagator marches."""
     from dmftc.runtime.march.deep_dmft import solve_deep as mc_saddle
 
     params = {"gamma": gamma, "y": y, "eta": eta}
@@ -121,8 +123,9 @@ def nonlinear_solution(act, march_act, *, L: int, T: int, gamma: float, y: float
 
     prop = LazyPropagator(memory_limit, activation=march_act, L=L, gamma=gamma, y=y, eta=eta, T=T, model=model,
                           samples=propagator_samples, groups=propagator_groups, seed=seed, progress=progress,
-                          sampler=check_sampler(propagator_sampler))
+                          sampler=check_sampler(propagator_sampler), feature_samples=propagator_feature_samples)
     info = {"samples": samples, "seed": seed, "propagator_samples": propagator_samples,
+            "propagator_feature_samples": propagator_feature_samples,
             "propagator_groups": propagator_groups, "propagator_sampler": propagator_sampler,
             "activation": act.label, "kink_order": act.kink_order, "march": sad.diagnostics.get("march")}
     if act.kink_order is not None:

@@ -33,7 +33,8 @@ _LINEAR_MATCH = 1e-8
 
 def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, dirac_width: float = 0.1,
                       backend: str = "auto", memory_limit: float = 8e9, propagator_samples: int = 4000,
-                      propagator_groups: int = 8, progress: bool = False, correction: bool = False,
+                      propagator_groups: int = 8, propagator_feature_samples: int | None = None,
+                      progress: bool = False, correction: bool = False,
                       sampler: str = "sobol", **given) -> Solution:
     """Solve a compiled deep spec (see the module doc); parameters not given take the spec's defaults.
     ``correction``: also the exact O(1/N) mean correction (linear specs only)."""
@@ -91,6 +92,7 @@ def solve_deep_module(mod, *, samples: int = 20000, seed: int = 0, groups: int =
                                     groups=groups, dirac_width=dirac_width, backend=backend, width=dirac_width,
                                     memory_limit=memory_limit, propagator_samples=propagator_samples,
                                     propagator_groups=propagator_groups, progress=progress, model=model,
+                                    propagator_feature_samples=propagator_feature_samples,
                                     propagator_sampler=sampler, **std)
     if err is not None:
         inner = replace(inner, blocks_error=err)

@@ -163,7 +163,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     (direct=True, keep=True): the saddle of the Monte Carlo action of these paths, and the
     paths themselves.  ``prm``: the march's parameter values (the kernels' own and 'dirac width').
     ``weights`` (S,): row weights (default equal), normalised to sum to 1.  Returns numpy
-    arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T)}.
+    arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, fdir (T,), h, z, u, r (L, S, T), and the
+    sources' causal Cholesky factors Cu, Cr (L, T, T): u = Cu xiu, r = Cr xir path by path}.
     ``points``: P of a spec on several training points (T = its (time, point) steps)."""
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
@@ -171,8 +172,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     out = march(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), traced(prm))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
     out = {k: np.asarray(v) for k, v in out.items()}
-    out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out.pop("Cu"))
-    out["r"] = np.einsum("lnk,ltk->lnt", np.asarray(xir), out.pop("Cr"))
+    out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out["Cu"])
+    out["r"] = np.einsum("lnk,ltk->lnt", np.asarray(xir), out["Cr"])
     return out
 
 

@@ -25,6 +25,7 @@ BACKENDS = ("auto", "exact", "mc", "cubature")
 DEEP_ONLY = {
     "propagator_samples": "two-layer specs compute the propagator from the same paths as the means (samples)",
     "propagator_groups": "two-layer specs compute the propagator in the same groups as the means (groups)",
+    "propagator_feature_samples": "two-layer specs compute the propagator from the same paths as the means (samples)",
     "memory_limit": "two-layer specs size their batches themselves (batch)",
 }
 TWO_LAYER_ONLY = {
@@ -74,8 +75,10 @@ class SolveOptions:
     ``progress``: a progress bar on stderr; ``correction``: also the O(1/N) mean correction.  Two-layer specs
     only: ``batch`` (paths per kernel call) and ``devices`` (None: one device; 'all' or a number: each sample
     group's paths sharded over that many JAX devices, :mod:`dmftc.runtime.numerics.devices`).  Deep specs only:
-    ``propagator_samples`` and ``propagator_groups`` (paths and groups of the Monte Carlo propagator) and
-    ``memory_limit`` (bytes a dense propagator may take).
+    ``propagator_samples`` and ``propagator_groups`` (paths and groups of the Monte Carlo propagator),
+    ``propagator_feature_samples`` (paths whose features give the propagator's feature covariance, at least
+    ``propagator_samples``; :func:`dmftc.runtime.engines.deep_propagator.deep_propagator`) and ``memory_limit``
+    (bytes a dense propagator may take).
     None means "the engine's default" for the options of one kind."""
 
     samples: int = 20000
@@ -89,6 +92,7 @@ class SolveOptions:
     batch: int | None = None
     propagator_samples: int | None = None
     propagator_groups: int | None = None
+    propagator_feature_samples: int | None = None
     memory_limit: float | None = None
     devices: int | str | None = None
 
@@ -109,6 +113,8 @@ class SolveOptions:
             check_integer("propagator_samples", self.propagator_samples, 2)
         if self.propagator_groups is not None:
             check_integer("propagator_groups", self.propagator_groups, 1)
+        if self.propagator_feature_samples is not None:
+            check_integer("propagator_feature_samples", self.propagator_feature_samples, 2)
         check_devices(self.devices)
         m = self.memory_limit
         if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Real) or not math.isfinite(float(m))

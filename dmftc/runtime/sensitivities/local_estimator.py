@@ -53,6 +53,7 @@ from dmftc.runtime.problem.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.problem.deep_action import split_local, sym_from_tril
 from dmftc.runtime.problem.deep_model import DeepModel
+from dmftc.runtime.sensitivities.held_paths import HeldPaths
 from dmftc.runtime.sensitivities.price_by_parts import hybrid_price, stein_plan
 from dmftc.runtime.sensitivities.site_local import local_map
 from dmftc.runtime.sensitivities.site_moments import SiteMoments
@@ -129,6 +130,7 @@ class LocalEstimator:
         tt, ss = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
         ts, ss_ = self.time[tt], self.time[ss]
         self.anti = np.concatenate([(tt * T + ss)[ss_ >= ts], T * T + (tt * T + ss)[ss_ > ts]])   # T^2 entries
+        self._held = None
         self._setup(vary_u, vary_r, chunk)
 
     def _setup(self, vary_u, vary_r, chunk):
@@ -144,10 +146,20 @@ class LocalEstimator:
         return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
                                   stein=stein, coefficients=model.one_time_rows(self.T))
 
-    def log_z(self, v, W, X0, *, top, model, weights=None):
+    def held(self) -> HeldPaths:
+        """The layer kind's single-site process at held order parameters (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
+        if self._held is None:
+            self._held = HeldPaths(self._site)
+        return self._held
+
+    def log_z(self, v, W, X0, *, top, model, weights=None, extra=None):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
-        folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc)."""
+        folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc).
+        ``extra``: source values (S_e, 2 T) of more paths of the layer at this saddle, whose features join the
+        hat-hat block (the features' covariance) and nothing else (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
         T, S, T2 = self.T, W.shape[0], self.T * self.T
+        if extra is not None and weights is not None:
+            raise ParameterError("extra feature paths go with equally weighted paths only")
         pp, gn, a, b, ph, gh, Delta, dh = split_local(np.asarray(v), T)
         later = self.time[None, :] >= self.time[:, None]              # (t, s): time of s >= time of t
         same = self.time[None, :] == self.time[:, None]
@@ -186,6 +198,14 @@ class LocalEstimator:
         HR[nc:, :na] = Jf[:, self.anti] / S
         HR[nc:, na:] = ff / S
         HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
+        if extra is not None and len(extra):           # the features' covariance from every path at this saddle
+            C0, E0, _ = local_couplings(jnp.asarray(v), T, model)
+            fe, ffe = self.held().feature_sums(np.asarray(C0), np.asarray(E0), np.asarray(extra),
+                                               feature=model.features() if top else (0.0, 0.0),
+                                               CV=model.one_time_rows(T))
+            n = S + extra.shape[0]
+            mf = (f + fe) / n
+            HR[nc:, na:] = (ff + ffe) / n - np.outer(mf, mf)
         J, (si, sj, sv) = _theta_jacobian(np.asarray(v), m / Zb, T, model)
         JR = J[R]
         if not np.all(np.diff(JR.indptr) == 1) or not np.all(JR.data == 1.0):

@@ -47,7 +47,25 @@ import numpy as np
 
 from dmftc.runtime.sensitivities.site_drivers import equal_batches
 
-__all__ = ["SiteMoments", "chunk_rows"]
+__all__ = ["SiteMoments", "chunk_rows", "coupling_matrix", "path_features"]
+
+
+def coupling_matrix(local, C, E):
+    """K (nx T, ny T) of x = w + K y(x): block (x-field i, output o) of each coupling kind, C then E."""
+    T = C.shape[0]
+    K = jnp.zeros((local.nx * T, local.ny * T))
+    for (_, i, o), Kk in zip(local.kinds, (C, E)):
+        K = K.at[i * T:(i + 1) * T, o * T:(o + 1) * T].set(Kk)
+    return K
+
+
+def path_features(a, b, r, fa, fb, tril, first):
+    """The features f of one path (nf,): each kernel's -a(t) b(s) over t >= s (``tril``), then the readout
+    fa r(t) + fb r(first(t)) (written fa (r - r0) + (fa + fb) r0); a, b (T, nk) are the kernels' factors at t and
+    at s, r (T,) the readout observable, ``first`` each step's step at time 0."""
+    tr0, tr1 = tril
+    top = fa * (r - r[first]) + (fa + fb) * r[first]
+    return jnp.concatenate([-(a[tr0, k] * b[tr1, k]) for k in range(a.shape[-1])] + [top])
 
 
 def _total(xs, shape):
@@ -226,9 +244,7 @@ class SiteMoments:
         y, Y1, Y2, Y3 = lm.output_tensors(X.T, CV)                 # (T, ny), (T, ny, nx), ...
         (a, A1, A2), (b, B1, B2), (r, R1, R2) = lm.feature_tensors(X.T, CV)
         yv = y.T.reshape(m)
-        K = jnp.zeros((n, m))
-        for (kind, i, o), Kk in zip(lm.kinds, (C, E)):
-            K = K.at[i * T:(i + 1) * T, o * T:(o + 1) * T].set(Kk)
+        K = coupling_matrix(lm, C, E)
         Y1m = jnp.einsum("tki,ts->ktis", Y1, jnp.eye(T)).reshape(m, n)
         Ry = nilpotent_inverse(Y1m @ K)
         Xi = Ry @ Y1m                                   # dy/dw (m, n)
@@ -251,7 +267,6 @@ class SiteMoments:
         tr0, tr1 = self.tril
         first = self.first
         d1 = lambda F1: _total([F1[:, i, None] * X1r[i] for i in range(nx)], (T, n))     # noqa: E731
-        top_f = fa * (r - r[first]) + (fa + fb) * r[first]
         Dr = d1(R1)
         d0 = Dr[first]
         fa2, fb2 = fa[:, None], fb[:, None]           # the coefficients are per step (rows)
@@ -260,7 +275,7 @@ class SiteMoments:
         rows_of = lambda o: slice(o * T, (o + 1) * T)                          # noqa: E731
         Da = [Xi[rows_of(o)] if o >= 0 else d1(A1[:, k]) for k, o in enumerate(pat.a_out)]
         Db = [Da[k] if pat.same[k] else Xi[rows_of(o)] if o >= 0 else d1(B1[:, k]) for k, o in enumerate(pat.b_out)]
-        f = jnp.concatenate([-(a[tr0, k] * b[tr1, k]) for k in range(nk)] + [top_f])
+        f = path_features(a, b, r, fa, fb, self.tril, first)
         Df = jnp.concatenate([-(Da[k][tr0] * b[tr1, k, None] + a[tr0, k, None] * Db[k][tr1]) for k in range(nk)]
                              + [Dtop])
 
