@@ -17,7 +17,9 @@ subprocess so that its peak resident memory is its own, and prints the split of 
 * hessian  per layer, per-path derivatives summed over paths (dmftc.runtime.sensitivities.site_moments): first and
            second source derivatives O(S T^4), the Price block of the couplings O(S T^5) (matrix products
            over paths and blocks of times, bounded by causality: about T^5 / 3 multiply-adds per path and
-           source block), then the chain rule and the assembly of U and Kd (O(L^2 T^4) per group);
+           source block), the features' covariance of the extra feature paths marched at the saddle (15 per
+           derivative path by default, O(T^4) each: dmftc.runtime.sensitivities.held_paths), then the chain rule
+           and the assembly of U and Kd (O(L^2 T^4) per group);
 * solve    causal block back substitution with the dual-primal block U (dmftc.runtime.solvers.causal_solve),
            n = L T(T+1) + (L-1) T^2 + T primal variables, for the R = (2 L + 2) T time-diagonal
            observables: O(R n^2) = O(L^3 T^5) time, O(n^2) = O(L^2 T^4) memory.
