@@ -120,3 +120,13 @@ def test_a_parameter_cannot_take_the_name_of_a_solve_option(tmp_path):
             dmftc.load(path, tmp_path / "gen")
         assert "'seed' is an option of solve" in str(err.value)
         assert f"{path}:{line}:7" in err.value.render(), err.value.render()
+
+
+def test_too_few_feature_paths_are_refused_before_the_means_march(models):
+    """propagator_feature_samples below propagator_samples (the feature paths include the derivative paths) is
+    refused with the option's name, for one point and for several, before any march (T = 2000 would take
+    minutes to march)."""
+    for name in ("deep_tanh", "deep_multi"):
+        with pytest.raises(ParameterError, match=r"propagator_feature_samples \(at least propagator_samples\) "
+                                                 r"must be an integer >= 400, got 100"):
+            models[name].solve(T=2000, samples=64, groups=2, propagator_samples=400, propagator_feature_samples=100)

@@ -195,6 +195,12 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if not exact:
         propagator_groups = check_integer("propagator_groups", propagator_groups, 2)
         propagator_samples = check_integer("propagator_samples", propagator_samples, 2 * propagator_groups)
+        if propagator_feature_samples is None:
+            from dmftc.runtime.engines.deep_propagator import FEATURE_FACTOR
+
+            propagator_feature_samples = FEATURE_FACTOR * propagator_samples
+        check_integer("propagator_feature_samples (at least propagator_samples)", propagator_feature_samples,
+                      propagator_samples)
     TP = T * P
     if not exact and 4 * L * (samples // groups) * TP * TP > MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "
@@ -236,6 +242,7 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
                     test_points=tuple(i for i, v in enumerate(trained) if v == 0.0))
     if not exact:
         info.update(samples=per * groups, seed=seed, groups=groups, propagator_samples=propagator_samples,
+                    propagator_feature_samples=propagator_feature_samples,
                     propagator_groups=propagator_groups, propagator_sampler=sampler)
     params = dict(p) | {"dirac width": dirac_width}
     blocks, error, m1 = None, None, None

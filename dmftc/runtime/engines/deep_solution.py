@@ -109,16 +109,23 @@ def nonlinear_solution(act, march_act, *, L: int, T: int, gamma: float, y: float
     from dmftc.runtime.march.deep_dmft import solve_deep as mc_saddle
 
     params = {"gamma": gamma, "y": y, "eta": eta}
+    # the propagator's options, checked before the means march
+    check_integer("propagator_samples", propagator_samples, 2)
+    if check_integer("propagator_groups", propagator_groups, 1) < 2 or propagator_samples < 2 * propagator_groups:
+        raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
+                             f"group, got {propagator_groups} groups and {propagator_samples} paths")
+    if propagator_feature_samples is None:
+        from dmftc.runtime.engines.deep_propagator import FEATURE_FACTOR
+
+        propagator_feature_samples = FEATURE_FACTOR * propagator_samples
+    check_integer("propagator_feature_samples (at least propagator_samples)", propagator_feature_samples,
+                  propagator_samples)
 
     sad = mc_saddle(activation=act.label if spec is not None else act, L=L, gamma=gamma, y=y, eta=eta, T=T,
                     samples=samples, seed=seed, spec=spec, spec_params=spec_params,
                     model=model if spec is None else None, **march_options)
     means = {k: np.asarray(sad[k]) for k in sad.keys()}
     se = {k: np.asarray(sad.stderr[k]) if k in sad.stderr else np.zeros_like(means[k]) for k in means}
-    check_integer("propagator_samples", propagator_samples, 2)
-    if check_integer("propagator_groups", propagator_groups, 1) < 2 or propagator_samples < 2 * propagator_groups:
-        raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
-                             f"group, got {propagator_groups} groups and {propagator_samples} paths")
     from dmftc.runtime.numerics.sampling import check_sampler
 
     prop = LazyPropagator(memory_limit, activation=march_act, L=L, gamma=gamma, y=y, eta=eta, T=T, model=model,

@@ -129,7 +129,8 @@ def _attrs(sol) -> dict:
     attrs = {"title": f"dmftc solution of {sol.model}", "model": sol.model, "kind": sol.kind}
     if sol.depth is not None:
         attrs["depth"] = int(sol.depth)
-    for k in ("spec", "spec_sha256", "seed", "samples", "groups", "propagator_samples", "propagator_groups"):
+    for k in ("spec", "spec_sha256", "seed", "samples", "groups", "propagator_samples", "propagator_groups",
+              "propagator_feature_samples"):
         v = jsonable(info.get(k))
         if v is not None:
             attrs[k] = v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else json.dumps(v)
