@@ -96,7 +96,7 @@ def test_extra_paths_change_only_the_hat_hat_block_to_the_pooled_covariance():
     hats = _hat_slices(T)
     for l in range(1, L + 1):
         v, _ = gather_local(jnp.asarray(x0), Layout(L, T), l, phi0=model.phi0, g_top=model.g_top)
-        est = estimator(T, act, l > 1, l < L)
+        est = estimator(T, act, l > 1, l < L, chunk=S)     # one chunk shape for S and for S + Se paths
         C, E, _ = local_couplings(jnp.asarray(v), T, model)
         Cu, Cr = fields.factors[l - 1]
         we = np.concatenate([xi[0][l - 1, S:] @ Cu.T, xi[1][l - 1, S:] @ Cr.T], axis=1)
