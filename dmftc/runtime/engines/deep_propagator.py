@@ -352,7 +352,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
                 pools[1].add(at_half)
                 run = _extrapolated(run, at_half)
             runs.append(run)
-            bar.advance(note=f"group {gi + 1}: {per} paths")
+            bar.advance(note=f"group {gi + 1}: {per} paths" + (f", features from {fper}" if fper > per else ""))
     names = list(runs[0].sigma)
     stack = lambda fn: np.array([fn(p) for p in runs])  # noqa: E731
     sigma, se = {}, {}
