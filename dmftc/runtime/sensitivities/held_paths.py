@@ -67,10 +67,13 @@ class HeldPaths:
             k = jax.lax.dynamic_slice_in_dim(Kt, tau * P, P, axis=0)                     # (P, nx, T, ny)
             w = jax.lax.dynamic_slice_in_dim(Wt, tau * P, P, axis=1)                     # (S, P, nx)
             cv = None if CV is None else jax.lax.dynamic_slice_in_dim(CV, tau * P, P, axis=0)
-            x = w
-            for _ in range(nx * P + 1):               # same-time couplings are nilpotent: settled after nx P sweeps
+            def sweep(_, xy):
+                x, Y = xy
                 Y = jax.lax.dynamic_update_slice_in_dim(Y, outputs(x, cv), tau * P, axis=1)
-                x = w + jnp.einsum("pito,sto->spi", k, Y)
+                return w + jnp.einsum("pito,sto->spi", k, Y), Y
+
+            # same-time couplings are nilpotent: settled after nx P sweeps
+            x, Y = jax.lax.fori_loop(0, nx * P + 1, sweep, (w, Y))
             Y = jax.lax.dynamic_update_slice_in_dim(Y, outputs(x, cv), tau * P, axis=1)
             return jax.lax.dynamic_update_slice_in_dim(X, x, tau * P, axis=1), Y
 
