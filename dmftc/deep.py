@@ -86,5 +86,6 @@ def solve_deep(*, activation: str = "linear", L: int = 2, gamma: float = 1.0, y:
     return nonlinear_solution(act, march_act, L=L, T=T, gamma=gamma, y=y, eta=eta, samples=samples, seed=seed,
                               spec=spec, spec_params=spec_params, model=model, memory_limit=memory_limit,
                               propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                              propagator_feature_samples=propagator_feature_samples, progress=progress, propagator_sampler=propagator_sampler, width=width,
+                              propagator_feature_samples=propagator_feature_samples, progress=progress,
+                              propagator_sampler=propagator_sampler, width=width,
                               **march_options)

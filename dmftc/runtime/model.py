@@ -54,7 +54,8 @@ class CompiledModel:
         options = SolveOptions(samples=samples, seed=seed, groups=groups, dirac_width=dirac_width, backend=backend,
                                sampler=sampler, progress=progress, correction=correction, batch=batch,
                                propagator_samples=propagator_samples, propagator_groups=propagator_groups,
-                               propagator_feature_samples=propagator_feature_samples, memory_limit=memory_limit, devices=devices)
+                               propagator_feature_samples=propagator_feature_samples, memory_limit=memory_limit,
+                               devices=devices)
         sol = solve(self.module, options, params)
         sol.info.setdefault("index_names", index_names(self.module))     # the dims of sol.to_xarray()
         return sol

@@ -195,12 +195,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     if not exact:
         propagator_groups = check_integer("propagator_groups", propagator_groups, 2)
         propagator_samples = check_integer("propagator_samples", propagator_samples, 2 * propagator_groups)
-        if propagator_feature_samples is None:
-            from dmftc.runtime.engines.deep_propagator import FEATURE_FACTOR
+        from dmftc.runtime.engines.deep_propagator import feature_paths
 
-            propagator_feature_samples = FEATURE_FACTOR * propagator_samples
-        check_integer("propagator_feature_samples (at least propagator_samples)", propagator_feature_samples,
-                      propagator_samples)
+        propagator_feature_samples = feature_paths(propagator_feature_samples, propagator_samples,
+                                                   "propagator_feature_samples", "propagator_samples")
     TP = T * P
     if not exact and 4 * L * (samples // groups) * TP * TP > MEMORY_BUDGET:
         raise ParameterError(f"the tangents of one group need 4 L (samples/groups) (T P)^2 = "

@@ -77,13 +77,22 @@ from dmftc.runtime.problem.standard_spec import model_and_activation
 from dmftc.runtime.numerics.sampling import check_sampler, source_normals
 
 
-__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator", "FEATURE_FACTOR"]
+__all__ = ["deep_propagator", "DeepPropagator", "mc_saddle", "group_propagator", "FEATURE_FACTOR", "feature_paths"]
 
 # Default feature paths per derivative path (deep_propagator's feature_samples): the features' covariance carries
 # most of the noise and costs a march per path, the derivatives about a hundred (tanh, L = 2, T = 30: 16 times
 # the paths cut the worst standard error of N Var from 7.8% to 1.9% of its peak for 4% more time; 64 times gave
 # 1.9% as well, the derivatives' own noise then dominating; docs/how-it-works.md)
 FEATURE_FACTOR = 16
+
+
+def feature_paths(feature_samples: int | None, samples: int, name: str = "feature_samples",
+                  of: str = "samples") -> int:
+    """The paths whose features give the hat-hat block of each ln Z_l: ``feature_samples``, at least ``samples``
+    (``name`` and ``of``: the two options' names in the error), or by default ``FEATURE_FACTOR`` times ``samples``."""
+    if feature_samples is None:
+        return FEATURE_FACTOR * samples
+    return check_integer(f"{name} (at least {of})", feature_samples, samples)
 
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo saddle point: the one deep march (dmftc.runtime.march.deep_dmft) with the direct readout, paths kept
@@ -204,7 +213,8 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
             more = None
             if extra is not None:                      # their sources from the saddle's own Cholesky factors
                 Cu, Cr = fields.factors[l - 1]
-                more = np.concatenate([np.asarray(extra[0][l - 1]) @ Cu.T, np.asarray(extra[1][l - 1]) @ Cr.T], axis=1)
+                more = np.concatenate([np.asarray(extra[0][l - 1]) @ Cu.T, np.asarray(extra[1][l - 1]) @ Cr.T],
+                                      axis=1)
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
                                  model=model, weights=weights, extra=more)
             tl.append(_time.perf_counter() - ta)
@@ -331,9 +341,7 @@ def deep_propagator(*, activation, L: int, T: int, gamma: float | None = None, y
     if chunk is not None:
         chunk = check_integer("chunk", chunk, 1)
     per = samples // groups
-    if feature_samples is None:
-        feature_samples = FEATURE_FACTOR * samples
-    fper = check_integer(f"feature_samples (at least samples = {samples})", feature_samples, samples) // groups
+    fper = feature_paths(feature_samples, samples, of=f"samples = {samples}") // groups
     t0 = _time.perf_counter()
     runs, runs_w = [], []
     pools = (Pool(), Pool())                          # Hessian blocks summed over groups: width w, w/2

@@ -114,12 +114,10 @@ def nonlinear_solution(act, march_act, *, L: int, T: int, gamma: float, y: float
     if check_integer("propagator_groups", propagator_groups, 1) < 2 or propagator_samples < 2 * propagator_groups:
         raise ParameterError(f"the propagator needs propagator_groups >= 2 and at least 2 source paths per "
                              f"group, got {propagator_groups} groups and {propagator_samples} paths")
-    if propagator_feature_samples is None:
-        from dmftc.runtime.engines.deep_propagator import FEATURE_FACTOR
+    from dmftc.runtime.engines.deep_propagator import feature_paths
 
-        propagator_feature_samples = FEATURE_FACTOR * propagator_samples
-    check_integer("propagator_feature_samples (at least propagator_samples)", propagator_feature_samples,
-                  propagator_samples)
+    propagator_feature_samples = feature_paths(propagator_feature_samples, propagator_samples,
+                                               "propagator_feature_samples", "propagator_samples")
 
     sad = mc_saddle(activation=act.label if spec is not None else act, L=L, gamma=gamma, y=y, eta=eta, T=T,
                     samples=samples, seed=seed, spec=spec, spec_params=spec_params,

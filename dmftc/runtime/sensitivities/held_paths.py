@@ -83,7 +83,7 @@ class HeldPaths:
     def _feature_sums(self, C, E, W, mask, fa, fb, CV):
         lm, T = self.m.local, self.m.T
         X = self._solve(C, E, W, CV)
-        (a, _, _), (b, _, _), (r, _, _) = lm.feature_tensors(X.reshape(-1, lm.nx, T).transpose(0, 2, 1), CV)
+        a, b, r = lm.feature_values(X.reshape(-1, lm.nx, T).transpose(0, 2, 1), CV)
         f = jax.vmap(lambda a1, b1, r1: path_features(a1, b1, r1, fa, fb, self.m.tril, self.m.first))(a, b, r)
         fm = f * mask[:, None]
         return jnp.sum(fm, axis=0), fm.T @ f

@@ -140,11 +140,23 @@ class LocalEstimator:
                                     anti=self.anti, chunk=chunk, points=self.points)
         self._site = JIT_CACHE[key]
 
-    def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
+    def _at(self, v, top, model) -> dict:
+        """What the layer's single-site system reads at the base point v: the couplings C, E, the readout's
+        feature coefficients (zero below the last layer) and the one-time coefficients per step."""
         C0, E0, _ = local_couplings(jnp.asarray(v), self.T, model)
-        feature = model.features() if top else (0.0, 0.0)
-        return self._site.moments(np.asarray(C0), np.asarray(E0), W, X0, feature=feature, weights=weights,
-                                  stein=stein, coefficients=model.one_time_rows(self.T))
+        return dict(C=np.asarray(C0), E=np.asarray(E0), feature=model.features() if top else (0.0, 0.0),
+                    coefficients=model.one_time_rows(self.T))
+
+    def moments(self, v, W, X0, *, top, model, weights=None, stein=None):
+        a = self._at(v, top, model)
+        return self._site.moments(a["C"], a["E"], W, X0, feature=a["feature"], weights=weights, stein=stein,
+                                  coefficients=a["coefficients"])
+
+    def held_feature_sums(self, v, W, *, top, model):
+        """(sum f, sum f f^T) over more paths of the layer at the base point v, source values W (S_e, 2 T)
+        (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
+        a = self._at(v, top, model)
+        return self.held().feature_sums(a["C"], a["E"], np.asarray(W), feature=a["feature"], CV=a["coefficients"])
 
     def held(self) -> HeldPaths:
         """The layer kind's single-site process at held order parameters (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
@@ -199,10 +211,7 @@ class LocalEstimator:
         HR[nc:, na:] = ff / S
         HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
         if extra is not None and len(extra):           # the features' covariance from every path at this saddle
-            C0, E0, _ = local_couplings(jnp.asarray(v), T, model)
-            fe, ffe = self.held().feature_sums(np.asarray(C0), np.asarray(E0), np.asarray(extra),
-                                               feature=model.features() if top else (0.0, 0.0),
-                                               CV=model.one_time_rows(T))
+            fe, ffe = self.held_feature_sums(v, extra, top=top, model=model)
             n = S + extra.shape[0]
             mf = (f + fe) / n
             HR[nc:, na:] = (ff + ffe) / n - np.outer(mf, mf)

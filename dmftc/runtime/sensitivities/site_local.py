@@ -177,6 +177,11 @@ class LocalMap:
         ``CV`` (..., nc): the one-time coefficients at each point's time (``coefficients``)."""
         return _vmap_lead(_derivatives(self.outputs_at, 3), X, CV)
 
+    def feature_values(self, X, CV=None):
+        """X (..., nx) -> (a, b, r): the kernels' factors at t and at s (..., nk) and the readout observable (...),
+        without derivatives."""
+        return _vmap_lead(self.features_at, X, CV)
+
     def feature_tensors(self, X, CV=None):
         """X (..., nx) -> ((a, A1, A2), (b, B1, B2), (r, R1, R2)): the kernels' factors at t and at s (..., nk),
         (..., nk, nx), (..., nk, nx, nx) and the readout observable (...), (..., nx), (..., nx, nx)."""
