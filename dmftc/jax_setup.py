@@ -27,7 +27,8 @@ The site marches are compiled with :func:`march_options`: on the CPU, without XL
 (jaxlib 0.10) uses for element-wise work on arrays of 4096 elements or more and which cost a fixed overhead per
 call in a march's loop (two_layer's saddle march, T = 250: 1250 paths 3 ms, 4096 paths 86 ms, 12500 paths
 0.26 s; without them 6 ms and 24 ms).  Programs that run long against their compilation (the validation ensembles'
-training loops) ask for XLA's default optimisation with :func:`long_run_options`, even where ``XLA_FLAGS`` lowers it.
+training loops, the deep propagator's per-path sums over many paths of a long system) ask for XLA's default
+optimisation with :func:`long_run_options`, even where ``XLA_FLAGS`` lowers it.
 """
 from __future__ import annotations
 

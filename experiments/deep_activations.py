@@ -64,7 +64,7 @@ def main():
     acts = {k: v for k, v in ACTIVATIONS.items() if args.only in (None, k)}
     if args.quick:
         T, eta, samples, N, E = 6, 0.1, 64000, 128, 3000
-        budget = {act: (2048, 8) for act in acts}
+        budget = {act: (1024, 8) for act in acts}
     else:
         T, eta, samples, N, E = 30, 0.05, 128000, 256, 100000
         budget = {act: FULL_PATHS[act] for act in acts}

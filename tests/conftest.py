@@ -12,7 +12,10 @@
   the same.  Measured on ``tests/test_deep_propagator.py``: 26% less CPU time.  XLA's CPU fusion emitters are off
   as well (``--xla_cpu_use_fusion_emitters=false``: the former loop emitters, which compile faster; 21% to 26% less
   CPU time measured on a compile-bound test and on small solves; results equal to round-off, 7e-13 relative).
-  Users' runs keep XLA's defaults.
+  Users' runs keep XLA's defaults.  Programs that run long against their compilation ask for XLA's default
+  optimisation whatever these flags say (:func:`dmftc.jax_setup.long_run_options`: the validation ensembles'
+  training loops, the deep propagator's per-path sums over many paths of a long system), because the lowered
+  level doubles their run time.
 * One thread per xdist worker (XLA's intra-op pool and the BLAS of NumPy and SciPy), set only in workers: the
   workers already fill the cores, and each one's threads would compete with the others'.
 * Compiled programs in memory: a worker runs hundreds of tests in one process and JAX keeps every program it

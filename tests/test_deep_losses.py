@@ -119,10 +119,10 @@ def test_linear_deep_network_with_logistic_loss_on_points_matches_networks(tmp_p
 
 def test_tanh_deep_network_with_logistic_loss_matches_networks(tmp_path):
     """The Monte Carlo propagator of a tanh network with the logistic loss (one point, y = 1.5, gamma = 1.5,
-    eta = 0.2, T = 6, 4000 paths): every N Var within 4 combined standard errors of tanh networks (N = 128/256,
+    eta = 0.2, T = 6, 2048 paths): every N Var within 4 combined standard errors of tanh networks (N = 128/256,
     E = 6000)."""
     kw = dict(L=2, T=6, eta=0.2, gamma=1.5, y=1.5)
-    sol = _one_point(tmp_path, "tanh(h)").solve(**kw, samples=16000, propagator_samples=4000, propagator_groups=8,
+    sol = _one_point(tmp_path, "tanh(h)").solve(**kw, samples=16000, propagator_samples=2048, propagator_groups=8,
                                                  seed=2)
     truth = deep_truth(activation="tanh", N=128, E=6000, seed=21, error_signal=logistic, **kw)
     z = _var_z(sol, truth)

@@ -291,7 +291,7 @@ def test_monte_carlo_propagator_on_points_matches_networks(tmp_path, act, gamma,
     y = rng.uniform(-1, 1, P)
     text = MULTI.replace("activation phi(h) = tanh(h)", f"activation phi(h) = {act}")
     sol = _load(tmp_path, text).solve(P=P, Kx=Kx, y=y, L=L, T=T, eta=eta, gamma=gamma, samples=8000,
-                                      propagator_samples=4000, propagator_groups=8, seed=seed)
+                                      propagator_samples=1024, propagator_groups=8, seed=seed)
     truth = deep_truth(activation=act, L=L, gamma=gamma, y=y, eta=eta, T=T, N=128, E=4000, Kx=Kx, seed=seed + 50)
     for n in ["Delta", "K"] + [f"{k}[{l}]" for k in ("Phi", "G") for l in range(1, L + 1)]:
         th, th_se, en, se = sol.var(n), sol.var_stderr(n), truth.nvar[n], truth.se_nvar[n]

@@ -452,8 +452,11 @@ def _compare_with_networks(P, params, E):
     worst = {}
     for n in observable_names(params["L"]):
         se = np.hypot(P.se_var(n), truth.se_nvar[n])
-        ok = se > 0
-        assert np.all(np.abs(P.var(n)[~ok]) < 1e-10), n
+        # where the exact N Var is zero (Delta at t = 0) both sides are round-off, whose size depends on XLA's
+        # fusion choices: no z there, both must be round-off
+        tiny = 1e-9 * np.abs(truth.nvar[n]).max()
+        ok = se > tiny
+        assert np.all(np.abs(P.var(n)[~ok]) < tiny) and np.all(np.abs(truth.nvar[n][~ok]) < tiny), n
         z = np.abs(P.var(n) - truth.nvar[n])[ok] / se[ok]
         assert z.max() <= 4, (n, z.round(2))
         worst[n] = z.max()

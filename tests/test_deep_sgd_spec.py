@@ -37,7 +37,7 @@ def _diag(a):
 
 
 def test_without_momentum_it_is_deep_tanh():
-    kw = dict(L=2, T=6, eta=0.1, gamma=1.3, y=0.7, samples=2000, propagator_samples=2000, propagator_groups=4, seed=3,
+    kw = dict(L=2, T=6, eta=0.1, gamma=1.3, y=0.7, samples=1000, propagator_samples=512, propagator_groups=4, seed=3,
               progress=False)
     a = dmftc.load(ROOT / "specs" / "deep_tanh.dmft").solve(**kw)
     b = dmftc.load(ROOT / "specs" / "deep_sgd.dmft").solve(beta=0.0, lr=np.ones(6), **kw)
@@ -88,7 +88,7 @@ def test_weight_decay_against_optax_networks_quick(setting, lam):
     """Weight decay (optax.add_decayed_weights(lam / (N gamma^2)) before the SGD step) at the two settings, with
     decays chosen before looking: a(t) falls to 0.61 and 0.58 by t = 7, and the decay moves the means by 11-87%
     and N Var by 12-98% of their peaks (7-360 standard errors) against lam = 0 (measured), so z <= 4 here sees it."""
-    _compare(setting, E=8000, samples=64000, propagator_samples=8000, resolved=False, lam=lam)
+    _compare(setting, E=8000, samples=64000, propagator_samples=2048, resolved=False, lam=lam)
 
 
 def test_one_time_coefficients():
