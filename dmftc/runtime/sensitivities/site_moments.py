@@ -50,9 +50,9 @@ from dmftc.runtime.sensitivities.site_drivers import equal_batches
 
 __all__ = ["SiteMoments", "chunk_rows", "coupling_matrix", "path_features"]
 
-# paths x n^2 max(n, m) of one call of the sums above which their program counts as a long run (measured with the
-# test suite's lowered XLA optimisation, P = 3 points, T = 5, 4000 paths: the sums' run time 25 s -> 12 s, their
-# compilation about 1 s longer per program)
+# paths x path_size (n^2 max(n, m)) of one call of the sums above which their program counts as a long run
+# (measured with the test suite's lowered XLA optimisation, P = 3 points, T = 5, 4000 paths: the propagator's warm
+# time, mostly these sums, 25 s -> 12 s; compilation about 1 s longer per program)
 LONG_RUN_WORK = 5e6
 
 
@@ -212,8 +212,8 @@ class SiteMoments:
             if self.blocks else np.zeros((2, 0), int)
         if not (want.shape[1] == len(self.pa) and np.array_equal(want, np.stack([self.pa, self.pb]))):
             raise ValueError("pairs must be the lower triangles (a >= b) of whole source blocks, in slot order")
-        per_path = 8 * 5 * max(n, m) * n * n               # bytes of the largest per-path arrays (second order)
-        self.chunk = chunk or int(max(4, min(512, 2e9 / per_path)))    # the most rows per chunk
+        self.path_size = max(n, m) * n * n                # elements of the largest per-path arrays (second order)
+        self.chunk = chunk or int(max(4, min(512, 2e9 / (8 * 5 * self.path_size))))    # the most rows per chunk
         self.fit = chunk is None                 # fit the chunks to the paths (chunk_rows) unless one was given
         self._fns = {}
         if local.key not in _SCANS:                          # one compiled scan per program, any T
@@ -433,7 +433,7 @@ class SiteMoments:
         pat = self.pattern(X0, CV)
         # a long run (many paths of a long system) is compiled at XLA's full optimisation whatever XLA_FLAGS asks
         # (the test suite lowers it for its many short programs; these sums then ran twice as long)
-        long_run = S * self.n * self.n * max(self.n, self.m) >= LONG_RUN_WORK
+        long_run = S * self.path_size >= LONG_RUN_WORK
         if (pat, long_run) not in self._fns:
             self._fns[pat, long_run] = jax.jit(lambda *args: self._chunk_sums(*args, pat=pat),
                                                compiler_options=long_run_options() if long_run else None)
