@@ -1,12 +1,18 @@
-"""Command line: exit codes 0/1/2/3 and no Python tracebacks for bad input."""
+"""Command line: exit codes 0/1/2/3 and no Python tracebacks for bad input.
+
+Most tests call the command line in this process (tests/cli_runner.py); the bad spec and the usage error run
+the real entry point, ``python -m dmftc.cli``, in a subprocess."""
 import subprocess
 import sys
 from pathlib import Path
 
+from cli_runner import dmftc
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def dmftc(*args, cwd=ROOT):
+def entry_point(*args, cwd=ROOT):
+    """The real ``python -m dmftc.cli``, for the tests that exercise the entry point and the interpreter's exit."""
     return subprocess.run([sys.executable, "-m", "dmftc.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
@@ -15,7 +21,7 @@ def test_bad_spec_exits_1_with_location(tmp_path):
     text = (ROOT / "specs" / "two_layer.dmft").read_text()
     line = text[:text.index("s < t)\n")].count("\n") + 1
     bad.write_text(text.replace("s < t)\n", "s <= t)\n", 1))
-    r = dmftc("compile", str(bad), "-o", str(tmp_path / "gen"))
+    r = entry_point("compile", str(bad), "-o", str(tmp_path / "gen"))
     assert r.returncode == 1
     assert f"{bad}:{line}:" in r.stderr and "not strictly causal" in r.stderr and "hint: " in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
@@ -35,7 +41,7 @@ def test_bad_parameter_exits_2():
 
 
 def test_usage_error_exits_2():
-    r = dmftc("frobnicate")
+    r = entry_point("frobnicate")
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 

@@ -1,5 +1,6 @@
 """The figure scripts in experiments/: each runs in --quick mode and asserts its own agreement.
 
+Each script runs in the test process (:func:`run_script`, as ``python experiments/<name>.py --quick`` would).
 The scripts exit non-zero when theory and Richardson-extrapolated finite-width
 ensembles disagree by more than 4 combined standard errors, so these tests fail if a figure drifts.  The
 default suite runs the scripts whose comparison no other default test makes (SCRIPTS, about 2.5 minutes of one
@@ -7,8 +8,11 @@ core); the others run with ``-m slow``: each script in COVERED next to the defau
 theory against networks, and the scripts of the big deep propagators (SLOW_SCRIPTS).  The fast test checks that
 the helpers the scripts use for derived observables reproduce dmftc.validation.truth exactly.
 """
+import contextlib
+import importlib.util
+import io
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -42,12 +46,43 @@ SLOW_SCRIPTS = ("deep_tanh_variance", "deep_tanh_means",    # deep propagator co
                 "deep_relu_means", "relu_mean_correction")  # issue 13: reported, not asserted (runs, writes)
 
 
+def run_script(script: str, out: Path) -> tuple[int, str]:
+    """``python experiments/<script>.py --quick --out <out>``, run in this process: the script's ``main()`` with
+    those arguments, in the repository's root, its matplotlib settings undone afterwards.  In the test process it
+    reuses the modules and compiled programs the other tests have loaded, instead of importing JAX and tracing
+    them again in a new interpreter.  Returns the exit code (a script fails by ``sys.exit(message)``) and the
+    captured output."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    path = ROOT / "experiments" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"experiment_{script}", path)
+    module = importlib.util.module_from_spec(spec)
+    argv, here, text = sys.argv, os.getcwd(), io.StringIO()
+    sys.argv = [str(path), "--quick", "--out", str(out)]
+    os.chdir(ROOT)
+    code = 0
+    try:
+        with matplotlib.rc_context(), contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            spec.loader.exec_module(module)
+            try:
+                module.main()
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+                if not isinstance(stop.code, (int, type(None))):
+                    print(stop.code, file=text)
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+        plt.close("all")
+    return code, text.getvalue()
+
+
 @pytest.mark.parametrize("script", SCRIPTS + tuple(pytest.param(s, marks=pytest.mark.slow)
                                                    for s in tuple(COVERED) + SLOW_SCRIPTS))
 def test_figure_script_quick(script, tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--quick",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    code, output = run_script(script, tmp_path)
+    assert code == 0, f"{script} failed:\n{output[-8000:]}"
     png, summary = tmp_path / f"{script}.png", tmp_path / "summary.json"
     assert png.exists() and png.stat().st_size > 10_000
     assert summary.exists() and (tmp_path / f"{script}.npz").exists()

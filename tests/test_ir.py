@@ -1,12 +1,11 @@
 """The intermediate representation: every spec, two-layer or deep, lowers to one ModelIR that the derivation
 reads and ``dmftc derive --ir`` prints."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sympy as sp
 
+from cli_runner import dmftc  # tests/cli_runner.py: the command line in this process
 from dmftc.compiler import front_end_ir
 from dmftc.derive import derive
 from dmftc.frontend.check import check
@@ -25,8 +24,7 @@ def _ir(path) -> ModelIR:
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_every_shipped_spec_lowers_and_prints(path):
     ir = _ir(path)
-    r = subprocess.run([sys.executable, "-m", "dmftc.cli", "derive", "--ir", str(path)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = dmftc("derive", "--ir", path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == format_ir(ir)
     for o in ir.orders:

@@ -1,13 +1,12 @@
 """The solve options are one definition for every kind of spec (dmftc.runtime.problem.options): the same bad option gives
 the same error whatever the spec (two-layer, deep, deep linear, deep on several points), before anything is
 solved, and an option that the spec's kind does not read is an error instead of being ignored."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import dmftc
+from cli_runner import dmftc as run_cli  # tests/cli_runner.py: the command line in this process
 from dmftc.errors import ParameterError
 from dmftc.runtime.problem.options import DEEP_ONLY, TWO_LAYER_ONLY, SolveOptions
 from dmftc.runtime.solve import kind_of
@@ -68,8 +67,7 @@ def test_for_kind_hands_each_engine_its_options_and_defaults():
 
 
 def test_cli_rejects_a_deep_option_for_a_two_layer_spec():
-    r = subprocess.run([sys.executable, "-m", "dmftc.cli", "run", "specs/two_layer.dmft", "--propagator-samples", "64",
-                        "-q"], cwd=ROOT, capture_output=True, text=True)
+    r = run_cli("run", "specs/two_layer.dmft", "--propagator-samples", "64", "-q")
     assert r.returncode == 2 and "propagator_samples applies to deep specs only" in r.stderr
     assert "Traceback" not in r.stderr
 

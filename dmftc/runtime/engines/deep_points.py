@@ -22,7 +22,6 @@ import math
 import time as _time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import ParameterError
@@ -178,7 +177,7 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     a nonlinear spec (``propagator_samples`` paths in ``propagator_groups`` groups, ``sampler``'s normals) is
     computed on first use of ``var`` or ``sigma`` (:func:`mc_propagator`)."""
     from dmftc.runtime.march.deep_dmft import SpecKernels, compiled_march, march_exact
-    from dmftc.runtime.numerics.march_numerics import MEMORY_BUDGET, traced
+    from dmftc.runtime.numerics.march_numerics import MEMORY_BUDGET, group_normals, traced
     from dmftc.runtime.problem.options import check_integer
 
     p, L, T, P = resolve_point_params(mod, given)
@@ -213,11 +212,10 @@ def solve_points(mod, *, samples: int = 20000, seed: int = 0, groups: int = 8, d
     else:
         per = samples // groups
         march = compiled_march(L, TP, False, spec, points=P)
-        key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):               # the standard normals of the one-point solve (deep_dmft.solve_deep)
-            xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, TP), dtype=jnp.float64)
-            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), traced(prm))
+            xiu, xir = group_normals(seed, gi, (2, L, per, TP))
+            out = jax.device_get(march(xiu, xir, np.full(per, 1.0 / per), traced(prm)))
             runs.append(_assemble(mod, out, L, T, P, p))
         diag = dict(backend="mc", samples_per_group=per)
     means = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}

@@ -207,7 +207,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
 
     def local_hessians():
         for l in range(1, L + 1):
-            v, idx = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+            v, idx = gather_local(np.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             est = estimator(T, activation, l > 1, l < L, chunk, points)
             ta = _time.perf_counter()
             more = None

@@ -59,7 +59,8 @@ def normals_of(mod, draws) -> dict:
         raise ParameterError(f"{mod.MODEL} has {len(mod.SOURCES)} source groups, got {len(draws)} arrays of draws")
     out = {}
     for group, x in zip(mod.SOURCES, draws):
-        x = jnp.asarray(x, jnp.float64)
+        # host draws stay numpy (slicing them eagerly in JAX would compile a program per shape); traced ones JAX
+        x = jnp.asarray(x, jnp.float64) if isinstance(x, jax.Array) else np.asarray(x, np.float64)
         x = x.reshape(x.shape[0], -1)
         if len(group) == 1 and group[0][1]:
             out[group[0][0]] = x

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time as _time
 from concurrent.futures import ThreadPoolExecutor
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,6 +30,7 @@ from dmftc.runtime.numerics.devices import describe, path_mesh, place_paths, row
 from dmftc.runtime.numerics.geometry import Geometry, source_factors
 from dmftc.runtime.problem.params import resolve_params
 from dmftc.runtime.numerics.sampling import block_normals, check_sampler
+from dmftc.runtime.numerics.march_numerics import group_normals
 from dmftc.runtime.sensitivities.site_drivers import pad_rows, path_batch
 from dmftc.runtime.engines.site_engine import (centred, check_finite, group_saddle, group_sensitivities, identity_minus,
                                        layout_arrays, normals_of, paths_at, propagate, require_program,
@@ -47,9 +47,7 @@ def sample_draws(mod, p: dict, sz: dict, samples: int, seed: int, sampler: str =
     if check_sampler(sampler) == "sobol":
         zs = block_normals(seed, [L.shape[0] for L in factors], edges)
         return [np.asarray(z) @ L.T for z, L in zip(zs, factors)]
-    key = jax.random.PRNGKey(seed)
-    return [np.asarray(jax.random.normal(jax.random.fold_in(key, gi), (samples, L.shape[0]), dtype=jnp.float64)
-                       @ jnp.asarray(L.T)) for gi, L in enumerate(factors)]
+    return [np.asarray(group_normals(seed, gi, (1, samples, L.shape[0]))[0]) @ L.T for gi, L in enumerate(factors)]
 
 
 def coefficient_rows(mod, geo: Geometry, p: dict, sz: dict, T: int) -> np.ndarray:

@@ -71,7 +71,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.numerics.march_numerics import MEMORY_BUDGET, PIVOT_TOL, PIVOT_TOL_EXACT, symmetric, traced
+from dmftc.runtime.numerics.march_numerics import (MEMORY_BUDGET, PIVOT_TOL, PIVOT_TOL_EXACT, group_normals, symmetric,
+                                                    traced)
 from dmftc.runtime.problem.options import check_integer, check_number
 from dmftc.runtime.problem.spec_kernels import SpecKernels
 
@@ -152,10 +153,11 @@ def march_exact(spec, prm: dict, L: int, T: int, points: int = 1) -> dict:
     sources, so every average is an exact quadratic form.  ``prm``: the march's parameter values.  Returns
     numpy arrays {Phi, G, Rphi, Rg (L, T, T; kernels as causal rows), Delta, f, fdir (T,)}."""
     n = 2 * L * T
-    basis = jnp.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
-    out = compiled_march(L, T, True, spec, points=points)(basis[0], basis[1], jnp.ones(n), traced(prm))
+    basis = np.eye(n).reshape(n, 2, L, T).transpose(1, 2, 0, 3)      # (2, L, n, T)
+    out = jax.device_get(compiled_march(L, T, True, spec, points=points)(basis[0], basis[1], np.ones(n),
+                                                                         traced(prm)))
     _check_finite(out, L, T, "exact backend")
-    return {k: np.asarray(v) for k, v in out.items()}
+    return out
 
 
 def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
@@ -169,9 +171,8 @@ def march_paths(spec, prm: dict, xiu, xir, weights=None, points: int = 1):
     L, S, T = xiu.shape
     wts = np.full(S, 1.0 / S) if weights is None else np.asarray(weights, float) / np.sum(weights)
     march = compiled_march(L, T, False, spec, direct=True, keep=True, points=points)
-    out = march(jnp.asarray(xiu), jnp.asarray(xir), jnp.asarray(wts), traced(prm))
+    out = jax.device_get(march(xiu, xir, wts, traced(prm)))
     _check_finite(out, L, T, "Monte Carlo group of the propagator")
-    out = {k: np.asarray(v) for k, v in out.items()}
     out["u"] = np.einsum("lnk,ltk->lnt", np.asarray(xiu), out["Cu"])
     out["r"] = np.einsum("lnk,ltk->lnt", np.asarray(xir), out["Cr"])
     return out
@@ -300,11 +301,10 @@ def solve_deep(*, activation: str, L: int, gamma: float, y: float, eta: float, T
     else:
         per = samples // groups
         march = compiled_march(L, T, False, spec)
-        key = jax.random.PRNGKey(seed)
         runs = []
         for gi in range(groups):
-            xi = jax.random.normal(jax.random.fold_in(key, gi), (2, L, per, T), dtype=jnp.float64)
-            out = march(xi[0], xi[1], jnp.full(per, 1.0 / per), prm)
+            xiu, xir = group_normals(seed, gi, (2, L, per, T))
+            out = jax.device_get(march(xiu, xir, np.full(per, 1.0 / per), prm))
             _check_finite(out, L, T, f"Monte Carlo group {gi}")
             runs.append(_assemble(out, L, T, spec, host, report_f))
         arrays = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}

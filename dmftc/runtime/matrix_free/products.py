@@ -152,7 +152,7 @@ class ActionProducts:
         self.ia, self.ib, self.val = bilinear_pairs(lay)
         self.layers, self.idx = [], []
         for l in range(1, L + 1):
-            v, idx = gather_local(jnp.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
+            v, idx = gather_local(np.asarray(x0), lay, l, phi0=model.phi0, g_top=model.g_top)
             self.layers.append(LayerProducts(T=T, activation=activation, vary_u=l > 1, vary_r=l < L, model=model,
                                              v=np.asarray(v), W=W[l - 1], X0=X[l - 1], top=l == L, chunk=chunk,
                                              batch=batch))

@@ -1,15 +1,18 @@
 """The numerics shared by the deep march and the site march (:mod:`dmftc.runtime.march.deep_dmft`,
 :mod:`dmftc.runtime.march.site_march`): pivot tolerances of the causal Cholesky factors, row extension of a factor,
-history-buffer updates and symmetric kernels from causal rows."""
+history-buffer updates, symmetric kernels from causal rows, and the pseudo-random standard normals of a march's
+sample groups."""
 from __future__ import annotations
+
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "extend_cholesky", "set_col", "traced",
-           "symmetric"]
+__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "extend_cholesky", "group_normals", "set_col",
+           "traced", "symmetric"]
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
@@ -52,3 +55,16 @@ def symmetric(rows):
     rows = np.asarray(rows)
     return np.tril(rows) + np.swapaxes(np.tril(rows, -1), -1, -2)
 
+
+def group_normals(seed: int, group: int, shape: tuple) -> tuple:
+    """The standard normals of sample group ``group``: ``jax.random.normal(fold_in(PRNGKey(seed), group), shape)``
+    in float64, unstacked along the first axis (a tuple of ``shape[0]`` device arrays).  One compiled program per
+    shape, whatever the seed and group (drawn eagerly, the key, the draw and each slice would be programs of
+    their own)."""
+    return _group_normals(jnp.asarray(seed, jnp.int64), jnp.asarray(group, jnp.int64), tuple(int(n) for n in shape))
+
+
+@partial(jax.jit, static_argnums=2)
+def _group_normals(seed, group, shape):
+    xi = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), group), shape, dtype=jnp.float64)
+    return tuple(xi[k] for k in range(shape[0]))

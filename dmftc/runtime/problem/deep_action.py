@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -161,9 +162,26 @@ class Layout:
         return np.arange(o, o + s)
 
 
+def array_module(*xs):
+    """numpy when every argument is a host value, jax.numpy when one is a JAX array or tracer: the helpers below
+    serve traced code and the host alike, and on the host they stay numpy (in JAX each eager operation on a new
+    shape would be a compiled program of its own)."""
+    return jnp if any(isinstance(x, jax.Array) for x in xs) else np
+
+
 def sym_from_tril(low):
     """symmetric matrix from its lower triangle (diagonal once)."""
-    return low + low.T - jnp.diag(jnp.diag(low))
+    xp = array_module(low)
+    return low + low.T - xp.diag(xp.diag(low))
+
+
+def tril_matrix(w, T):
+    """(T, T) with the lower triangle (t >= s, row-major) set from w and zeros above."""
+    if array_module(w) is np:
+        out = np.zeros((T, T), dtype=np.result_type(w, np.float64))
+        out[np.tril_indices(T)] = w
+        return out
+    return jnp.zeros((T, T), dtype=w.dtype).at[np.tril_indices(T)].set(w)
 
 
 def split_local(v, T):
@@ -191,10 +209,10 @@ def _local_parts(lay: "Layout", l: int, phi0: float = 1.0, g_top: float = 1.0):
 def boundary_tril(value, lay: "Layout"):
     """Lower triangle (t >= s) of a boundary kernel: a number on every entry, or a (P, P) matrix over the
     training points read at (point of t, point of s) on the T P steps (time, point) of a spec on P points."""
-    if jnp.ndim(value) == 2:                       # (traced when a family jit traces the parameters)
-        P = jnp.shape(value)[0]
+    if np.ndim(value) == 2:                        # (traced when a family jit traces the parameters)
+        P = np.shape(value)[0]
         ti, si = lay.tril
-        return jnp.asarray(value)[ti % P, si % P]
+        return array_module(value).asarray(value)[ti % P, si % P]
     return value * np.ones(lay.nt)
 
 
@@ -227,12 +245,12 @@ def gather_local(x, lay, l, phi0: float = 1.0, g_top: float = 1.0):
     vals, idx = [], []
     for part in _local_parts(lay, l, phi0, g_top):
         if isinstance(part, tuple):
-            vals.append(jnp.asarray(part[1]))
+            vals.append(part[1])
             idx.append(-np.ones(len(part[1]), dtype=int))
         else:
             vals.append(x[lay.slice(part)])
             idx.append(lay.indices(part))
-    return jnp.concatenate(vals), np.concatenate(idx)
+    return array_module(*vals).concatenate(vals), np.concatenate(idx)
 
 
 def bilinear_part(q, *, L, T, y):

@@ -139,7 +139,7 @@ class DeepModel:
         m = (tt[:, None] > tt[None, :]).astype(float)
         if self.trained is not None:
             m = m * np.asarray(self.trained, float)[np.arange(n) % self.points][None, :]
-        return jnp.asarray(m)
+        return m
 
     def features(self):
         """Coefficients (a, b) of the last layer's Delta_hat feature a z phi(t) + b z phi(0) in ln Z_L

@@ -45,13 +45,12 @@ from __future__ import annotations
 
 import math
 
-import jax.numpy as jnp
 import numpy as np
 from scipy import sparse
 
 from dmftc.runtime.problem.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.problem.deep_action import split_local, sym_from_tril
+from dmftc.runtime.problem.deep_action import array_module, split_local, sym_from_tril, tril_matrix
 from dmftc.runtime.problem.deep_model import DeepModel
 from dmftc.runtime.sensitivities.held_paths import HeldPaths
 from dmftc.runtime.sensitivities.price_by_parts import hybrid_price, stein_plan
@@ -64,11 +63,10 @@ __all__ = ["LocalEstimator", "estimator"]
 def local_couplings(v, T, model: DeepModel):
     """(C, E, hats) of the local vector v (deep_action.log_z_local order) under the model's couplings; hats =
     (Phi_hat, G_hat, Delta_hat) = (ph (nt), gh (nt), dh (T)), the coefficients of the features."""
-    tril = np.tril_indices(T)
-    low = lambda q: jnp.zeros((T, T), dtype=q.dtype).at[tril].set(q)  # noqa: E731
     pp, gn, a, b, ph, gh, Delta, dh = split_local(v, T)
-    C, E = model.couplings(sym_from_tril(low(pp)), sym_from_tril(low(gn)), a.reshape(T, T), b.reshape(T, T), Delta)
-    return C, E, jnp.concatenate([ph, gh, dh])
+    C, E = model.couplings(sym_from_tril(tril_matrix(pp, T)), sym_from_tril(tril_matrix(gn, T)), a.reshape(T, T),
+                           b.reshape(T, T), Delta)
+    return C, E, array_module(v).concatenate([ph, gh, dh])
 
 
 def _price_pairs(T, vary_u, vary_r):
@@ -143,7 +141,7 @@ class LocalEstimator:
     def _at(self, v, top, model) -> dict:
         """What the layer's single-site system reads at the base point v: the couplings C, E, the readout's
         feature coefficients (zero below the last layer) and the one-time coefficients per step."""
-        C0, E0, _ = local_couplings(jnp.asarray(v), self.T, model)
+        C0, E0, _ = local_couplings(np.asarray(v, np.float64), self.T, model)
         return dict(C=np.asarray(C0), E=np.asarray(E0), feature=model.features() if top else (0.0, 0.0),
                     coefficients=model.one_time_rows(self.T))
 

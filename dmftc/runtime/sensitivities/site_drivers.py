@@ -57,9 +57,11 @@ def tangent_method(mod, method: str | None = None) -> str:
 
 
 def pad_rows(x, n: int):
-    """x as a JAX array with its leading axis (paths) zero-padded to n rows."""
-    x = jnp.asarray(x)
-    return x if x.shape[0] == n else jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:])])
+    """x with its leading axis (paths) zero-padded to n rows: a JAX array stays one, anything else becomes a
+    numpy array (padded on the host: no program compiled per shape; the jitted callee takes it as it is)."""
+    xp = jnp if isinstance(x, jax.Array) else np
+    x = xp.asarray(x)
+    return x if x.shape[0] == n else xp.concatenate([x, xp.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)])
 
 
 def equal_batches(S: int, B: int) -> tuple[int, list]:
