@@ -29,6 +29,7 @@ from dmftc.errors import ParameterError
 from dmftc.reference.two_layer_kernels import place_sources, single_site, tangent_shape
 from dmftc.runtime.numerics.geometry import Geometry
 from dmftc.runtime.problem.params import resolve_params
+from dmftc.runtime.problem.spec_kernels import module_key
 
 
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
@@ -43,7 +44,7 @@ _JIT_CACHE: dict = {}
 
 def _compiled(kind, mod, geo, T, fn):
     """One jitted function per (module, sizes, steps): sweeps over parameter values reuse it."""
-    key = (kind, id(mod), tuple(sorted(geo.sz.items())), T)
+    key = (kind, module_key(mod), tuple(sorted(geo.sz.items())), T)
     if key not in _JIT_CACHE:
         _JIT_CACHE[key] = jax.jit(fn)
     return _JIT_CACHE[key]

@@ -36,6 +36,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from dmftc.runtime.numerics import kernels as _k
+from dmftc.runtime.problem.spec_kernels import module_key
 
 
 def _to_flat(mod, geo, arrays, T, B):
@@ -107,7 +108,7 @@ _KERNELS: dict = {}
 def _kernels(mod, geo, sz, T):
     """Jitted march, its first and second directional derivatives, and C's second derivative, once per
     (module, sizes, steps)."""
-    key = (id(mod), tuple(sorted(sz.items())), T)
+    key = (module_key(mod), tuple(sorted(sz.items())), T)
     if key not in _KERNELS:
         run, C = _march(mod, geo, sz, T), _constraint(mod, sz)
         first = jax.jit(lambda S, q, v, p: jax.jvp(lambda x: run(S, x, p), (q,), (v,))[1])

@@ -36,6 +36,7 @@ from dmftc.runtime.march.site_march import constraint_pass, readout_pass, replay
 from dmftc.runtime.sensitivities.site_drivers import (driver_columns, equal_batches, pad_rows, path_batch, tangent_method,
                                         tangent_segments)
 from dmftc.runtime.march.site_layout import Flat, canonical
+from dmftc.runtime.problem.spec_kernels import module_key
 from dmftc.runtime.sensitivities.site_transfer import SEGMENT
 
 __all__ = ["causal_solver", "centred", "check_finite", "exact_points", "group_saddle", "group_sensitivities",
@@ -73,8 +74,9 @@ _JIT: dict = {}
 
 
 def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn):
-    """One jitted function per (module, sizes, steps, paths, delta width): repeated solves reuse it."""
-    key = (kind, id(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width)
+    """One jitted function per (module, sizes, steps, paths, delta width): repeated solves, and solves of the
+    same compiled spec loaded again, reuse it."""
+    key = (kind, module_key(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width)
     if key not in _JIT:
         _JIT[key] = jax.jit(fn, compiler_options=march_options())
     return _JIT[key]

@@ -2,7 +2,10 @@
 numbers of a spec's layer references (:func:`layer_number`)."""
 from __future__ import annotations
 
+import hashlib
 import re
+import weakref
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +13,28 @@ import numpy as np
 from dmftc.runtime.problem.activation import SiteActivation
 from dmftc.errors import ParameterError
 
-__all__ = ["SpecKernels", "layer_number"]
+__all__ = ["SpecKernels", "layer_number", "module_key"]
+
+
+_MODULE_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def module_key(module) -> tuple:
+    """A generated module's identity in the caches of compiled programs: the digest of its source file, so that
+    every load of one compiled spec (each ``dmftc.load`` imports the module anew) shares the programs compiled
+    for it, and a freed module's reused ``id`` can never select another's.  A module without a source file is
+    its own key (held by the cache, so never freed)."""
+    try:
+        return _MODULE_KEYS[module]
+    except KeyError:
+        pass
+    path = getattr(module, "__file__", None)
+    if path and Path(path).is_file():
+        key = ("generated", hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    else:
+        key = ("module", module)
+    _MODULE_KEYS[module] = key
+    return key
 
 
 class SpecKernels:
@@ -23,7 +47,7 @@ class SpecKernels:
 
     def __init__(self, module):
         self.module = module
-        self.key = ("spec", module.SPEC_SHA256, module.SPEC_PATH)
+        self.key = ("spec", module.SPEC_SHA256, module.SPEC_PATH) + module_key(module)
         r = module.ROLES
         self.names = {"Phi": r["Phi"], "A": r["A"], "G": r["G"], "B": r["B"]}
         self.scalars = tuple(module.SCALARS)
