@@ -96,7 +96,7 @@ def test_recorded_trajectories_match_jax(activation, logistic):
     N, L, gamma, eta, y, T, E, seed = 6, 3, 0.9, 0.4, 1.3, 5, 2, 7
     err = (lambda f, yy: yy / (1 + np.exp(yy * f))) if logistic else None
     st = simulate_deep(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=E, seed=seed,
-                       keep_samples=True, error_signal=err)
+                       keep_samples=True, error_signal=err, weights="dense")
     W0, w, Ws = draw_deep_parameters(np.random.default_rng(seed), E, N, L)
     phi = _jax_phi(activation)
     two = {f"{k}[{l}]": np.zeros((E, T, T)) for k in ("Phi", "G") for l in range(1, L + 1)}
@@ -129,7 +129,9 @@ def test_recorded_trajectories_match_jax(activation, logistic):
 
 # ----------------------------------------------------------------------------- 2. batching, API
 def test_batch_independence_and_shapes():
-    kw = dict(activation="tanh", L=2, gamma=1.0, y=1.0, eta=0.5, T=6, N=16, E=6, seed=3, keep_samples=True)
+    """Dense weights: every member's draws and arithmetic are the same whatever the batches."""
+    kw = dict(activation="tanh", L=2, gamma=1.0, y=1.0, eta=0.5, T=6, N=16, E=6, seed=3, keep_samples=True,
+              weights="dense")
     a = simulate_deep(batch=1, **kw)
     b = simulate_deep(batch=6, **kw)
     c = simulate_deep(batch=4, **kw)
@@ -148,6 +150,65 @@ def test_batch_independence_and_shapes():
     assert a.N == 16 and a.E == 6 and a.T == 6 and a.L == 2
     d = simulate_deep(**(kw | {"seed": 4}))
     assert not np.allclose(d.samples["K"], a.samples["K"])
+
+
+def test_lazy_weights_are_one_matrix_per_member_and_reproducible():
+    """LazyGaussian: products in both directions, interleaved, are those of one matrix (u . W v = W^T u . v for
+    every pair asked); a vector in the span of earlier ones draws nothing and gets their combination; the
+    simulator's lazy ensembles are reproducible for a seed and a batch size, and differ between seeds."""
+    from dmftc.validation.lazy_gaussian import LazyGaussian
+
+    rng = np.random.default_rng(0)
+    B, N = 3, 40
+    W = LazyGaussian(np.random.default_rng(1), B, N, capacity=2)       # grown past its capacity below
+    right, left = [], []
+    for k in range(10):
+        if k % 3:
+            v = rng.standard_normal((B, 2, N))
+            right.append((v, W.right(v)))
+        else:
+            u = rng.standard_normal((B, 1, N))
+            left.append((u, W.left(u)))
+    for v, Wv in right:
+        for u, WTu in left:
+            np.testing.assert_allclose(np.einsum("bpn,bqn->bpq", u, Wv), np.einsum("bpn,bqn->bpq", WTu, v),
+                                       rtol=1e-12, atol=1e-12)
+    drawn = W.directions
+    assert drawn == (12, 4)
+    v, Wv = right[0]
+    combo = 2.0 * v[:, :1] - 0.5 * v[:, 1:]
+    np.testing.assert_allclose(W.right(combo), 2.0 * Wv[:, :1] - 0.5 * Wv[:, 1:], rtol=1e-12, atol=1e-12)
+    assert W.directions == drawn
+    kw = dict(activation="tanh", L=3, gamma=1.0, y=1.0, eta=0.5, T=4, N=16, E=6, keep_samples=True, batch=3)
+    a, b, c = simulate_deep(seed=3, **kw), simulate_deep(seed=3, **kw), simulate_deep(seed=4, **kw)
+    for name in a.samples:
+        np.testing.assert_array_equal(a.samples[name], b.samples[name])
+    assert not np.allclose(a.samples["K"], c.samples["K"])
+
+
+def test_lazy_weights_have_the_law_of_dense_weights():
+    """Networks whose hidden matrices are drawn lazily (the default) and densely: means (the kernels' two-time
+    means too) and N Var of every time-diagonal quantity agree within their combined standard errors (L = 3, tanh, two points of a random Gram
+    matrix, targets of both signs; N = 24, 6000 networks each).  Of the n compared values none may lie beyond
+    the two-sided normal quantile at 1e-3 / n (about 4.6 sigma here): a bias of the lazy draws of a tenth of the
+    spread of one network's value would show at 6000 networks."""
+    from scipy.stats import norm
+
+    kw = dict(activation="tanh", L=3, gamma=1.0, y=np.array([1.0, -0.5]), eta=0.3, T=5, N=24, E=6000,
+              Kx=_gram(2, 5))
+    lazy = simulate_deep(seed=1, **kw)
+    dense = simulate_deep(seed=2, weights="dense", **kw)
+    z = []
+    for name in lazy.nvar:
+        for a, b, sa, sb in ((lazy.nvar[name], dense.nvar[name], lazy.se_nvar[name], dense.se_nvar[name]),
+                             (lazy.mean[name], dense.mean[name], lazy.se_mean[name], dense.se_mean[name])):
+            se = np.sqrt(sa ** 2 + sb ** 2)
+            ok = se > 1e-12 * max(1.0, np.abs(a).max())
+            assert np.all(np.abs(a - b)[~ok] <= 1e-10), name          # exact values (t = 0 of Delta)
+            z.extend((np.abs(a - b)[ok] / se[ok]).ravel())
+    z = np.asarray(z)
+    limit = norm.isf(0.5e-3 / z.size)
+    assert z.size > 100 and z.max() < limit, (z.size, z.max(), limit)
 
 
 def test_ncov_and_truth():
@@ -315,7 +376,7 @@ def test_recorded_trajectories_on_points_match_jax(activation, mask):
     N, L, P, gamma, eta, T, E, seed = 5, 3, 3, 0.9, 0.3, 4, 2, 7
     Kx, y = _gram(P, 4), np.array([1.2, -0.6, 0.3])
     st = simulate_deep(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, N=N, E=E, seed=seed,
-                       keep_samples=True, Kx=Kx, trained=mask)
+                       keep_samples=True, Kx=Kx, trained=mask, weights="dense")
     X = inputs_from_gram(Kx)
     W0, w, Ws = draw_deep_parameters(np.random.default_rng(seed), E, N, L, D=P)
     phi = _jax_phi(activation)

@@ -60,6 +60,7 @@ import numpy as np
 from dmftc.validation.ensemble import positive_int, summarise, activation_fns, inputs_from_gram
 from dmftc.errors import NumericalError
 from dmftc.validation.extrapolate import richardson
+from dmftc.validation.lazy_gaussian import DenseMatrices, LazyGaussian
 from dmftc.progress import Progress
 
 __all__ = ["DeepEnsembleStats", "DeepMeanShift", "simulate_deep", "deep_truth", "deep_mean_shift", "deep_names",
@@ -227,9 +228,15 @@ def deep_gd_step(W0, w, Ws, y, f0, *, activation, gamma: float, eta: float, X=No
 
 def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signal=None, trained=None):
     """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] (Delta (B,T,P), the
-    others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each})."""
+    others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each}).
+    ``Ws``: the hidden matrices at initialisation, each given (B, N, N) or a :class:`LazyGaussian` (or a
+    SeedSequence: lazy matrices drawn from it here, in the batch's thread)."""
     B, N = w.shape
     P, D = X.shape
+    if isinstance(Ws, np.random.SeedSequence):
+        rng = np.random.default_rng(Ws)
+        Ws = [LazyGaussian(rng, B, N, capacity=T * P) for _ in range(L - 1)]
+    Ws = [W if hasattr(W, "right") else DenseMatrices(W) for W in Ws]
     XsT, XpT = X / math.sqrt(D), X.T / math.sqrt(D)
     Ph = [np.zeros((B, T * P, N)) for _ in range(L)]   # phi(h^l_nu(s)) at row s P + nu
     G = [np.zeros((B, T * P, N)) for _ in range(L)]    # g^l_nu(s)
@@ -237,14 +244,14 @@ def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signa
     k = 0                                               # rows recorded so far (t P)
 
     def matvec(l, v):    # W^l(t) v = W^l(0) v + sum_{s<t, nu} cs g^{l+1}_nu(s) (phi^l_nu(s) . v)
-        a = (Ws[l - 1] @ v.transpose(0, 2, 1)).transpose(0, 2, 1)
+        a = Ws[l - 1].right(v)
         if k:
             coef = (v @ Ph[l - 1][:, :k].transpose(0, 2, 1)) * cs[:, None, :k]
             a += coef @ G[l][:, :k]
         return a
 
     def rmatvec(l, v):   # W^l(t)^T v = W^l(0)^T v + sum_{s<t, nu} cs phi^l_nu(s) (g^{l+1}_nu(s) . v)
-        a = v @ Ws[l - 1]
+        a = Ws[l - 1].left(v)
         if k:
             coef = (v @ G[l][:, :k].transpose(0, 2, 1)) * cs[:, None, :k]
             a += coef @ Ph[l - 1][:, :k]
@@ -328,7 +335,7 @@ def _design(y, Kx, input_norm):
 def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                   seed: int = 0, batch: int | None = None, keep_samples: bool = False,
                   progress: bool = False, input_norm: float = 1.0, Kx=None,
-                  error_signal=None, trained=None) -> DeepEnsembleStats:
+                  error_signal=None, trained=None, weights: str = "lazy") -> DeepEnsembleStats:
     """Train E independent width-N networks with L hidden layers for T recorded steps (module doc).
 
     One training point (``Kx`` None): ``input_norm`` = |x|^2 / D, the input kernel Phi[0] (default 1), ``y``
@@ -344,7 +351,17 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
     ``error_signal(ftilde, y)`` (numpy, elementwise; e.g. the logistic loss ln(1 + exp(-y f)) has
     y / (1 + exp(y f))); default the squared loss, Delta = y - ftilde.  The recorded Delta is this error signal.
     ``trained`` (P,) of 0/1: the points the networks train on (default all); the others are test points, whose
-    error signal (e.g. the residual y - ftilde) and kernels are recorded but never enter an update."""
+    error signal (e.g. the residual y - ftilde) and kernels are recorded but never enter an update.
+
+    ``weights``: how the hidden matrices are drawn.  'lazy' (default): only along the directions the training
+    applies them to, each product from its exact conditional law given the ones before
+    (:mod:`dmftc.validation.lazy_gaussian`; about 2 T P N normals per matrix instead of N^2, the same law of
+    every trajectory); the fresh normals of a batch of members come from its own stream (child ``batch start``
+    of the seed), so results depend on the seed and the batch size.  'dense': every entry drawn up front, in
+    member order from the seed's stream (the layout of :func:`draw_deep_parameters`), whatever the batch."""
+    if weights not in ("lazy", "dense"):
+        raise ValueError(f"weights must be 'lazy' or 'dense', got {weights!r}")
+    lazy = weights == "lazy"
     act = gradient_fns(activation)
     L = positive_int("L", L)
     N = positive_int("N", N)
@@ -359,7 +376,7 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
         if trained.shape != (X.shape[0],) or not np.all((trained == 0) | (trained == 1)):
             raise ValueError(f"trained must be {X.shape[0]} values 0 or 1, got {trained!r}")
     P, D = X.shape
-    per_member = (L - 1) * N * N + 2 * L * T * P * (N + T * P) + (4 + D) * N
+    per_member = (L - 1) * (4 * T * P * N if lazy else N * N) + 2 * L * T * P * (N + T * P) + (4 + D) * N
     if batch is None:   # ~2M doubles (16 MB) per batch
         batch = max(1, min(E, (1 << 21) // per_member))
     batch = positive_int("batch", batch)
@@ -380,7 +397,8 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
             d = mb - ma
             acc[name] = (n, ma + d * (nb / n), m2a + m2b + d * d * (na * nb / n))
 
-    # Parameters are drawn sequentially in member order in this thread; batches run on a small
+    # Parameters (lazy: the first layer and readout; each batch's hidden matrices come from its own child of the
+    # seed) are drawn sequentially in member order in this thread; batches run on a small
     # thread pool (numpy releases the GIL) and write disjoint slices of `out`.
     rng = np.random.default_rng(seed)
     workers = max(1, min(2, os.cpu_count() or 1, -(-E // batch)))
@@ -390,7 +408,9 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
         try:
             for b0 in range(0, E, batch):
                 sl = slice(b0, min(E, b0 + batch))
-                W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, L, D if vector else None)
+                W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, 1 if lazy else L, D if vector else None)
+                if lazy:
+                    Ws = np.random.SeedSequence(seed, spawn_key=(sl.start,))
                 W0t, _ = _inputs(W0, X if vector else None)
                 pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx,
                                            error_signal, trained))
@@ -420,14 +440,15 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
 
 def deep_truth(*, activation, L: int, gamma: float, y, eta: float, T: int, N: int, E: int,
                seed: int = 0, extrapolate: bool = True, progress: bool = False,
-               input_norm: float = 1.0, Kx=None, error_signal=None, trained=None) -> DeepEnsembleStats:
+               input_norm: float = 1.0, Kx=None, error_signal=None, trained=None,
+               weights: str = "lazy") -> DeepEnsembleStats:
     """Ground truth with the O(1/N) corrections removed (as :func:`dmftc.validation.truth.finite_width_truth`).
 
     With ``extrapolate``, ensembles at widths N (seed) and 2N (seed + 1) give x = 2 x(2N) - x(N) for
     means and N*Var, with standard errors sqrt(4 se(2N)^2 + se(N)^2); the result reports width 2N and
-    carries no samples.  Without, it is ``simulate_deep`` at width N."""
+    carries no samples.  Without, it is ``simulate_deep`` at width N.  ``weights`` as in :func:`simulate_deep`."""
     kw = dict(activation=activation, L=L, gamma=gamma, y=y, eta=eta, T=T, E=E, progress=progress,
-              input_norm=input_norm, Kx=Kx, error_signal=error_signal, trained=trained)
+              input_norm=input_norm, Kx=Kx, error_signal=error_signal, trained=trained, weights=weights)
     a = simulate_deep(N=N, seed=seed, **kw)
     if not extrapolate:
         return a
