@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -20,22 +19,24 @@ from dmftc.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def exit_status(stop: SystemExit, stream) -> int:
+    """The interpreter's exit status for ``stop`` (None 0, an integer itself, anything else 1 with it printed to
+    ``stream``, as ``sys.exit(message)`` prints to stderr)."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=stream)
+    return 1
+
+
 def dmftc(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     out, err = io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-                warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("default")
-            try:
-                code = main([str(a) for a in args])
-            except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-                if not isinstance(stop.code, (int, type(None))):
-                    print(stop.code, file=err)
-    finally:
-        os.chdir(here)
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as stop:
+            code = exit_status(stop, err)
     for w in caught:
         err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     return subprocess.CompletedProcess(["dmftc", *map(str, args)], code, out.getvalue(), err.getvalue())

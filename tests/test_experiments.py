@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 import common  # noqa: E402
+from cli_runner import exit_status  # noqa: E402  (tests/cli_runner.py)
 
 SCRIPTS = ("deep_activations", "mean_correction", "bias_variance", "kappa_D_gamma", "two_time_deep_linear",
            "rates", "two_layer_sgd", "two_layer_softmax")   # each writes <name>.png / .npz
@@ -58,22 +58,19 @@ def run_script(script: str, out: Path) -> tuple[int, str]:
     path = ROOT / "experiments" / f"{script}.py"
     spec = importlib.util.spec_from_file_location(f"experiment_{script}", path)
     module = importlib.util.module_from_spec(spec)
-    argv, here, text = sys.argv, os.getcwd(), io.StringIO()
+    argv, text = sys.argv, io.StringIO()
     sys.argv = [str(path), "--quick", "--out", str(out)]
-    os.chdir(ROOT)
     code = 0
     try:
-        with matplotlib.rc_context(), contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+        with contextlib.chdir(ROOT), matplotlib.rc_context(), contextlib.redirect_stdout(text), \
+                contextlib.redirect_stderr(text):
             spec.loader.exec_module(module)
             try:
                 module.main()
             except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-                if not isinstance(stop.code, (int, type(None))):
-                    print(stop.code, file=text)
+                code = exit_status(stop, text)
     finally:
         sys.argv = argv
-        os.chdir(here)
         plt.close("all")
     return code, text.getvalue()
 

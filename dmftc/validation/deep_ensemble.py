@@ -229,14 +229,10 @@ def deep_gd_step(W0, w, Ws, y, f0, *, activation, gamma: float, eta: float, X=No
 def _run_batch(W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx, error_signal=None, trained=None):
     """Train one batch for T recorded steps; writes time-diagonal samples into out[name][sl] (Delta (B,T,P), the
     others (B,T,P,P)) and returns (B, {two-time name: (batch mean, sum of squared deviations), (T,P,T,P) each}).
-    ``Ws``: the hidden matrices at initialisation, each given (B, N, N) or a :class:`LazyGaussian` (or a
-    SeedSequence: lazy matrices drawn from it here, in the batch's thread)."""
+    ``Ws``: the hidden matrices at initialisation, :class:`LazyGaussian` or :class:`DenseMatrices` (their
+    products ``right`` and ``left``)."""
     B, N = w.shape
     P, D = X.shape
-    if isinstance(Ws, np.random.SeedSequence):
-        rng = np.random.default_rng(Ws)
-        Ws = [LazyGaussian(rng, B, N, capacity=T * P) for _ in range(L - 1)]
-    Ws = [W if hasattr(W, "right") else DenseMatrices(W) for W in Ws]
     XsT, XpT = X / math.sqrt(D), X.T / math.sqrt(D)
     Ph = [np.zeros((B, T * P, N)) for _ in range(L)]   # phi(h^l_nu(s)) at row s P + nu
     G = [np.zeros((B, T * P, N)) for _ in range(L)]    # g^l_nu(s)
@@ -408,9 +404,13 @@ def simulate_deep(*, activation, L: int, gamma: float, y, eta: float, T: int, N:
         try:
             for b0 in range(0, E, batch):
                 sl = slice(b0, min(E, b0 + batch))
-                W0, w, Ws = draw_deep_parameters(rng, sl.stop - sl.start, N, 1 if lazy else L, D if vector else None)
-                if lazy:
-                    Ws = np.random.SeedSequence(seed, spawn_key=(sl.start,))
+                B = sl.stop - sl.start
+                W0, w, Ws = draw_deep_parameters(rng, B, N, 1 if lazy else L, D if vector else None)
+                if lazy:              # the batch's own stream, drawn from in its thread
+                    own = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(sl.start,)))
+                    Ws = [LazyGaussian(own, B, N, capacity=T * P) for _ in range(L - 1)]
+                else:
+                    Ws = [DenseMatrices(W) for W in Ws]
                 W0t, _ = _inputs(W0, X if vector else None)
                 pending.append(pool.submit(_run_batch, W0t, w, Ws, act, L, gamma, y, eta, T, out, sl, X, Kx,
                                            error_signal, trained))

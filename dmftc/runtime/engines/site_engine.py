@@ -30,6 +30,7 @@ from dmftc.errors import NumericalError, ParameterError, StructureSpecError
 from dmftc.jax_setup import march_options
 from dmftc.runtime.numerics.devices import like_paths, mesh_of, place_paths, rows_for
 from dmftc.runtime.numerics.geometry import source_factors
+from dmftc.runtime.numerics.march_numerics import array_module
 from dmftc.runtime.solvers.linalg import (block_inverses, cross_components, factor, right_solve, sandwich,
                                   time_major_edges)
 from dmftc.runtime.march.site_march import constraint_pass, readout_pass, replay_march, site_march
@@ -61,7 +62,7 @@ def normals_of(mod, draws) -> dict:
     out = {}
     for group, x in zip(mod.SOURCES, draws):
         # host draws stay numpy (slicing them eagerly in JAX would compile a program per shape); traced ones JAX
-        x = jnp.asarray(x, jnp.float64) if isinstance(x, jax.Array) else np.asarray(x, np.float64)
+        x = array_module(x).asarray(x, np.float64)
         x = x.reshape(x.shape[0], -1)
         if len(group) == 1 and group[0][1]:
             out[group[0][0]] = x

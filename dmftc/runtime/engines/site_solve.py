@@ -47,6 +47,7 @@ def sample_draws(mod, p: dict, sz: dict, samples: int, seed: int, sampler: str =
     if check_sampler(sampler) == "sobol":
         zs = block_normals(seed, [L.shape[0] for L in factors], edges)
         return [np.asarray(z) @ L.T for z, L in zip(zs, factors)]
+    # (1, samples, n) unstacks to the one (samples, n) array, the same normals as drawing that shape
     return [np.asarray(group_normals(seed, gi, (1, samples, L.shape[0]))[0]) @ L.T for gi, L in enumerate(factors)]
 
 

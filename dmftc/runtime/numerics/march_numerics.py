@@ -1,7 +1,7 @@
 """The numerics shared by the deep march and the site march (:mod:`dmftc.runtime.march.deep_dmft`,
 :mod:`dmftc.runtime.march.site_march`): pivot tolerances of the causal Cholesky factors, row extension of a factor,
-history-buffer updates, symmetric kernels from causal rows, and the pseudo-random standard normals of a march's
-sample groups."""
+history-buffer updates, symmetric kernels from causal rows, the pseudo-random standard normals of a march's
+sample groups, and the array module of host-or-traced helpers."""
 from __future__ import annotations
 
 from functools import partial
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "extend_cholesky", "group_normals", "set_col",
-           "traced", "symmetric"]
+__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "array_module", "extend_cholesky", "group_normals",
+           "set_col", "traced", "symmetric"]
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
@@ -22,6 +22,13 @@ PIVOT_TOL = 1e-10
 # fell to 5e-10; with 1e-14 it equals the numpy coefficient-row march to 1e-14.)
 PIVOT_TOL_EXACT = 1e-14
 MEMORY_BUDGET = 2.5e8     # floats of tangent storage per group (2 GB in float64)
+
+
+def array_module(*xs):
+    """numpy when every argument is a host value, jax.numpy when one is a JAX array or tracer: helpers that serve
+    traced code and the host alike stay numpy on the host (in JAX each eager operation on a new shape would be a
+    compiled program of its own)."""
+    return jnp if any(isinstance(x, jax.Array) for x in xs) else np
 
 
 def extend_cholesky(C, krow, t, tol=PIVOT_TOL):

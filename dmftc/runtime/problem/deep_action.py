@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import jax
 import jax.numpy as jnp
 import numpy as np
+
+from dmftc.runtime.numerics.march_numerics import array_module
 
 
 __all__ = ["Saddle", "saddle_of_march", "Layout", "saddle_point_vector", "bilinear_pairs", "observable_names",
@@ -162,13 +163,6 @@ class Layout:
         return np.arange(o, o + s)
 
 
-def array_module(*xs):
-    """numpy when every argument is a host value, jax.numpy when one is a JAX array or tracer: the helpers below
-    serve traced code and the host alike, and on the host they stay numpy (in JAX each eager operation on a new
-    shape would be a compiled program of its own)."""
-    return jnp if any(isinstance(x, jax.Array) for x in xs) else np
-
-
 def sym_from_tril(low):
     """symmetric matrix from its lower triangle (diagonal once)."""
     xp = array_module(low)
@@ -223,11 +217,9 @@ def log_z_local(v, model, top, *, T):
     B[L] = 0 and top = 1 (the Delta_hat source term belongs to the last layer only): with the readout's feature
     coefficients (a, b) (:meth:`DeepModel.features`) it adds sum_t Delta_hat(t) (a h(t) z(t) + b h(0) z(0)) to
     -x^T Q x / 2."""
-    tril = np.tril_indices(T)
-    low = lambda w: jnp.zeros((T, T), dtype=w.dtype).at[tril].set(w)
     pp, gn, a, b, ph, gh, Delta, dh = split_local(v, T)
-    phi_prev, g_next = sym_from_tril(low(pp)), sym_from_tril(low(gn))
-    ph, gh = low(ph), low(gh)
+    phi_prev, g_next = sym_from_tril(tril_matrix(pp, T)), sym_from_tril(tril_matrix(gn, T))
+    ph, gh = tril_matrix(ph, T), tril_matrix(gh, T)
     C, E = model.couplings(phi_prev, g_next, a.reshape(T, T), b.reshape(T, T), Delta)
     eye, zero = jnp.eye(T), jnp.zeros((T, T))
     M = jnp.block([[eye, -C], [-E, eye]])

@@ -50,7 +50,8 @@ from scipy import sparse
 
 from dmftc.runtime.problem.activation import as_activation
 from dmftc.errors import NumericalError, ParameterError
-from dmftc.runtime.problem.deep_action import array_module, split_local, sym_from_tril, tril_matrix
+from dmftc.runtime.numerics.march_numerics import array_module
+from dmftc.runtime.problem.deep_action import split_local, sym_from_tril, tril_matrix
 from dmftc.runtime.problem.deep_model import DeepModel
 from dmftc.runtime.sensitivities.held_paths import HeldPaths
 from dmftc.runtime.sensitivities.price_by_parts import hybrid_price, stein_plan

@@ -9,6 +9,7 @@ import numpy as np
 
 from dmftc.errors import ParameterError
 from dmftc.runtime.march.site_layout import Flat, canonical
+from dmftc.runtime.numerics.march_numerics import array_module
 from dmftc.runtime.sensitivities.site_tangents import driver_jacobian
 from dmftc.runtime.sensitivities.site_transfer import SEGMENT, transfer_applies
 from dmftc.runtime.sensitivities.site_transfer import driver_jacobian as transfer_jacobian
@@ -59,7 +60,7 @@ def tangent_method(mod, method: str | None = None) -> str:
 def pad_rows(x, n: int):
     """x with its leading axis (paths) zero-padded to n rows: a JAX array stays one, anything else becomes a
     numpy array (padded on the host: no program compiled per shape; the jitted callee takes it as it is)."""
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     x = xp.asarray(x)
     return x if x.shape[0] == n else xp.concatenate([x, xp.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)])
 
