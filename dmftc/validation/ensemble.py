@@ -36,7 +36,8 @@ Randomness: member m uses the m-th block of N (D + 1) standard normals of
 np.random.default_rng(seed) (W_i then w_i for each neuron), so results do not depend
 on the batch size used to process members.
 
-Implementation: members are processed in batches (arrays of shape (B, P+Q, N)) on a
+Implementation: members are processed in batches (arrays of shape (B, P+Q, N)), each trained by one
+jit-compiled JAX program (a scan over the T steps; the last batch padded with copies, so one compiled shape), on a
 2-thread pool; all per-member trajectories are stored (E x (P+Q)^2 x T doubles for K)
 and reduced to mean / N*var / standard errors at the end.  The arithmetic is the plain
 network in float64; nothing is linearised or approximated.
@@ -101,14 +102,7 @@ def activation_fns(activation):
         return ACTIVATIONS[activation]
     import jax
 
-    from dmftc.runtime.problem.activation import as_activation
-    from dmftc.errors import ParameterError
-
-    try:
-        site = as_activation(activation)
-    except ParameterError as err:        # the simulators report bad arguments as ValueError
-        raise ValueError(str(err)) from None
-    fn = jax.jit(lambda h: site.fn(h)[:2])
+    fn = jax.jit(_jax_activation(activation))
 
     def phi_dphi(h):
         p, d = fn(h)
@@ -156,71 +150,103 @@ def draw_parameters(rng: np.random.Generator, n_members: int, N: int, D: int):
 
 
 # Internally the first-layer weights are stored transposed, Wt[b, d, i] = W[b, i, d], and all
-# per-neuron arrays have the neuron index last, e.g. h[b, a, i], so that elementwise work
-# runs over contiguous memory.
+# per-neuron arrays have the neuron index last, e.g. h[b, a, i].  The whole training of a batch of members is one
+# jit-compiled program (a lax.scan over the steps, compiled at XLA's default optimisation: it runs long against
+# its compilation); the step is written once, in JAX, and :func:`gd_step` runs the same step.
 
-def _forward(Wt, w, XsT, act):
-    """h (B,n,N) = W x_a / sqrt(D), phi(h), g = phi'(h) w."""
-    h = XsT @ Wt
-    ph, g = act(h)
-    g *= w[:, None, :]
-    return h, ph, g
+def _jax_activation(activation):
+    """h -> (phi(h), phi'(h)) in JAX: the simulators' own four (as :data:`ACTIVATIONS`), else through
+    :mod:`dmftc.runtime.problem.activation` (an expression in h or a SiteActivation)."""
+    import jax.numpy as jnp
+    from jax.scipy.special import erf as jerf
+
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        def tanh(h):
+            p = jnp.tanh(h)
+            return p, 1.0 - p * p
+        table = {"tanh": tanh, "relu": lambda h: (_SQRT2 * jnp.maximum(h, 0.0), _SQRT2 * (h > 0)),
+                 "linear": lambda h: (h, jnp.ones_like(h)),
+                 "erf": lambda h: (jerf(h), _ERF_C * jnp.exp(-h * h))}
+        return table[activation]
+    from dmftc.runtime.problem.activation import as_activation
+    from dmftc.errors import ParameterError
+    try:
+        site = as_activation(activation)
+    except ParameterError as err:        # the simulators report bad arguments as ValueError
+        raise ValueError(str(err)) from None
+    return lambda h: site.fn(h)[:2]
 
 
-def _update(Wt, w, ph, g, delta, XpT, eta, gamma):
-    """Simultaneous GD update (module docstring). ph, g: (B,n,N); delta: (B,P); XpT = X_P^T/sqrt(D)."""
-    P = delta.shape[1]
-    gd = g[:, :P, :] * delta[:, :, None]
-    dW = XpT @ gd                                     # sum_mu Delta_mu g_mu x_mu / sqrt(D)
-    dW *= eta * gamma
-    dW += Wt
-    dw = (delta[:, None, :] @ ph[:, :P, :])[:, 0, :]  # sum_mu Delta_mu phi(h_mu)
-    dw *= eta * gamma
-    dw += w
-    return dW, dw
+def _step(act, Wt, w, XsT, XpT, Kx, y, f0, gamma, eta):
+    """One recorded step of a batch: the records (Delta, ftilde, K, M) before the update, and the updated (Wt, w)
+    (module doc).  Wt (B, D, N), w (B, N), XsT = X / sqrt(D) (n, D), XpT = X_P^T / sqrt(D) (D, P); f0 (B, n)
+    the outputs at initialisation (None: these are)."""
+    import jax.numpy as jnp
+
+    N, P = w.shape[-1], y.shape[0]
+    h = XsT @ Wt                                                  # (B, n, N) = W x_a / sqrt(D)
+    ph, dph = act(h)
+    g = dph * w[:, None, :]                                       # phi'(h) w
+    f = jnp.einsum("ban,bn->ba", ph, w) / (gamma * N)
+    ft = f - (f if f0 is None else f0)
+    delta = y - ft[:, :P]
+    K = (jnp.einsum("ban,bcn->bac", ph, ph) + jnp.einsum("ban,bcn->bac", g, g) * Kx) / N
+    M = jnp.einsum("ban,bn->ba", h, w) / N
+    Wn = Wt + (eta * gamma) * jnp.einsum("dp,bpn->bdn", XpT, g[:, :P, :] * delta[:, :, None])
+    wn = w + (eta * gamma) * jnp.einsum("bp,bpn->bn", delta, ph[:, :P, :])
+    return (delta, ft, K, M), (Wn, wn), f
+
+
+_TRAINERS: dict = {}
+
+
+def _trainer(activation, T: int):
+    """jit((Wt, w, XsT, XpT, Kx, y, gamma, eta) -> records (Delta, f, K, M), each (T, B, ...)) of a batch."""
+    key = (activation if isinstance(activation, str) else id(activation), T)
+    if key not in _TRAINERS:
+        import jax
+        from dmftc.jax_setup import long_run_options
+
+        act = _jax_activation(activation)
+
+        def train(Wt, w, XsT, XpT, Kx, y, gamma, eta):
+            rec0, carry, f0 = _step(act, Wt, w, XsT, XpT, Kx, y, None, gamma, eta)    # t = 0: ftilde = 0 exactly
+
+            def body(carry, _):
+                rec, carry, _f = _step(act, *carry, XsT, XpT, Kx, y, f0, gamma, eta)
+                return carry, rec
+
+            recs = jax.lax.scan(body, carry, None, length=T - 1)[1]
+            return tuple(jax.numpy.concatenate([a[None], b]) for a, b in zip(rec0, recs))
+
+        _TRAINERS[key] = jax.jit(train, compiler_options=long_run_options())
+    return _TRAINERS[key]
 
 
 def gd_step(W, w, X, y, f0, *, activation: str, gamma: float, eta: float):
     """One discrete GD step for a batch of networks, W (B,N,D), w (B,N), X (n,D).
 
     f0 (B, n) is the output at initialisation (background); y has shape (P,).
-    Returns (W_new, w_new). Uses the same code as `simulate_two_layer`.
+    Returns (W_new, w_new). The step of `simulate_two_layer` (:func:`_step`), run eagerly.
     """
-    act = activation_fns(activation)
+    import jax.numpy as jnp
+
     W, w, X = (np.asarray(a, dtype=np.float64) for a in (W, w, X))
-    N, D = W.shape[1], X.shape[1]
+    D = X.shape[1]
     P = np.asarray(y).shape[0]
-    Wt = np.ascontiguousarray(W.transpose(0, 2, 1))
-    h, ph, g = _forward(Wt, w, X / math.sqrt(D), act)
-    f = (ph @ w[:, :, None])[:, :, 0] / (gamma * N)
-    delta = y - (f - f0)[:, :P]
-    Wt, w = _update(Wt, w, ph, g, delta, X[:P].T / math.sqrt(D), eta, gamma)
-    return Wt.transpose(0, 2, 1), w
+    _, (Wt, wn), _ = _step(_jax_activation(activation), jnp.asarray(W.transpose(0, 2, 1)), jnp.asarray(w),
+                           jnp.asarray(X / math.sqrt(D)), jnp.asarray(X[:P].T / math.sqrt(D)), jnp.asarray(X @ X.T / D),
+                           jnp.asarray(y, dtype=jnp.float64), jnp.asarray(f0), gamma, eta)
+    return np.asarray(Wt).transpose(0, 2, 1), np.asarray(wn)
 
 
-def _run_batch(W, w, X, Kx, y, act, gamma, eta, T, out, sl):
-    """Train one batch of members for T recorded steps, writing into out[q][sl, ..., t]."""
-    N, D = W.shape[1], X.shape[1]
-    P = y.shape[0]
-    Wt = np.ascontiguousarray(W.transpose(0, 2, 1))
-    XsT, XpT = X / math.sqrt(D), X[:P].T / math.sqrt(D)
-    f0 = None
-    for t in range(T):
-        h, ph, g = _forward(Wt, w, XsT, act)
-        f = (ph @ w[:, :, None])[:, :, 0] / (gamma * N)         # (B, n)
-        if f0 is None:
-            f0 = f
-        ft = f - f0
-        delta = y - ft[:, :P]
-        K = ph @ ph.transpose(0, 2, 1)
-        K += (g @ g.transpose(0, 2, 1)) * Kx
-        K /= N
-        out["Delta"][sl, :, t] = delta
-        out["f"][sl, :, t] = ft
-        out["K"][sl, :, :, t] = K
-        out["M"][sl, :, t] = (h @ w[:, :, None])[:, :, 0] / N
-        if t + 1 < T:
-            Wt, w = _update(Wt, w, ph, g, delta, XpT, eta, gamma)
+def _run_batch(train, W, w, XsT, XpT, Kx, y, gamma, eta, out, sl):
+    """Train one batch of members (padded to the batch shape) and write its first sl.stop - sl.start members'
+    records into out[q][sl, ..., t]."""
+    recs = train(np.ascontiguousarray(W.transpose(0, 2, 1)), w, XsT, XpT, Kx, y, gamma, eta)
+    k = sl.stop - sl.start
+    for q, r in zip(QUANTITIES, recs):
+        out[q][sl] = np.moveaxis(np.asarray(r), 0, -1)[:k]
 
 
 def summarise(x: np.ndarray, N: int):
@@ -264,7 +290,7 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
     Returns ensemble means, N * variances and their standard errors for
     "Delta" (P, T), "f" (P+Q, T), "K" (P+Q, P+Q, T) and "M" (P+Q, T).
     """
-    act = activation_fns(activation)
+    train = _trainer(activation, positive_int("T", T))      # a bad activation is reported before any work
     X = inputs_from_gram(Kx_all)
     n, D = X.shape
     Kx = X @ X.T / D            # equals Kx_all up to the PSD clipping
@@ -283,6 +309,7 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
     T = positive_int("T", T)
     if batch is None:   # ~128k doubles (1 MB) per (B, n, N) work array
         batch = max(1, min(E, (1 << 17) // (N * n)))
+    XsT, XpT = X / math.sqrt(D), X[:y.shape[0]].T / math.sqrt(D)
     batch = positive_int("batch", batch)
     P = y.shape[0]
 
@@ -299,7 +326,10 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
         for b0 in range(0, E, batch):
             sl = slice(b0, min(E, b0 + batch))
             W, w = draw_parameters(rng, sl.stop - sl.start, N, D)
-            pending.append((sl, pool.submit(_run_batch, W, w, X, Kx, y, act, gamma, eta, T, out, sl)))
+            if sl.stop - sl.start < batch:      # the last batch padded with copies (one compiled shape)
+                pad = batch - (sl.stop - sl.start)
+                W, w = (np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in (W, w))
+            pending.append((sl, pool.submit(_run_batch, train, W, w, XsT, XpT, Kx, y, gamma, eta, out, sl)))
             while len(pending) > 2 * workers:
                 done, fut = pending.pop(0)
                 fut.result()
