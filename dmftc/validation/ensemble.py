@@ -168,13 +168,20 @@ def _jax_activation(activation):
                  "linear": lambda h: (h, jnp.ones_like(h)),
                  "erf": lambda h: (jerf(h), _ERF_C * jnp.exp(-h * h))}
         return table[activation]
+    site = _site(activation)
+    return lambda h: site.fn(h)[:2]
+
+
+def _site(activation):
+    """The :class:`dmftc.runtime.problem.activation.SiteActivation` of an expression in h (or of one); bad
+    arguments are reported as ValueError, as everywhere in the simulators."""
     from dmftc.runtime.problem.activation import as_activation
     from dmftc.errors import ParameterError
+
     try:
-        site = as_activation(activation)
-    except ParameterError as err:        # the simulators report bad arguments as ValueError
+        return as_activation(activation)
+    except ParameterError as err:
         raise ValueError(str(err)) from None
-    return lambda h: site.fn(h)[:2]
 
 
 def _step(act, Wt, w, XsT, XpT, Kx, y, f0, gamma, eta):
@@ -202,7 +209,8 @@ _TRAINERS: dict = {}
 
 def _trainer(activation, T: int):
     """jit((Wt, w, XsT, XpT, Kx, y, gamma, eta) -> records (Delta, f, K, M), each (T, B, ...)) of a batch."""
-    key = (activation if isinstance(activation, str) else id(activation), T)
+    # keyed by the activation's name or hashable key (never by id: a freed object's id can be reused)
+    key = (activation if isinstance(activation, str) else _site(activation).key, T)
     if key not in _TRAINERS:
         import jax
         from dmftc.jax_setup import long_run_options
