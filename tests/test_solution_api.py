@@ -78,11 +78,13 @@ def test_two_layer_stderr_is_the_variance_error_without_warning(two_layer):
 
 
 @pytest.mark.parametrize("which", ["deep_spec", "deep_api", "deep_mc"])
-def test_deep_stderr_without_what_keeps_the_mean_error_and_warns(which, request):
+def test_deep_stderr_is_the_variance_error_without_warning(which, request):
+    """stderr(name) means one thing for every solution (deep ones answered with the mean's error before)."""
     sol = request.getfixturevalue(which)
-    with pytest.warns(FutureWarning, match="standard error of the MEAN"):
-        se = sol.stderr("Delta")
-    np.testing.assert_array_equal(se, sol.mean_stderr("Delta"))
+    for n in ("Delta", "K"):
+        np.testing.assert_array_equal(_no_warning(sol.stderr, n), sol.var_stderr(n))
+    if which == "deep_mc":                                 # Monte Carlo: the two errors are different arrays
+        assert not np.allclose(sol.var_stderr("Delta"), sol.mean_stderr("Delta"))
 
 
 def test_deep_exact_errors_are_zero_and_monte_carlo_ones_are_not(deep_spec, deep_api, deep_mc):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,11 +25,6 @@ from dmftc.runtime.results.atomic import atomic_output
 from dmftc.runtime.results.blocks import DenseBlocks
 from dmftc.runtime.results.jsonable import jsonable
 
-_DEEP_STDERR_DEPRECATED = (
-    "sol.stderr({name!r}) of a deep solution returns the standard error of the MEAN; for every other solution "
-    "stderr(name) is the standard error of var(name), and deep solutions will follow in a future release. "
-    "Say which you mean: sol.mean_stderr(name) or sol.stderr(name, 'mean'); sol.var_stderr(name) or "
-    "sol.stderr(name, 'var')")
 _FORMAT = 2                  # results-file format (1: two-layer only, before deep solutions shared the class)
 
 
@@ -142,15 +136,9 @@ class Solution:
         exact)."""
         return self._blocks(name).var_se(name)
 
-    def stderr(self, name: str, what: str | None = None) -> np.ndarray:
-        """The Monte Carlo standard error of ``mean(name)`` (``what='mean'``) or of ``var(name)`` (``'var'``,
-        the default).  Deep solutions used to answer ``stderr(name)`` with the mean's error; called without
-        ``what`` they still do, with a FutureWarning."""
-        if what is None:
-            what = "var"
-            if self.kind == "deep":
-                warnings.warn(_DEEP_STDERR_DEPRECATED.format(name=name), FutureWarning, stacklevel=2)
-                what = "mean"
+    def stderr(self, name: str, what: str = "var") -> np.ndarray:
+        """The Monte Carlo standard error of ``var(name)`` (``what='var'``, the default, for every solution) or of
+        ``mean(name)`` (``'mean'``)."""
         if what == "mean":
             return self.mean_stderr(name)
         if what == "var":
