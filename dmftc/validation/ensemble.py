@@ -56,7 +56,7 @@ from scipy.special import erf
 from dmftc.progress import Progress
 
 __all__ = ["EnsembleStats", "simulate_two_layer", "inputs_from_gram", "draw_parameters",
-           "activation_fns", "gd_step", "ACTIVATIONS"]
+           "activation_fns", "jax_activation", "pad_copies", "gd_step", "ACTIVATIONS"]
 
 _SQRT2 = math.sqrt(2.0)
 _ERF_C = 2.0 / math.sqrt(math.pi)
@@ -154,32 +154,33 @@ def draw_parameters(rng: np.random.Generator, n_members: int, N: int, D: int):
 # jit-compiled program (a lax.scan over the steps, compiled at XLA's default optimisation: it runs long against
 # its compilation); the step is written once, in JAX, and :func:`gd_step` runs the same step.
 
-def _jax_activation(activation):
-    """h -> (phi(h), phi'(h)) in JAX: the simulators' own four (as :data:`ACTIVATIONS`), else through
-    :mod:`dmftc.runtime.problem.activation` (an expression in h or a SiteActivation)."""
+def jax_activation(activation):
+    """h -> (phi(h), phi'(h)) as one elementwise JAX function, for every compiled ensemble (these and the optax
+    networks of :mod:`dmftc.validation.optax_nets`): one of the four names of :data:`ACTIVATIONS` or a JAX
+    function of h (phi' by forward-mode autodiff), or an expression in h or a SiteActivation (its own phi', through
+    :mod:`dmftc.runtime.problem.activation`, whose ParameterError a bad one raises)."""
+    import jax
     import jax.numpy as jnp
-    from jax.scipy.special import erf as jerf
 
-    if isinstance(activation, str) and activation in ACTIVATIONS:
-        def tanh(h):
-            p = jnp.tanh(h)
-            return p, 1.0 - p * p
-        table = {"tanh": tanh, "relu": lambda h: (_SQRT2 * jnp.maximum(h, 0.0), _SQRT2 * (h > 0)),
-                 "linear": lambda h: (h, jnp.ones_like(h)),
-                 "erf": lambda h: (jerf(h), _ERF_C * jnp.exp(-h * h))}
-        return table[activation]
-    site = _site(activation)
-    return lambda h: site.fn(h)[:2]
+    table = {"tanh": jnp.tanh, "linear": lambda h: h, "erf": jax.scipy.special.erf,
+             "relu": lambda h: jnp.where(h > 0, _SQRT2 * h, 0.0)}
+    if isinstance(activation, str) and activation in table:
+        phi = table[activation]
+    elif callable(activation) and not hasattr(activation, "fn"):
+        phi = activation
+    else:
+        from dmftc.runtime.problem.activation import as_activation
+        site = as_activation(activation)
+        return lambda h: site.fn(h)[:2]
+    return lambda h: jax.jvp(phi, (h,), (jnp.ones_like(h),))
 
 
-def _site(activation):
-    """The :class:`dmftc.runtime.problem.activation.SiteActivation` of an expression in h (or of one); bad
-    arguments are reported as ValueError, as everywhere in the simulators."""
-    from dmftc.runtime.problem.activation import as_activation
+def _jax_activation(activation):
+    """:func:`jax_activation`, a bad activation reported as ValueError as everywhere in these simulators."""
     from dmftc.errors import ParameterError
 
     try:
-        return as_activation(activation)
+        return jax_activation(activation)
     except ParameterError as err:
         raise ValueError(str(err)) from None
 
@@ -209,13 +210,13 @@ _TRAINERS: dict = {}
 
 def _trainer(activation, T: int):
     """jit((Wt, w, XsT, XpT, Kx, y, gamma, eta) -> records (Delta, f, K, M), each (T, B, ...)) of a batch."""
-    # keyed by the activation's name or hashable key (never by id: a freed object's id can be reused)
-    key = (activation if isinstance(activation, str) else _site(activation).key, T)
+    act = _jax_activation(activation)              # a bad activation is reported here, before any work
+    # keyed by the activation itself (a name, a function, a SiteActivation: all hashable, and held by the key),
+    # never by id: a freed object's id can be reused
+    key = (activation, T)
     if key not in _TRAINERS:
         import jax
         from dmftc.jax_setup import long_run_options
-
-        act = _jax_activation(activation)
 
         def train(Wt, w, XsT, XpT, Kx, y, gamma, eta):
             rec0, carry, f0 = _step(act, Wt, w, XsT, XpT, Kx, y, None, gamma, eta)    # t = 0: ftilde = 0 exactly
@@ -276,6 +277,13 @@ def summarise(x: np.ndarray, N: int):
     return [r.reshape(x.shape[1:]) for r in res]
 
 
+def pad_copies(a: np.ndarray, size: int) -> np.ndarray:
+    """``a`` with its leading axis (members) padded to ``size`` by copies of its last member: the last batch of an
+    ensemble takes the compiled shape of the others, and the copies' records are dropped."""
+    n = a.shape[0]
+    return a if n >= size else np.concatenate([a, np.repeat(a[-1:], size - n, axis=0)])
+
+
 def positive_int(name, value, minimum=1, error=ValueError):
     """``value`` as an int >= ``minimum`` (bools refused), else ``error`` naming ``name``."""
     try:
@@ -298,7 +306,8 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
     Returns ensemble means, N * variances and their standard errors for
     "Delta" (P, T), "f" (P+Q, T), "K" (P+Q, P+Q, T) and "M" (P+Q, T).
     """
-    train = _trainer(activation, positive_int("T", T))      # a bad activation is reported before any work
+    T = positive_int("T", T)
+    train = _trainer(activation, T)                 # a bad activation is reported before any work
     X = inputs_from_gram(Kx_all)
     n, D = X.shape
     Kx = X @ X.T / D            # equals Kx_all up to the PSD clipping
@@ -314,17 +323,16 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
         raise ValueError(f"eta must be non-negative and finite, got {eta}")
     N = positive_int("N", N)
     E = positive_int("E", E, 2)
-    T = positive_int("T", T)
     if batch is None:   # ~128k doubles (1 MB) per (B, n, N) work array
         batch = max(1, min(E, (1 << 17) // (N * n)))
-    XsT, XpT = X / math.sqrt(D), X[:y.shape[0]].T / math.sqrt(D)
     batch = positive_int("batch", batch)
     P = y.shape[0]
+    XsT, XpT = X / math.sqrt(D), X[:P].T / math.sqrt(D)
 
     shapes = {"Delta": (P,), "f": (n,), "K": (n, n), "M": (n,)}
     out = {q: np.empty((E, *s, T)) for q, s in shapes.items()}
     # Parameters are drawn sequentially in member order in this thread (so results do not
-    # depend on `batch`); batches run on a small thread pool (numpy releases the GIL) and
+    # depend on `batch`); batches run on a small thread pool (compiled JAX calls release the GIL) and
     # write disjoint slices of `out`.  At most 2 * workers batches are in flight.
     rng = np.random.default_rng(seed)
     workers = max(1, min(2, os.cpu_count() or 1, -(-E // batch)))
@@ -333,10 +341,7 @@ def simulate_two_layer(*, activation: str, Kx_all: np.ndarray, y: np.ndarray, ga
         pending = []
         for b0 in range(0, E, batch):
             sl = slice(b0, min(E, b0 + batch))
-            W, w = draw_parameters(rng, sl.stop - sl.start, N, D)
-            if sl.stop - sl.start < batch:      # the last batch padded with copies (one compiled shape)
-                pad = batch - (sl.stop - sl.start)
-                W, w = (np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in (W, w))
+            W, w = (pad_copies(a, batch) for a in draw_parameters(rng, sl.stop - sl.start, N, D))
             pending.append((sl, pool.submit(_run_batch, train, W, w, XsT, XpT, Kx, y, gamma, eta, out, sl)))
             while len(pending) > 2 * workers:
                 done, fut = pending.pop(0)

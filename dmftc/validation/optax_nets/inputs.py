@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from dmftc.errors import ParameterError
-from dmftc.validation.ensemble import inputs_from_gram, positive_int
+from dmftc.validation.ensemble import inputs_from_gram, jax_activation, positive_int
 
 __all__ = ["LOSSES", "check_int", "check_real", "schedule_factors", "sgd", "activation_pair", "design",
            "draw_members"]
@@ -66,21 +66,10 @@ def sgd(N: int, *, gamma: float, eta: float, beta: float = 0.0, lam: float = 0.0
 
 
 def activation_pair(activation):
-    """(phi, phi') as elementwise jax functions; phi' by forward-mode autodiff of phi."""
-    import jax
-    import jax.numpy as jnp
-
-    table = {"tanh": jnp.tanh, "linear": lambda h: h, "erf": jax.scipy.special.erf,
-             "relu": lambda h: jnp.where(h > 0, math.sqrt(2.0) * h, 0.0)}
-    if isinstance(activation, str) and activation in table:
-        phi = table[activation]
-    elif callable(activation) and not hasattr(activation, "fn"):
-        phi = activation
-    else:
-        from dmftc.runtime.problem.activation import as_activation
-        site = as_activation(activation)
-        phi = lambda h: site.fn(h)[0]                                     # noqa: E731
-    return phi, lambda h: jax.jvp(phi, (h,), (jnp.ones_like(h),))[1]
+    """(phi, phi') as elementwise jax functions (:func:`dmftc.validation.ensemble.jax_activation`: phi' by
+    forward-mode autodiff of phi, or a SiteActivation's own)."""
+    pair = jax_activation(activation)
+    return (lambda h: pair(h)[0]), (lambda h: pair(h)[1])
 
 
 def design(y, Kx, input_norm, loss):

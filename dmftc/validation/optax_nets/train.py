@@ -9,7 +9,7 @@ import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.jax_setup import long_run_options
-from dmftc.validation.ensemble import summarise
+from dmftc.validation.ensemble import pad_copies, summarise
 from dmftc.validation.extrapolate import richardson
 from dmftc.validation.optax_nets.inputs import (activation_pair, check_int, check_real, design, draw_members,
                                                 schedule_factors, sgd)
@@ -154,8 +154,8 @@ def simulate_optax(*, gamma: float, y, eta: float, T: int, N: int, E: int, L: in
     for b0 in range(0, E, chunk):
         n = min(chunk, E - b0)
         W0, w, Ws = draw_members(rng, n, N, L, D, Cw)
-        pad = lambda a: np.concatenate([a, np.repeat(a[-1:], chunk - n, axis=0)]) if n < chunk else a  # noqa
-        params = {"W0": jnp.asarray(pad(W0)), "w": jnp.asarray(pad(w)), "Ws": jnp.asarray(pad(Ws))}
+        params = {"W0": jnp.asarray(pad_copies(W0, chunk)), "w": jnp.asarray(pad_copies(w, chunk)),
+                  "Ws": jnp.asarray(pad_copies(Ws, chunk))}
         rec = jax.device_get(train(params))
         for q in names:
             if q not in out:
