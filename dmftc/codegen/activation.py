@@ -19,13 +19,14 @@ class _XPrinter(ExprPrinter):
 
 
 def activation_source(act: Activation, name: str = "activation") -> str:
-    """Python source of ``name(x, width) -> (phi, phi', phi'', phi''', phi'''')`` in jax.numpy."""
+    """Python source of ``name(x, width) -> (phi, phi', phi'', phi''', phi'''')`` in jax.numpy, and of each
+    derivative alone, ``name_k(x, width)`` for k = 0..4 (a program that reads one derivative traces that one)."""
     pr = _XPrinter()
-    lines = [f"def {name}(x, width):", f'    """phi(x) = {sp.sstr(act.expr)} and four derivatives."""']
-    outs = []
+    lines = []
     for k, d in enumerate(act.derivatives):
         code = pr(d)
-        lines.append(f"    d{k} = {code if d.has(X) else f'jnp.full_like(x, {code})'}")
-        outs.append(f"d{k}")
-    lines.append(f"    return {', '.join(outs)}")
+        lines += [f"def {name}_{k}(x, width):", f'    """derivative {k} of phi(x) = {sp.sstr(act.expr)}."""',
+                  f"    return {code if d.has(X) else f'jnp.full_like(x, {code})'}", "", ""]
+    lines += [f"def {name}(x, width):", f'    """phi(x) = {sp.sstr(act.expr)} and four derivatives."""',
+              f"    return {', '.join(f'{name}_{k}(x, width)' for k in range(len(act.derivatives)))}"]
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from dmftc.runtime.march.deep_dmft import march_kernels, runs_site
 from dmftc.runtime.numerics.march_numerics import traced
 from dmftc.runtime.problem.options import check_integer
 from dmftc.runtime.numerics.sampling import source_normals
+from dmftc.runtime.problem.spec_kernels import module_derivatives
 from dmftc.runtime.problem.standard_spec import model_and_activation
 
 _JIT: dict = {}
@@ -56,7 +57,7 @@ def program_of(*, L: int, T: int, activation=None, model=None, gamma=None, y=Non
     mod = kern.module
     width = float(prm["dirac width"])
     p = traced(prm)
-    act = tuple((lambda x, k=k: mod.activation(x, p, width)[k]) for k in range(3))
+    act = module_derivatives(mod, p, width)[:3]
     return Program(mod, act, p, L, T, width)
 
 

@@ -74,7 +74,7 @@ from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.numerics.march_numerics import (MEMORY_BUDGET, PIVOT_TOL, PIVOT_TOL_EXACT, group_normals, symmetric,
                                                     traced)
 from dmftc.runtime.problem.options import check_integer, check_number
-from dmftc.runtime.problem.spec_kernels import SpecKernels
+from dmftc.runtime.problem.spec_kernels import SpecKernels, module_derivatives
 
 
 _JIT: dict = {}
@@ -128,7 +128,7 @@ def _site(xiu, xir, wts, prm, *, L, T, mod, direct, keep, exact, points=1):
     from dmftc.runtime.march.site_march import site_march
 
     width = prm["dirac width"]
-    act = [lambda x, k=k: mod.activation(x, prm, width)[k] for k in range(3)]
+    act = module_derivatives(mod, prm, width)[:3]
     (u, _, _), (r, _, _) = sorted(mod.SITE["sources"], key=lambda src: src[2])       # offsets -1 (u), +1 (r)
     rows, q1, hist, avg, chol = site_march(mod, act, L, T, {u: xiu, r: xir}, wts, prm, width=width, direct=direct,
                                            pivot_tol=PIVOT_TOL_EXACT if exact else PIVOT_TOL,

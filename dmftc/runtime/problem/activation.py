@@ -39,6 +39,15 @@ class SiteActivation:
     # (generated module, parameter values) of the compiled deep spec this activation came from: its single-site
     # program is what the propagator differentiates (dmftc.runtime.sensitivities.site_local); None: the standard network's
     program: object = field(default=None, compare=False, hash=False, repr=False)
+    # h -> phi(h), ..., h -> phi''''(h), one function each (a compiled spec's generated phi, dphi, ...): a program
+    # that reads one derivative traces that one only; None: the k-th output of fn
+    parts: tuple | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def derivative(self, k: int):
+        """h -> the k-th derivative of phi (k = 0..4)."""
+        if self.parts is not None:
+            return self.parts[k]
+        return lambda h: self.fn(h)[k]
 
     def gradient(self, h):
         """(a, a', a'', a''', b, b', b'', b''') of the gradient field g = a(h) z + b(h) at h."""
@@ -71,9 +80,10 @@ def site_activation(act: Activation, width: float = 0.1) -> SiteActivation:
     exec(compile(activation_source(act), f"<activation {sp.sstr(act.expr)}>", "exec"), ns)
     fn = ns["activation"]
     w = float(width)
+    parts = tuple((lambda h, f=ns[f"activation_{k}"]: f(h, w)) for k in range(5))
     return SiteActivation(key=("expr", sp.srepr(act.expr), w), label=act.text or sp.sstr(act.expr),
                           fn=lambda h: fn(h, w), kink_order=act.kink_order, linear=act.linear, width=w,
-                          rewidth=partial(site_activation, act))
+                          rewidth=partial(site_activation, act), parts=parts)
 
 
 def as_activation(activation, width: float = 0.1) -> SiteActivation:

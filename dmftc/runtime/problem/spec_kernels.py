@@ -13,7 +13,7 @@ import numpy as np
 from dmftc.runtime.problem.activation import SiteActivation
 from dmftc.errors import ParameterError
 
-__all__ = ["SpecKernels", "layer_number", "module_key"]
+__all__ = ["SpecKernels", "layer_number", "module_derivatives", "module_key"]
 
 
 _MODULE_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -35,6 +35,16 @@ def module_key(module) -> tuple:
         key = ("module", module)
     _MODULE_KEYS[module] = key
     return key
+
+
+DERIVATIVE_NAMES = ("phi", "dphi", "ddphi", "d3phi", "d4phi")     # a deep module's activation, one function each
+
+
+def module_derivatives(module, p: dict, width: float) -> tuple:
+    """The five functions h -> phi(h), ..., h -> phi''''(h) of a generated deep module at parameter values ``p``
+    and delta width ``width``: its ``phi``, ``dphi``, ... one by one, so that a program reading phi' traces phi'
+    alone (the module's ``activation`` returns all five)."""
+    return tuple((lambda h, f=getattr(module, name): f(h, p, width)) for name in DERIVATIVE_NAMES)
 
 
 class SpecKernels:
@@ -66,7 +76,8 @@ class SpecKernels:
                               kink_order=mod.KINK_ORDER, linear=bool(mod.LINEAR), width=float(width),
                               rewidth=lambda w: self.site_activation(params, w),
                               grad=lambda h: mod.gradient(h, p, float(width)),
-                              standard_gradient=bool(mod.STANDARD_GRADIENT), program=(mod, p))
+                              standard_gradient=bool(mod.STANDARD_GRADIENT), program=(mod, p),
+                              parts=module_derivatives(mod, p, float(width)))
 
     def _boundary(self, role, layer, T, p, depth):
         """Row of a boundary family at layer number ``layer`` (0 or depth + 1)."""

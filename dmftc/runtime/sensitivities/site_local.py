@@ -51,17 +51,19 @@ from dmftc.errors import StructureSpecError
 __all__ = ["LocalMap", "local_map"]
 
 
-def _chain(fn, pad=False):
-    """act(k)(x) = fn(x)[k] for k = 0..4 (phi and four derivatives), each a custom_jvp whose derivative is the
-    next one: autodiff of the program differentiates phi as the spec's distributions.  ``pad``: the derivative of
-    the fourth is 0 instead of an error (for integrands in which fifth derivatives are traced but structurally
-    multiplied by zero, :mod:`dmftc.runtime.matrix_free.integrand`)."""
+def _chain(activation, pad=False):
+    """act(k)(x) = activation.derivative(k)(x) for k = 0..4 (phi and four derivatives of a SiteActivation), each a
+    custom_jvp whose derivative is the next one: autodiff of the program differentiates phi as the spec's
+    distributions.  ``pad``: the derivative of the fourth is 0 instead of an error (for integrands in which fifth
+    derivatives are traced but structurally multiplied by zero, :mod:`dmftc.runtime.matrix_free.integrand`)."""
     acts = []
 
     def make(k):
+        part = activation.derivative(k)
+
         @jax.custom_jvp
         def act(x):
-            return fn(x)[k]
+            return part(x)
 
         @act.defjvp
         def _jvp(primals, tangents):
@@ -292,7 +294,7 @@ def _local_map(activation, pad=False) -> LocalMap:
 
         mod, p = standard_program(), {}
     xfields, outputs, kinds, kernels = _structure(mod)
-    acts = _chain(activation.fn, pad)
+    acts = _chain(activation, pad)
     lm = LocalMap(key=(activation.key, mod.SPEC_SHA256) + (("pad",) if pad else ()), xfields=xfields, outputs=outputs, kinds=kinds,
                   kernels=kernels, mod=mod, p=dict(p), acts=acts, kink=float(activation.width))
     _check_products(lm)

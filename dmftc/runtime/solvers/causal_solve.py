@@ -129,8 +129,8 @@ def back_kernel(model, n: int, rows: int | None, mode: str | None = None):
     """The generated Numba block back substitution of ``model``'s module (``block_back``,
     :mod:`dmftc.codegen.solve_kernels`) for a U of size n and ``rows`` right-hand sides (None: the whole inverse), or
     None for the NumPy block solve.  ``mode`` (default :data:`SOLVE_KERNELS`): 'numba' takes the kernel whenever the
-    module has one, 'numpy' never, 'auto' where the kernel was measured faster (``benchmarks/bench_solve_kernels.py``,
-    recorded in docs/benchmarks.md)."""
+    module has one, 'numpy' never, 'auto' where the kernel is faster counting its compilation
+    (:func:`kernel_faster`; measured by ``benchmarks/bench_solve_kernels.py``, recorded in docs/benchmarks.md)."""
     mode = SOLVE_KERNELS if mode is None else mode
     if mode not in ("auto", "numba", "numpy"):
         raise ParameterError(f"solve kernels: 'auto', 'numba' or 'numpy', not {mode!r}")
@@ -142,13 +142,20 @@ def back_kernel(model, n: int, rows: int | None, mode: str | None = None):
     return None
 
 
+KERNEL_FROM = 1000      # the smallest U (n) for which 'auto' takes the Numba kernel: below, NumPy's solve is quicker
+KERNEL_UNTIL = 1500     # the largest U whose whole inverse the kernel computes faster than NumPy
+
+
 def kernel_faster(n: int, rows: int | None) -> bool:
     """Where the Numba kernel beats NumPy's block solve with a deep solve's BLAS (all threads; measured, see
-    :func:`back_kernel`): for the rows of observables always (it skips U's zero entries, about two thirds of those
-    below the diagonal blocks, and makes no LAPACK call per block); for the whole inverse up to n = 1500, above
-    which NumPy's block-recursive inversion by matrix products (a third of the kernel's multiply-adds, at BLAS
-    speed) wins."""
-    return rows is not None or n <= 1500
+    :func:`back_kernel`), counting the kernel's compilation (about 2-5 s once per module file, then loaded from
+    Numba's disk cache; in memory only for a module compiled from text): from n = :data:`KERNEL_FROM`, where a solve
+    for the rows of observables takes NumPy 0.15 s against the kernel's 0.02 s (L = 2, T = 20; it skips U's zero
+    entries, about two thirds of those below the diagonal blocks, and makes no LAPACK call per block).  Below that
+    NumPy takes milliseconds (1.4 ms against 0.5 ms at n = 330), less than compiling the kernel costs.  The whole
+    inverse up to n = :data:`KERNEL_UNTIL`, above which NumPy's block-recursive inversion by matrix products (a
+    third of the kernel's multiply-adds, at BLAS speed) wins."""
+    return n >= KERNEL_FROM and (rows is not None or n <= KERNEL_UNTIL)
 
 
 def physical_sigma(blocks: CausalBlocks, R, back=None):
