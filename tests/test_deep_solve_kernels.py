@@ -119,8 +119,8 @@ def test_back_kernel_choice():
     assert back_kernel(Model, 500, 60, "numpy") is None
     assert back_kernel(object(), 500, 60, "numba") is None            # no module, no kernel
     # 'auto': the kernel where it is faster counting its compilation (docs/benchmarks.md)
-    assert back_kernel(Model, 540, 80, "auto") is mod.block_back      # observables at L = 3, T = 10: 0.07 s / 0.003 s
-    assert back_kernel(Model, 1260, 120, "auto") is mod.block_back    # observables at L = 2, T = 20: 0.15 s / 0.02 s
+    assert back_kernel(Model, 540, 80, "auto") is mod.block_back      # observables at L = 3, T = 10: 3.3 ms / 1.4 ms
+    assert back_kernel(Model, 1260, 120, "auto") is mod.block_back    # observables at L = 2, T = 20: 11 ms / 8 ms
     assert back_kernel(Model, 4920, 240, "auto") is mod.block_back
     assert back_kernel(Model, 1260, None, "auto") is mod.block_back   # a whole inverse the kernel wins
     assert back_kernel(Model, 330, 60, "auto") is None                # L = 2, T = 10: milliseconds, no compilation

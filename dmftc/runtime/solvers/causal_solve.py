@@ -142,20 +142,19 @@ def back_kernel(model, n: int, rows: int | None, mode: str | None = None):
     return None
 
 
-KERNEL_FROM = 500       # the smallest U (n) for which 'auto' takes the Numba kernel: below, NumPy's solve is quicker
+KERNEL_FROM = 500       # the smallest U (n) for which 'auto' takes the Numba kernel: below, NumPy's solve and no compilation
 KERNEL_UNTIL = 1500     # the largest U whose whole inverse the kernel computes faster than NumPy
 
 
 def kernel_faster(n: int, rows: int | None) -> bool:
-    """Where the Numba kernel beats NumPy's block solve with a deep solve's BLAS (all threads; measured, see
-    :func:`back_kernel`), counting the kernel's compilation (about 2-5 s once per module file, then loaded from
-    Numba's disk cache; in memory only for a module compiled from text): from n = :data:`KERNEL_FROM`, where a solve
-    for the rows of observables takes NumPy 0.07 s against the kernel's 0.003 s (L = 3, T = 10, n = 540; L = 2,
-    T = 20: 0.15 s against 0.02 s; it skips U's zero entries, about two thirds of those below the diagonal blocks,
-    and makes no LAPACK call per block).  Below that NumPy takes milliseconds (L = 2, T = 10, n = 330: 1.7 ms
-    against 0.6 ms), less than compiling the kernel costs.  The whole
-    inverse up to n = :data:`KERNEL_UNTIL`, above which NumPy's block-recursive inversion by matrix products (a
-    third of the kernel's multiply-adds, at BLAS speed) wins."""
+    """Where the Numba kernel beats NumPy's block solve (measured, see :func:`back_kernel`), counting the kernel's
+    compilation (2-5 s once per module file, then loaded from Numba's disk cache; in memory only for a module
+    compiled from text): from n = :data:`KERNEL_FROM` (the rows of observables at L = 3, T = 10, n = 540: 1.4 ms
+    against NumPy's 3.3 ms; 1.0 to 1.3 times faster from n = 1000: it skips U's zero entries, about two thirds of
+    those below the diagonal blocks, and makes no LAPACK call per block).  Below that NumPy takes milliseconds
+    (L = 2, T = 10, n = 330: 1.6 ms against 0.4 ms), less than compiling the kernel costs.  The whole inverse up to
+    n = :data:`KERNEL_UNTIL`, above which NumPy's block-recursive inversion by matrix products (a third of the
+    kernel's multiply-adds, at BLAS speed) wins."""
     return n >= KERNEL_FROM and (rows is not None or n <= KERNEL_UNTIL)
 
 
