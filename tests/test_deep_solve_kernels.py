@@ -122,7 +122,7 @@ def test_back_kernel_choice():
     assert back_kernel(Model, 540, 80, "auto") is mod.block_back      # observables at L = 3, T = 10: 3.3 ms / 1.4 ms
     assert back_kernel(Model, 1260, 120, "auto") is mod.block_back    # observables at L = 2, T = 20: 11 ms / 8 ms
     assert back_kernel(Model, 4920, 240, "auto") is mod.block_back
-    assert back_kernel(Model, 1260, None, "auto") is mod.block_back   # a whole inverse the kernel wins
+    assert back_kernel(Model, 1260, None, "auto") is mod.block_back   # a whole inverse up to n = 1500: the kernel
     assert back_kernel(Model, 330, 60, "auto") is None                # L = 2, T = 10: milliseconds, no compilation
     assert back_kernel(Model, 330, None, "auto") is None
     assert back_kernel(Model, 4000, None, "auto") is None             # a large whole inverse: NumPy's BLAS
