@@ -48,10 +48,14 @@ function gets row t, a vector over s, of the adjacent layer's kernels).
 """
 '''
 
+# a deep module's activation and its four derivatives, one function each (x, p, width): the runtime reads them by
+# these names (dmftc.runtime.problem.spec_kernels.module_derivatives)
+ACTIVATION_NAMES = ("phi", "dphi", "ddphi", "d3phi", "d4phi")
+
 ACTIVATION_FN = (
     '\ndef activation(x, p, width):\n'
     '    """(phi, phi\', phi\'\', phi\'\'\', phi\'\'\'\') at x (delta functions of width ``width``)."""\n'
-    '    return (phi(x, p, width), dphi(x, p, width), ddphi(x, p, width), d3phi(x, p, width), d4phi(x, p, width))\n\n')
+    f'    return ({", ".join(f"{n}(x, p, width)" for n in ACTIVATION_NAMES)})\n\n')
 
 
 def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
@@ -125,9 +129,8 @@ def emit_deep(d: DeepDerivation, *, spec_path: str, spec_sha256: str) -> str:
     x = d.act_arg
     pc = _Code({x: "x"} | {sp.Symbol(n): f"p[{n!r}]" for n in d.params})
     act_src = f"{m.activation.name}({m.activation.arg}) = {_act_text(m.activation)}"
-    for k, (fn, what) in enumerate((("phi", act_src), ("dphi", "its first derivative"),
-                                    ("ddphi", "its second derivative"), ("d3phi", "its third derivative"),
-                                    ("d4phi", "its fourth derivative")), start=0):
+    for k, (fn, what) in enumerate(zip(ACTIVATION_NAMES, (act_src, "its first derivative", "its second derivative",
+                                                          "its third derivative", "its fourth derivative"))):
         w(f"\ndef {fn}(x, p, width):\n    \"\"\"{what}: "
           f"{sp.sstr(d.phi[k])}\"\"\"\n")
         w(f"    return {_broadcast(pc(d.phi[k]), d.phi[k], x)}\n\n")

@@ -170,8 +170,8 @@ def jax_activation(activation):
         phi = activation
     else:
         from dmftc.runtime.problem.activation import as_activation
-        site = as_activation(activation)
-        return lambda h: site.fn(h)[:2]
+        phi, dphi = (as_activation(activation).derivative(k) for k in (0, 1))
+        return lambda h: (phi(h), dphi(h))
     return lambda h: jax.jvp(phi, (h,), (jnp.ones_like(h),))
 
 

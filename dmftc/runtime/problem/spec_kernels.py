@@ -10,6 +10,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.codegen.deep import ACTIVATION_NAMES
 from dmftc.runtime.problem.activation import SiteActivation
 from dmftc.errors import ParameterError
 
@@ -37,14 +38,11 @@ def module_key(module) -> tuple:
     return key
 
 
-DERIVATIVE_NAMES = ("phi", "dphi", "ddphi", "d3phi", "d4phi")     # a deep module's activation, one function each
-
-
 def module_derivatives(module, p: dict, width: float) -> tuple:
     """The five functions h -> phi(h), ..., h -> phi''''(h) of a generated deep module at parameter values ``p``
     and delta width ``width``: its ``phi``, ``dphi``, ... one by one, so that a program reading phi' traces phi'
     alone (the module's ``activation`` returns all five)."""
-    return tuple((lambda h, f=getattr(module, name): f(h, p, width)) for name in DERIVATIVE_NAMES)
+    return tuple((lambda h, f=getattr(module, name): f(h, p, width)) for name in ACTIVATION_NAMES)
 
 
 class SpecKernels:
