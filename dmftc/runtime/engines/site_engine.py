@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import NumericalError, ParameterError, StructureSpecError
-from dmftc.jax_setup import march_options
+from dmftc.jax_setup import long_run_options, march_options
 from dmftc.runtime.numerics.devices import like_paths, mesh_of, place_paths, rows_for
 from dmftc.runtime.numerics.geometry import source_factors
 from dmftc.runtime.numerics.march_numerics import array_module
@@ -73,13 +73,26 @@ def normals_of(mod, draws) -> dict:
 
 _JIT: dict = {}
 
+# paths x (steps x observables)^2 of a solve above which its tangent programs (the drivers' columns, the mean
+# correction's batches) count as long runs, compiled at XLA's full optimisation whatever XLA_FLAGS asks
+# (:func:`dmftc.jax_setup.long_run_options`; users' runs are there already).  Measured under the test suite's
+# lowered flags, one thread: two_layer_multi at T = 60, P = 3 (2500 paths a group: 1.3e9) solved in 9.8 s of CPU
+# instead of 17.8 s, and multi_tanh's mean correction (3000 paths, T = 30, 20 observables: 1.1e9) gained 2 s;
+# two_layer at T = 30 (4000 paths: 5.8e7) lost 0.8 s to the longer compilation
+LONG_RUN_WORK = 3e8
 
-def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn):
+
+def long_run(S: int, T: int, m: int) -> bool:
+    """Whether the tangent programs of S paths, T steps and m observables a step run long (``LONG_RUN_WORK``)."""
+    return S * (T * m) ** 2 >= LONG_RUN_WORK
+
+
+def _compiled(kind, mod, sz: dict, T: int, S: int, width: float, fn, long: bool = False):
     """One jitted function per (module, sizes, steps, paths, delta width): repeated solves, and solves of the
-    same compiled spec loaded again, reuse it."""
-    key = (kind, module_key(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width)
+    same compiled spec loaded again, reuse it.  ``long``: compiled as a long run (``LONG_RUN_WORK``)."""
+    key = (kind, module_key(mod), tuple(sorted((k, int(v)) for k, v in sz.items())), T, S, width, long)
     if key not in _JIT:
-        _JIT[key] = jax.jit(fn, compiler_options=march_options())
+        _JIT[key] = jax.jit(fn, compiler_options=march_options() | (long_run_options() if long else {}))
     return _JIT[key]
 
 
@@ -201,7 +214,7 @@ def group_sensitivities(mod, normals, wts, pj, q, sz, T: int, width: float, batc
         K = (int(segments) if segments is not None else -(-T // SEGMENT) if method == "transfer"
              else tangent_segments(mod, sz, T, B))
         run, idx = driver_columns(mod, sz, T, width, shapes, K, method)
-        fn = _compiled(("drivers", B, K, method), mod, sz, T, S, width, run)
+        fn = _compiled(("drivers", B, K, method), mod, sz, T, S, width, run, long_run(S, T, F.m))
         total = np.zeros((T * F.m, idx.size))
         for k, (a, n) in enumerate(batches):
             nm, w = like_paths(({key: pad_rows(v[a:a + n], B) for key, v in normals.items()},
@@ -319,8 +332,10 @@ def two_layer_mean_correction(mod, normals, pj, sz, T, width, q, U, Y, avg, batc
     shapes = {n: v.shape for n, v in q.items()}
     batch, batches = equal_batches(S, batch)
     batch = rows_for(batch, mesh)
-    fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes))
-    q0 = Flat(mod, shapes, T).flat(q)
+    F = Flat(mod, shapes, T)
+    fn = _compiled(("correction", batch), mod, sz, T, S, width, _correction_batch(mod, sz, T, width, shapes),
+                   long_run(S, T, F.m))
+    q0 = F.flat(q)
     total = np.zeros(V.shape[1])
     for a, n in batches:
         nm = {k: pad_rows(v[a:a + n], batch) for k, v in normals.items()}
