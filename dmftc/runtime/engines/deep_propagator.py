@@ -59,7 +59,6 @@ import math
 import time as _time
 from dataclasses import dataclass, field
 
-import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
@@ -228,7 +227,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
 
     blocks = assemble_blocks(x0, lay, local_hessians(), points)
     # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l
-    q = {k: np.asarray(a) for k, a in lay.unpack(jnp.asarray(x0)).items()}
+    q = lay.unpack(np.asarray(x0, np.float64))
     g0 = np.zeros(lay.n)
     for l in range(1, L + 1):
         g0[lay.slice(f"Phi_hat[{l}]")] = q[f"Phi[{l}]"][lay.tril]

@@ -139,13 +139,14 @@ class Layout:
         return x
 
     def unpack(self, x) -> dict:
-        """flat vector -> dict (kernels/hats as lower-triangular (T,T) arrays, A/B full)."""
+        """flat vector -> dict (kernels/hats as lower-triangular (T,T) arrays, A/B full); numpy arrays for a host
+        vector, JAX arrays for a JAX array or tracer (:func:`array_module`)."""
         T, out = self.T, {}
         for name, (o, s) in self.blocks.items():
             v = x[o:o + s]
             kind = self._kind(name)
             if kind == "tril":
-                out[name] = jnp.zeros((T, T), dtype=v.dtype).at[self.tril].set(v)
+                out[name] = tril_matrix(v, T)
             elif kind == "full":
                 out[name] = v.reshape(T, T)
             else:

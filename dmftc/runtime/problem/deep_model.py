@@ -295,7 +295,7 @@ def from_spec(mod, p: dict) -> DeepModel:
     # Jacobian in the response rows is the identity, at two points
     eye = np.eye(T * T)
     for point in (zero, R):
-        jac = jax.jacfwd(lambda a: jnp.asarray(mod.h_coupling(prev(X, a), D[None, :], q), jnp.float64))(
+        jac = jax.jit(jax.jacfwd(lambda a: jnp.asarray(mod.h_coupling(prev(X, a), D[None, :], q), jnp.float64)))(
             jnp.asarray(point))
         if not close(np.asarray(jac).reshape(T * T, T * T), eye):
             raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms "
@@ -305,7 +305,7 @@ def from_spec(mod, p: dict) -> DeepModel:
         raise _spec_error(mod, f"the same-time coefficient of phi(h[l](s)) in z[l](t) must be {r['B']}[l+1](t, s)",
                           "z")
     for name, k in (("h", k_h), ("z", k_z)):
-        jac = jax.jacfwd(lambda a, d: jnp.asarray(k(a, d[None, :]), jnp.float64), argnums=(0, 1))(
+        jac = jax.jit(jax.jacfwd(lambda a, d: jnp.asarray(k(a, d[None, :]), jnp.float64), argnums=(0, 1)))(
             jnp.asarray(X), jnp.asarray(D))
         dq, dd = (np.asarray(j).reshape(T * T, -1) for j in jac)
         ok_q = np.all(np.abs(dq - np.diag(np.diag(dq))) < 1e-12)
@@ -404,7 +404,7 @@ def _spec_readout(mod, q):
     """(y0, c_t, c_0) of the spec's error signal, the coefficients by differentiation (exact: c_t = -c_0 to the
     bit when the spec reads E_t - E_0); affine only if from_spec's check says so.  On several points y0 is (P,)
     and so are the coefficients (the same at every point)."""
-    ct, c0 = jax.jacfwd(lambda e, f: mod.readout(e, f, q), argnums=(0, 1))(0.0, 0.0)
+    ct, c0 = jax.jit(jax.jacfwd(lambda e, f: mod.readout(e, f, q), argnums=(0, 1)))(0.0, 0.0)
     return mod.readout(0.0, 0.0, q), ct, c0
 
 
