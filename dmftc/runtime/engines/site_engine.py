@@ -107,7 +107,7 @@ def _setup(mod, draws, p, sz):
 def layout_arrays(mod, q, sz, T):
     stored = dict(mod.SITE["stored"])
     axes = dict(mod.SITE["axes"])
-    return {n: np.asarray(canonical(mod, n, v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
+    return {n: canonical(mod, n, np.asarray(v)).reshape(tuple(int(sz[axes[i]]) for i in stored[n]) + (T,))
             for n, v in q.items()}
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from dmftc.runtime.numerics.march_numerics import array_module
+
 __all__ = ["Flat", "canonical"]
 
 
@@ -14,9 +16,10 @@ def canonical(mod, name, v):
     T), as the two-layer engine orders them."""
     axes = tuple(a for a, _ in mod.SITE["axes"])
     stored = dict(mod.SITE["stored"])[name]
-    v = jnp.asarray(v)[0]
+    xp = array_module(v)                 # numpy on the host (no eager JAX programs), JAX when traced
+    v = xp.asarray(v)[0]
     keep = [axes.index(i) for i in stored]
-    v = jnp.transpose(v, keep + [k for k in range(len(axes)) if k not in keep] + [len(axes)])
+    v = xp.transpose(v, keep + [k for k in range(len(axes)) if k not in keep] + [len(axes)])
     return v.reshape(-1, v.shape[-1])
 
 

@@ -97,7 +97,7 @@ class HeldPaths:
         """(sum_n f_n (nf,), sum_n f_n f_n^T (nf, nf)) over the source paths W (S, nx T) at the couplings C, E;
         ``feature``: the readout's coefficients (fa, fb) as for :meth:`SiteMoments.moments`."""
         S, c = W.shape[0], self.chunk
-        fa, fb = (jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.m.T,)) for f in feature)
+        fa, fb = (np.broadcast_to(np.asarray(f, np.float64), (self.m.T,)) for f in feature)
         fixed = (jnp.asarray(C), jnp.asarray(E))
         cv = None if CV is None else jnp.asarray(CV, jnp.float64)
         sf = sff = None

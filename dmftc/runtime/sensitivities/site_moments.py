@@ -440,7 +440,7 @@ class SiteMoments:
         fn = self._fns[pat, long_run]
         acc = None
         fixed = (jnp.asarray(C), jnp.asarray(E))          # the same for every chunk: converted once
-        fa, fb = (jnp.broadcast_to(jnp.asarray(f, jnp.float64), (self.T,)) for f in feature)   # one per step
+        fa, fb = (np.broadcast_to(np.asarray(f, np.float64), (self.T,)) for f in feature)      # one per step
         Z = None if stein is None else jnp.asarray(stein)
         for i0 in range(0, S, c):
             Wc, Xc = W[i0:i0 + c], X0[i0:i0 + c]
