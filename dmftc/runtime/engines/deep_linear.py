@@ -202,7 +202,7 @@ def linear_blocks(x0, lay: Layout, model, points: int = 1) -> CausalBlocks:
     ``points``: P of a spec on several training points (``lay.T`` counts its T P steps)."""
     rows = _local_dual_rows(lay.T, model, points)
     dual = dual_positions(lay.T, points)
-    x0 = jnp.asarray(x0)
+    x0 = np.asarray(x0, np.float64)              # host values: the local vectors are gathered in NumPy
     L = lay.L
 
     def local_hessians():

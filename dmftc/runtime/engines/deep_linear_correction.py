@@ -59,7 +59,7 @@ def cubic_contraction(x0, C, *, L, T, model=None, gamma=None, y=None, eta=None, 
     ``model``'s action (default: the standard network with gamma, y, eta)."""
     model = as_model(model, gamma, y, eta, L=L)
     lay = Layout(L, T)
-    x0 = jnp.asarray(x0)
+    x0 = np.asarray(x0, np.float64)              # host values: the local vectors are gathered in NumPy
     fn = _third_directional(T, model)
     out = np.zeros(lay.n)
     for l in range(1, L + 1):

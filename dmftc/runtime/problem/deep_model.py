@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmftc.errors import Pos, StructureSpecError
+from dmftc.runtime.numerics.march_numerics import array_module
 
 
 __all__ = ["DeepModel", "from_spec", "trained_mask"]
@@ -100,7 +101,8 @@ class DeepModel:
         y = self.readout[0]
         if self.readout_fn is not None:              # linearised: already one value per step
             return y
-        return jnp.tile(jnp.asarray(y), n // self.points) if jnp.ndim(y) else y
+        xp = array_module(y)                          # numpy on the host, JAX when a family jit traces y
+        return xp.tile(xp.asarray(y), n // self.points) if np.ndim(y) else y
 
     def _affine(self):
         if not self.linear_readout:
