@@ -296,9 +296,9 @@ def from_spec(mod, p: dict) -> DeepModel:
     # additive responses, checked by derivatives (exact whatever the scale of the other terms): the coupling's
     # Jacobian in the response rows is the identity, at two points
     eye = np.eye(T * T)
+    h_jacobian = jax.jit(jax.jacfwd(lambda a: jnp.asarray(mod.h_coupling(prev(X, a), D[None, :], q), jnp.float64)))
     for point in (zero, R):
-        jac = jax.jit(jax.jacfwd(lambda a: jnp.asarray(mod.h_coupling(prev(X, a), D[None, :], q), jnp.float64)))(
-            jnp.asarray(point))
+        jac = h_jacobian(jnp.asarray(point))
         if not close(np.asarray(jac).reshape(T * T, T * T), eye):
             raise _spec_error(mod, f"the coefficient of g[l](s) in h[l](t) must be {r['A']}[l-1](t, s) plus terms "
                                    f"free of {r['A']}", "h")

@@ -24,9 +24,9 @@ import warnings
 
 import numpy as np
 import scipy.linalg as sla
-from threadpoolctl import ThreadpoolController
 
 from dmftc.errors import NumericalError
+from dmftc.runtime.numerics.devices import one_blas_thread
 
 __all__ = ["asymmetry", "block_inverses", "congruence", "coupled_sandwich", "cross_components", "kernel_back",
            "time_edges", "time_major_edges", "factor", "left_solve", "lower_inverse", "right_solve", "sandwich",
@@ -147,17 +147,6 @@ def kernel_back(back, U, edges, E, why: str = _WHY):
     return Y, max(1.0, float(cond.max(initial=1.0)))
 
 
-_BLAS: list = []      # the ThreadpoolController of the BLAS libraries NumPy and SciPy loaded (made once: 0.02 ms a
-# limit, against 1.2 ms for threadpoolctl.threadpool_limits, which looks the libraries up every time)
-
-
-def _one_blas_thread():
-    """A context in which NumPy's and SciPy's BLAS run on one thread."""
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=1, user_api="blas")
-
-
 def left_solve(U, edges, E=None, *, why: str = _WHY, back=None):
     """Y with Y U = E (block back substitution from the last time); ``E=None``: Y = U^-1 (:func:`lower_inverse`,
     the block upper triangle zero).  Returns (Y, the largest diagonal-block condition number); a singular block
@@ -173,7 +162,7 @@ def left_solve(U, edges, E=None, *, why: str = _WHY, back=None):
     worst = 1.0
     # one BLAS thread: a chain of small products and LU solves, between which a multithreaded BLAS's threads wait
     # (measured on 2 cores, deep L = 3, T = 10, n = 540, 80 rows: 70 ms on two threads, 2.5-3.3 ms on one)
-    with _one_blas_thread():
+    with one_blas_thread():
         for b in range(len(edges) - 2, -1, -1):
             lo, hi = edges[b], edges[b + 1]
             lu, cond = _diagonal_block(U, edges, b, why)
