@@ -3,11 +3,13 @@ called with, the array :class:`Buffers` of a two-layer program's layout, and the
 (:func:`schedule`).  The march itself: :mod:`dmftc.runtime.march.site_march`."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.numerics.march_numerics import set_col
+from dmftc.runtime.numerics.march_numerics import at_index, set_col, set_index
 from dmftc.runtime.problem.spec_kernels import layer_number
 
 __all__ = ["Buffers", "Evaluator", "boundary_row", "layer_names", "layer_number", "point_params", "schedule",
@@ -38,11 +40,31 @@ class Evaluator:
         self.hist, self.rows, self.q1, self.src, self._act = hist, rows, q1, src, act
         self.width, self.bounds, self.terms, self.points = width, bounds, terms or {}, points
         self.kink = 0.0          # the program's kink-aware helpers differentiate pathwise in the march (no deltas)
-        self.idx = jnp.arange(T)
-        self.mu = t % points
-        self._given, self.p = p, point_params(mod, p, self.mu)
-        # [s < t] (dmftc.derive.site.PAST), times the update mask of the point of s (test points: no updates)
-        self.past = (self.idx // points < t // points).astype(jnp.float64) * update_mask(mod, p, T)
+        self._given = p
+
+    # the step's values that do not depend on the layer: computed when first read (each is traced operations, and
+    # the march makes an evaluator for every read of a generated function), shared with the layers' (:meth:`at`)
+    _SHARED = ("idx", "mu", "p", "past")
+
+    @functools.cached_property
+    def idx(self):
+        return jnp.arange(self.T)
+
+    @functools.cached_property
+    def mu(self):
+        """The point of this step."""
+        return self.t % self.points
+
+    @functools.cached_property
+    def p(self):
+        """The parameter values as this step's point reads them."""
+        return point_params(self.mod, self._given, self.mu)
+
+    @functools.cached_property
+    def past(self):
+        """[s < t] (dmftc.derive.site.PAST), times the update mask of the point of s (test points: no updates)."""
+        return ((self.idx // self.points < self.t // self.points).astype(jnp.float64)
+                * update_mask(self.mod, self._given, self.T))
 
     @property
     def step(self):
@@ -53,18 +75,20 @@ class Evaluator:
         """The per-step parameter ``name`` (one value per step, lr[T]) at step t + k (clipped to the grid: the
         march never uses a value beyond it)."""
         v = jnp.asarray(self._given[name], jnp.float64)
-        return v[jnp.clip(self.t + k, 0, v.shape[0] - 1)]
+        return at_index(v, jnp.clip(self.t + k, 0, v.shape[0] - 1))
 
     def coef(self, name, time=None):
         """Row t of the time coefficient ``name`` (the generated module's ``coefficients``); a one-time
         coefficient's value at t, or at the fixed time ``time``."""
-        return self.mod.coefficients(self._given, self.T)[name][self.t if time is None else self.fixed(time)]
+        return at_index(self.mod.coefficients(self._given, self.T)[name], self.t if time is None else self.fixed(time))
 
     def at(self, l):
         """The same step seen from layer l."""
-        return Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
-                         self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz,
-                         rsums=self.rsums, tangents=self.tangents)
+        other = Evaluator(self.mod, self.L, self.T, self.t, l, self.hist, self.rows, self.q1, self.src, self._given,
+                          self._act, self.width, self.bounds, terms=self.terms, points=self.points, sz=self.sz,
+                          rsums=self.rsums, tangents=self.tangents)
+        other.__dict__.update({k: self.__dict__[k] for k in self._SHARED if k in self.__dict__})
+        return other
 
     def fixed(self, k):
         """The step of the fixed time k at this step's point."""
@@ -110,7 +134,7 @@ class Evaluator:
         h = self.hist[key]
         if time == "s":
             return h
-        v = h[:, self.t] if time == "t" else h[:, self.fixed(time)]
+        v = at_index(h, self.t if time == "t" else self.fixed(time), 1)
         return v[:, None] if vec else v
 
     def term(self, name):
@@ -126,10 +150,10 @@ class Evaluator:
     def row(self, name, ref):
         l = self.layer(ref)
         full = self.rows.get((name, l))
-        return boundary_row(self.boundary(name, l), self.t, self.T, self.points) if full is None else full[self.t]
+        return boundary_row(self.boundary(name, l), self.t, self.T, self.points) if full is None else at_index(full, self.t)
 
     def diag(self, name, ref):
-        return self.row(name, ref)[self.t]
+        return at_index(self.row(name, ref), self.t)
 
     def boundary(self, name, l):
         for (n, ref), v in self.bounds.items():
@@ -141,7 +165,7 @@ class Evaluator:
         v = self.q1[name]
         if self.layout:
             return v if time == "s" else self._at(v, time)
-        return v if time == "s" else (v[self.t] if time == "t" else v[self.fixed(time)])
+        return v if time == "s" else at_index(v, self.t if time == "t" else self.fixed(time))
 
     def act(self, k, x):
         return self._act[k](x)
@@ -195,13 +219,13 @@ class Buffers:
         if self.layout:                 # a select, not dynamic_update_slice (XLA CPU mis-compiled its fusion with
             return jnp.where(jnp.arange(self.T) == t, v, buf)    # the jvp of a rank-6 layout: LLVM IR failure)
         if buf.ndim == 1:
-            return buf.at[t].set(v)
+            return set_index(buf, v, t)
         return set_col(buf, jnp.broadcast_to(v, buf.shape[:1]), t)
 
     def col(self, buf, t):
         if self.layout:
             return buf if buf.shape[-1] == 1 else _column(buf, t)
-        return buf[..., t]
+        return at_index(buf, t, -1)
 
     def mean(self, wts, X, name):
         """The weighted path average of X, a value of ``name``'s shape."""

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 
 from dmftc.errors import StructureSpecError
-from dmftc.runtime.numerics.march_numerics import PIVOT_TOL, extend_cholesky, set_col
+from dmftc.runtime.numerics.march_numerics import PIVOT_TOL, at_index, extend_cholesky, set_col, set_index
 from dmftc.runtime.problem.spec_kernels import layer_number
 from dmftc.runtime.march.site_eval import (Buffers, Evaluator, boundary_row, layer_names, point_params, schedule,
                                      update_mask)
@@ -178,18 +178,36 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
             """d fn / d x[l](s) for every s, the direction s on ``axis`` of (paths, T), for an observable of layer
             l's fields at t only (a path factor's, a response's, the Stein term's): the jvp in the fields' values
             at t, whose tangents are those of the current step."""
-            return jax.vmap(lambda a: jax.jvp(lambda cur: fn(ev(l, cur=cur)), (now(l),), (a,))[1],
-                            in_axes=0, out_axes=axis)(dnow(l, x))
+            return tangents_at_t(fn, l, (x,), axis)[x]
+
+        def tangents_at_t(fn, l, xs, axis):
+            """{x: d fn / d x[l](s)} for each source x in ``xs``, in one vmap over the directions of them all."""
+            if not xs:
+                return {}
+            dirs = stacked([dnow(l, x) for x in xs])
+            out = jax.vmap(lambda a: jax.jvp(lambda cur: fn(ev(l, cur=cur)), (now(l),), (a,))[1],
+                           in_axes=0, out_axes=axis)(dirs)
+            return split(out, xs, axis)
+
+        def stacked(parts):
+            """Dicts of tangents, one per source (directions first), as one dict stacked along the directions."""
+            return parts[0] if len(parts) == 1 else {k: jnp.concatenate([d[k] for d in parts]) for k in parts[0]}
+
+        def split(v, xs, axis):
+            """{x: the T directions of source x} of tangents stacked by :func:`stacked` (on ``axis``)."""
+            if len(xs) == 1:
+                return {xs[0]: v}
+            return {x: jax.lax.slice_in_dim(v, i * T, (i + 1) * T, axis=axis) for i, x in enumerate(xs)}
 
         for kind, name, l in order:
             if kind == "source":
                 fam, off = covs[name]
-                row = (read_rows[(fam, l + off)][t] if 1 <= l + off <= L
+                row = (at_index(read_rows[(fam, l + off)], t) if 1 <= l + off <= L
                        else boundary_row(E0.at(l).boundary(fam, l + off), t, T, points))
                 chol[(name, l)] = C = extend_cholesky(chol[(name, l)], row * (idx <= t), t, pivot_tol)
-                src[(name, l)] = xi[name][l - 1] @ C[t]
+                src[(name, l)] = xi[name][l - 1] @ at_index(C, t)
                 if (name, l) in dsrc:
-                    src[(name, l)] = src[(name, l)] + dsrc[(name, l)][:, t]
+                    src[(name, l)] = src[(name, l)] + at_index(dsrc[(name, l)], t, 1)
             elif kind == "field":
                 fn = getattr(mod, f"site_field_{name}")
                 srcs = {k: v for k, v in src.items() if k[1] == l}
@@ -200,29 +218,33 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                     return fn(ev(l, srcs={**src, **ss}, cur=cs, tv={**tval, **tv}))
 
                 hist[(name, l)] = B.put(hist[(name, l)], value(tl, srcs, now(l)), t)
-                for x in wrt:                                   # d field(t) / d x[l](s): (direction s, paths)
-                    dt = {k: dterm[(x,) + k].reshape(T, S, T) for k in tl}     # (direction s, paths, time)
-                    ds = {k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S))) for k in srcs}
-                    dcol[(x, name, l)] = jax.vmap(lambda a, b, d: jax.jvp(value, (tl, srcs, now(l)), (a, b, d))[1])(
-                        dt, ds, dnow(l, x))
+                # d field(t) / d x[l](s) for every source x, in one vmap over the directions (x, s): (x s, paths)
+                if wrt:
+                    dt = stacked([{k: dterm[(x,) + k].reshape(T, S, T) for k in tl} for x in wrt])  # (x s, paths, time)
+                    ds = stacked([{k: (onehot[:, None] * jnp.ones((1, S)) if k[0] == x else jnp.zeros((T, S)))
+                                   for k in srcs} for x in wrt])
+                    both = jax.vmap(lambda a, b, d: jax.jvp(value, (tl, srcs, now(l)), (a, b, d))[1])(
+                        dt, ds, stacked([dnow(l, x) for x in wrt]))
+                    for x, d in split(both, wrt, 0).items():
+                        dcol[(x, name, l)] = d
             elif kind == "term":
                 fn = getattr(mod, f"site_term_{terms.index(name)}")
                 tval[(name, l)] = B.put(tval[(name, l)], fn(ev(l, cur=now(l))), t)
-                for x in wrt:
-                    dterm[(x, name, l)] = set_col(dterm[(x, name, l)], tangent_at_t(fn, l, x, 0), t)
+                for x, d in tangents_at_t(fn, l, wrt, 0).items():
+                    dterm[(x, name, l)] = set_col(dterm[(x, name, l)], d, t)
             elif name in resp:
                 fn = getattr(mod, f"site_response_{name}")
                 d = tangent_at_t(fn, l, resp[name], 1)
-                rows[(name, l)] = rows[(name, l)].at[t].set(_shifted(twts @ d, shift, ("row", name, l), t))
+                rows[(name, l)] = set_index(rows[(name, l)], _shifted(twts @ d, shift, ("row", name, l), t), t)
                 if record:
                     seen["X"][(name, l)] = set_col(seen["X"][(name, l)], fn(ev(l, cur=now(l))), t)
                     for x in wrt:
                         dx = d if x == resp[name] else tangent_at_t(fn, l, x, 1)
-                        seen["Gamma"][(name, x, l)] = seen["Gamma"][(name, x, l)].at[:, t].set(dx)
+                        seen["Gamma"][(name, x, l)] = set_index(seen["Gamma"][(name, x, l)], dx, t, 1)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
-                rows[(name, l)] = rows[(name, l)].at[t].set(
-                    _shifted(wts @ jnp.broadcast_to(obs, (S, T)), shift, ("row", name, l), t) * (idx <= t))
+                rows[(name, l)] = set_index(rows[(name, l)],
+                    _shifted(wts @ jnp.broadcast_to(obs, (S, T)), shift, ("row", name, l), t) * (idx <= t), t)
         EL = E0.at(L)
         now_avg, now_X = {}, {}
         for qname, syms in site["readouts"]:
@@ -237,10 +259,10 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                     fam, off = covs[x]
                     Yf = getattr(mod, f"site_stein_{sym}")
                     dY = tangent_at_t(Yf, L, x, 1)
-                    cov = (rows[(fam, L + off)][t] if 1 <= L + off <= L
+                    cov = (at_index(rows[(fam, L + off)], t) if 1 <= L + off <= L
                            else boundary_row(EL.boundary(fam, L + off), t, T, points))
                     val = jnp.sum(cov * (idx <= t) * (twts @ dY)) + wts @ (X - src[(x, L)] * Yf(EL))
-                    avg[("stein", sym)] = avg[("stein", sym)].at[t].set(val)
+                    avg[("stein", sym)] = set_index(avg[("stein", sym)], val, t)
             vals = {}
             for sym in syms:
                 base, k = fixed.get(sym, (sym, None))
@@ -302,7 +324,7 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
 def _shifted(value, shift: dict, key, t):
     """An average's row or entry t, plus that of its additive perturbation in ``shift`` if it has one (no operation
     is traced otherwise)."""
-    return value + shift[key][t] if key in shift else value
+    return value + at_index(shift[key], t) if key in shift else value
 
 
 def readout_pass(mod, T: int, wts, p: dict, q: dict, hist: dict, *, normals: dict, sizes: dict | None = None,

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "array_module", "extend_cholesky", "group_normals",
-           "set_col", "traced", "symmetric"]
+__all__ = ["PIVOT_TOL", "PIVOT_TOL_EXACT", "MEMORY_BUDGET", "array_module", "at_index", "extend_cholesky",
+           "group_normals", "set_col", "set_index", "traced", "symmetric"]
 
 # Residual variance below this fraction of K(t,t) counts as zero.  (tanh, L=2, T=40: 1e-6 and 1e-10 agree
 # to 1e-4 relative; at 1e-13 the cancellation in K(t,t) - |x|^2 starts to amplify round-off.)
@@ -31,6 +31,20 @@ def array_module(*xs):
     return jnp if any(isinstance(x, jax.Array) for x in xs) else np
 
 
+def at_index(x, t, axis: int = 0):
+    """``x[t]`` along ``axis`` for a step t in range (traced or not), as one dynamic slice.  Equal to NumPy-style
+    indexing, which also checks and wraps negative indices: several operations per read to trace, and the march
+    reads hundreds of values at t."""
+    return jax.lax.dynamic_index_in_dim(x, t, axis % jnp.ndim(x), keepdims=False)
+
+
+def set_index(x, v, t, axis: int = 0):
+    """``x.at[t].set(v)`` along ``axis`` for a step t in range, as one dynamic update (not a scatter)."""
+    axis = axis % x.ndim
+    v = jnp.broadcast_to(jnp.asarray(v, x.dtype), x.shape[:axis] + x.shape[axis + 1:])
+    return jax.lax.dynamic_update_index_in_dim(x, v, t, axis)
+
+
 def extend_cholesky(C, krow, t, tol=PIVOT_TOL):
     """Row t of the causal Cholesky factor of a kernel whose row t (entries s <= t) is ``krow``; residual
     variances below ``tol`` K(t,t) are zero pivots."""
@@ -39,11 +53,11 @@ def extend_cholesky(C, krow, t, tol=PIVOT_TOL):
     live = (idx < t) & (jnp.diagonal(C) > 0)
     A = jnp.where(live[:, None], C, 0.0) + jnp.diag(jnp.where(live, 0.0, 1.0))
     x = jnp.where(live, solve_triangular(A, jnp.where(live, krow, 0.0), lower=True), 0.0)
-    kt = krow[t]
+    kt = at_index(krow, t)
     d = kt - x @ x
     live_t = d > tol * jnp.maximum(kt, 0.0)
     piv = jnp.where(live_t, jnp.sqrt(jnp.where(live_t, d, 1.0)), 0.0)     # no infinite slope at a zero pivot
-    return C.at[t].set(x + piv * (idx == t))
+    return set_index(C, x + piv * (idx == t), t)
 
 
 def set_col(X, v, t):
