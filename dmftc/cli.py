@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from dmftc.errors import DmftcError, ParameterError, SpecError
+from dmftc.jax_setup import fewer_collections
 
 
 class _Parser(argparse.ArgumentParser):
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    fewer_collections()          # the command line owns its process; JAX's tracing then spends less time collecting
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
