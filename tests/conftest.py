@@ -40,7 +40,7 @@ if _WORKER:
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)                                 # this process's, whether or not NumPy is loaded yet
 
-from dmftc.jax_setup import fewer_collections, make_room  # noqa: E402  (after the cache settings: importing dmftc applies them)
+from dmftc.jax_setup import fewer_collections, make_room  # noqa: E402  (importing dmftc applies the settings above)
 
 fewer_collections()              # the garbage collector's passes took 20-40% of tracing (dmftc.jax_setup.GC_THRESHOLD)
 

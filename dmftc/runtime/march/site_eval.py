@@ -150,7 +150,9 @@ class Evaluator:
     def row(self, name, ref):
         l = self.layer(ref)
         full = self.rows.get((name, l))
-        return boundary_row(self.boundary(name, l), self.t, self.T, self.points) if full is None else at_index(full, self.t)
+        if full is None:
+            return boundary_row(self.boundary(name, l), self.t, self.T, self.points)
+        return at_index(full, self.t)
 
     def diag(self, name, ref):
         return at_index(self.row(name, ref), self.t)

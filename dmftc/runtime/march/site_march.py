@@ -243,8 +243,8 @@ def _march(mod, act, L: int, T: int, xi: dict, wts, p: dict, *, width: float = 0
                         seen["Gamma"][(name, x, l)] = set_index(seen["Gamma"][(name, x, l)], dx, t, 1)
             else:
                 obs = getattr(mod, f"site_kernel_{name}")(E0.at(l))
-                rows[(name, l)] = set_index(rows[(name, l)],
-                    _shifted(wts @ jnp.broadcast_to(obs, (S, T)), shift, ("row", name, l), t) * (idx <= t), t)
+                kt = _shifted(wts @ jnp.broadcast_to(obs, (S, T)), shift, ("row", name, l), t) * (idx <= t)
+                rows[(name, l)] = set_index(rows[(name, l)], kt, t)
         EL = E0.at(L)
         now_avg, now_X = {}, {}
         for qname, syms in site["readouts"]:
