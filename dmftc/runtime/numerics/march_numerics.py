@@ -61,8 +61,9 @@ def extend_cholesky(C, krow, t, tol=PIVOT_TOL):
 
 
 def set_col(X, v, t):
-    """X[:, t] = v as an in-place dynamic update (column t = time t of a history buffer)."""
-    return jax.lax.dynamic_update_slice(X, v.reshape(X.shape[0], 1), (0, t))
+    """X[:, t] = v (column t = time t of a history buffer), v of any shape with X.shape[0] entries (the march's
+    tangents (directions, paths) fill a column of (directions x paths) rows): :func:`set_index` on axis 1."""
+    return set_index(X, jnp.reshape(v, X.shape[:1]), t, 1)
 
 
 def traced(prm: dict) -> dict:
