@@ -215,15 +215,16 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
                 more = np.concatenate([np.asarray(extra[0][l - 1]) @ Cu.T, np.asarray(extra[1][l - 1]) @ Cr.T],
                                       axis=1)
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
-                                 model=model, weights=weights, extra=more)
+                                 model=model, weights=weights, extra=more, dense=False)
             tl.append(_time.perf_counter() - ta)
-            if not np.all(np.isfinite(h)):
+            if not all(np.all(np.isfinite(part)) for part in (h.HRR, h.B, h.sv, h.P)):
                 raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
             keep = idx >= 0
             np.add.at(grads, idx[keep], gr[keep])
             if keep_local:
-                kept.append(h)
+                kept.append(h.dense())
             yield l, h
+            del h                                      # (freed before the next layer's is built)
 
     blocks = assemble_blocks(x0, lay, local_hessians(), points)
     # stationarity of the Monte Carlo action at the group's saddle: bilinear gradient + sum_l d ln Z_l

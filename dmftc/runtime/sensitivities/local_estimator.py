@@ -57,6 +57,7 @@ from dmftc.runtime.sensitivities.held_paths import HeldPaths
 from dmftc.runtime.sensitivities.price_by_parts import hybrid_price, stein_plan
 from dmftc.runtime.sensitivities.site_local import local_map
 from dmftc.runtime.sensitivities.site_moments import SiteMoments
+from dmftc.runtime.solvers.local_hessian import LocalHessian
 
 __all__ = ["LocalEstimator", "estimator"]
 
@@ -163,11 +164,13 @@ class LocalEstimator:
             self._held = HeldPaths(self._site)
         return self._held
 
-    def log_z(self, v, W, X0, *, top, model, weights=None, extra=None):
+    def log_z(self, v, W, X0, *, top, model, weights=None, extra=None, dense=True):
         """(ln Z, gradient, Hessian) of ln Z_l = ln mean_n F_n over v; the Price (source covariance) terms are
         folded into the kernel entries, the pure source-source block being 0 at the saddle (module doc).
         ``extra``: source values (S_e, 2 T) of more paths of the layer at this saddle, whose features join the
-        hat-hat block (the features' covariance) and nothing else (:mod:`dmftc.runtime.sensitivities.held_paths`)."""
+        hat-hat block (the features' covariance) and nothing else (:mod:`dmftc.runtime.sensitivities.held_paths`).
+        ``dense``: the Hessian as an nv x nv array; else as its parts
+        (:class:`dmftc.runtime.solvers.local_hessian.LocalHessian`, the same numbers to the bit)."""
         T, S, T2 = self.T, W.shape[0], self.T * self.T
         if extra is not None and weights is not None:
             raise ParameterError("extra feature paths go with equally weighted paths only")
@@ -208,7 +211,11 @@ class LocalEstimator:
         HR[:nc, na:] = Jf.T / S
         HR[nc:, :na] = Jf[:, self.anti] / S
         HR[nc:, na:] = ff / S
-        HR = HR / Zb - np.outer(m, m[R]) / Zb ** 2
+        mm = np.outer(m, m[R])                        # HR / Zb - m m_R^T / Zb^2, in place (HR: |theta| x |R|)
+        mm /= Zb ** 2
+        HR /= Zb
+        HR -= mm
+        del mm
         if extra is not None and len(extra):           # the features' covariance from every path at this saddle
             fe, ffe = self.held_feature_sums(v, extra, top=top, model=model)
             n = S + extra.shape[0]
@@ -220,18 +227,16 @@ class LocalEstimator:
             raise AssertionError("anti-causal couplings and hats must be plain entries of v")
         vR = JR.indices
         Jt = J.T.tocsr()                              # theta(v) is affine in most of v: J is very sparse
-        hess = np.zeros((self.nv, self.nv))
-        hess[np.ix_(vR, vR)] = HR[R]
+        HRR = HR[R]
         B = np.asarray(J[caus].T @ HR[caus])          # (nv, |R|): causal rows through the chain rule
-        hess[:, vR] += B
-        hess[vR, :] += B.T
-        np.add.at(hess, (si, sj), sv)                 # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms)
+        del HR
         grad = Jt @ m / Zb
-        if len(self.pos):                             # pos: distinct entries of v
+        pos, Pv = self.pos, np.zeros((0, self.nv))
+        if len(pos):                                  # pos: distinct entries of v
             Pv = self.fac[:, None] * np.asarray(Jt @ (np.concatenate([Pc, Pe], axis=1) / S / Zb).T).T
-            hess[self.pos] += Pv
-            hess[:, self.pos] += Pv.T
-        return math.log(Zb), grad, hess
+        # sum_k <dF/dtheta_k> d2 theta_k / dv2 (bilinear terms): the sparse triplets
+        hess = LocalHessian(self.nv, vR, HRR, B, si, sj, sv, pos, Pv)
+        return math.log(Zb), grad, (hess.dense() if dense else hess)
 
 def _theta_jacobian(v, m, T, model: DeepModel):
     """(d theta/dv as a sparse (n_theta, n_v) matrix, the Hessian of m . theta(v) as COO triplets (i, j, value)),

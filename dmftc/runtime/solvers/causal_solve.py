@@ -34,6 +34,7 @@ import scipy.linalg as sla
 from dmftc.runtime.problem.deep_action import Layout, Propagator, Saddle, gather_local, bilinear_pairs, observable_map
 from dmftc.errors import NumericalError, ParameterError
 from dmftc.runtime.solvers.linalg import left_solve, sandwich
+from dmftc.runtime.solvers.local_hessian import local_block
 
 __all__ = ["CausalOrder", "causal_order", "CausalBlocks", "assemble_blocks", "back_kernel", "causal_propagator",
            "covariance_of_all", "physical_sigma", "SOLVE_KERNELS"]
@@ -94,8 +95,9 @@ class CausalBlocks:
 
 def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalBlocks:
     """U and Kd from the bilinear part and the local Hessians of ln Z_l.  ``local_hessians``: an iterable of
-    (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_action.log_z_local order); each
-    is added and can be freed before the next is produced.  ``points``: see :func:`causal_order`."""
+    (l, h), h the Hessian of ln Z_l over the local variables of layer l (deep_action.log_z_local order), dense or
+    as its parts (:class:`dmftc.runtime.solvers.local_hessian.LocalHessian`); each is added and can be freed
+    before the next is produced.  ``points``: see :func:`causal_order`."""
     co = causal_order(lay, points)
     n = len(co.primal)
     U = np.zeros((n, n))
@@ -113,10 +115,11 @@ def assemble_blocks(x0, lay: Layout, local_hessians, points: int = 1) -> CausalB
         gi = idx[keep]
         d_loc, p_loc = keep[~co.is_primal[gi]], keep[co.is_primal[gi]]
         d_pos, p_pos = co.pos[idx[d_loc]], co.pos[idx[p_loc]]
-        U[np.ix_(d_pos, p_pos)] += h[np.ix_(d_loc, p_loc)]
-        Kd[np.ix_(d_pos, d_pos)] += h[np.ix_(d_loc, d_loc)]
+        U[np.ix_(d_pos, p_pos)] += local_block(h, d_loc, p_loc)
+        Kd[np.ix_(d_pos, d_pos)] += local_block(h, d_loc, d_loc)
         if len(p_loc):
-            pp_max = max(pp_max, float(np.abs(h[np.ix_(p_loc, p_loc)]).max()))
+            pp_max = max(pp_max, float(np.abs(local_block(h, p_loc, p_loc)).max()))
+        del h
     return CausalBlocks(co, U, Kd, pp_max)
 
 
