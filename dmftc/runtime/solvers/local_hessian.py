@@ -18,7 +18,7 @@ import numpy as np
 __all__ = ["LocalHessian", "local_block"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)               # (arrays: compared by identity)
 class LocalHessian:
     """``h[i, j]`` (nv x nv) = ``HRR[r(i), r(j)]`` (i, j in ``cols``) + ``B[i, r(j)]`` (j in cols) +
     ``B[j, r(i)]`` (i in cols) + the sparse terms (``si``, ``sj``, ``sv``; repeated pairs add) + ``P[p(i), j]``
