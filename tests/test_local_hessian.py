@@ -47,3 +47,25 @@ def test_repeated_columns_are_refused():
         assert "distinct" in str(e)
     else:
         raise AssertionError("a repeated column was accepted")
+
+
+def test_pooled_blocks_are_the_dense_sums_to_the_bit():
+    """The solve-bias pool keeps U's running sum sparse: its mean equals the dense mean entry for entry."""
+    from types import SimpleNamespace
+
+    from dmftc.runtime.solvers.solve_bias import Pool
+
+    rng = np.random.default_rng(3)
+    n, groups = 30, 3
+    Us = [np.tril(rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.3)) for _ in range(groups)]
+    Ks = [rng.normal(size=(n, n)) for _ in range(groups)]
+    pool = Pool()
+    for U, K in zip(Us, Ks):
+        pool.add(SimpleNamespace(blocks=SimpleNamespace(U=U, Kd=K, order=None, primal_block_max=0.0)))
+    dense_U, dense_K = Us[0].copy(), Ks[0].copy()
+    for U, K in zip(Us[1:], Ks[1:]):
+        dense_U += U
+        dense_K += K
+    mean = pool.mean_blocks()
+    assert np.array_equal(mean.U, dense_U / groups)
+    assert np.array_equal(mean.Kd, dense_K / groups)

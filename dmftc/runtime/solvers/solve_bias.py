@@ -32,6 +32,7 @@ to 22%; the flag stays as the guard for what remains.
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
 from dmftc.runtime.solvers.causal_solve import CausalBlocks, causal_propagator
 
@@ -40,7 +41,10 @@ __all__ = ["Pool", "bias_report"]
 
 class Pool:
     """Running sums of the groups' Hessian blocks (U, Kd); ``add`` takes one group's propagator (its ``blocks``
-    attribute, dropped after adding, so that one extra copy of the blocks is kept)."""
+    attribute, dropped after adding).  U's sum is kept sparse: U is causal and most of its entries are zero
+    (L = 2, T = 20: 18% are not; at T = 50 its dense copy is 0.47 GB, held while the next group builds its own).
+    Sparse and dense sums add the same entries in the same order: the pooled blocks are the dense sums to the
+    bit.  (Kd is about half nonzero: kept dense.)"""
 
     def __init__(self):
         self.n, self.U, self.Kd, self.order, self.pp = 0, None, None, None, 0.0
@@ -48,18 +52,22 @@ class Pool:
     def add(self, prop):
         blocks = prop.blocks
         prop.blocks = None
+        U = sparse.csr_matrix(blocks.U)
         if self.U is None:
-            self.U, self.Kd, self.order = blocks.U.copy(), blocks.Kd.copy(), blocks.order
+            self.U, self.Kd, self.order = U, blocks.Kd.copy(), blocks.order
         else:
-            self.U += blocks.U
+            self.U = self.U + U
             self.Kd += blocks.Kd
         self.pp = max(self.pp, blocks.primal_block_max)
         self.n += 1
 
+    def mean_blocks(self) -> CausalBlocks:
+        """The groups' mean U and Kd, dense."""
+        return CausalBlocks(self.order, self.U.toarray() / self.n, self.Kd / self.n, self.pp)
+
     def propagator(self, saddle, model, observables=None):
         """The propagator of the pooled blocks at ``saddle`` (the groups' mean saddle)."""
-        blocks = CausalBlocks(self.order, self.U / self.n, self.Kd / self.n, self.pp)
-        return causal_propagator(saddle, blocks, model=model, observables=observables)
+        return causal_propagator(saddle, self.mean_blocks(), model=model, observables=observables)
 
 
 def bias_report(names, sigma, se, pooled_sigma, groups):
