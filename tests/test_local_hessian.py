@@ -36,6 +36,9 @@ def test_blocks_equal_the_dense_matrix_to_the_bit():
         b = rng.choice(h.nv, 11, replace=False)
         assert np.array_equal(h.block(a, b), full[np.ix_(a, b)])
         assert np.array_equal(local_block(h, a, b), local_block(full, a, b))
+        assert h.finite()
+    h.B[2, 1] = np.inf
+    assert not h.finite()
 
 
 def test_repeated_columns_are_refused():

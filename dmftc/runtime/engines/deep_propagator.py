@@ -217,7 +217,7 @@ def group_propagator(*, activation, L, T, xiu, xir, gamma=None, y=None, eta=None
             _, gr, h = est.log_z(np.asarray(v), fields.w[l - 1], fields.x[l - 1], top=float(l == L),
                                  model=model, weights=weights, extra=more, dense=False)
             tl.append(_time.perf_counter() - ta)
-            if not all(np.all(np.isfinite(part)) for part in (h.HRR, h.B, h.sv, h.P)):
+            if not h.finite():
                 raise NumericalError(f"non-finite Monte Carlo Hessian of ln Z_{l} (overflowing integrand weights)")
             keep = idx >= 0
             np.add.at(grads, idx[keep], gr[keep])

@@ -62,6 +62,10 @@ class LocalHessian:
         out[:, kb] += self.P[np.ix_(pb[kb], a)].T
         return out
 
+    def finite(self) -> bool:
+        """Whether every part is finite."""
+        return all(bool(np.all(np.isfinite(x))) for x in (self.HRR, self.B, self.sv, self.P))
+
     def dense(self) -> np.ndarray:
         """The whole nv x nv matrix."""
         everything = np.arange(self.nv)
